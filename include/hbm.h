@@ -1,0 +1,591 @@
+/* hbm.h — the one public header of libhbm, a toolkit for accelerator memory.
+ *
+ * Four parts, one model in the middle:
+ *   1. the device allocator (JAX/XLA's modes: preallocated BFC, growth, platform, async pool,
+ *      and hbm's expandable mode) on a simulated device or a real NVIDIA GPU;
+ *   2. the profiler: tagged allocations recorded to an XProf-style logdir, and OOM errors
+ *      that say what was live and why memory ran out;
+ *   3. the profile model and its analysis (peak, timeline, buffers at peak, fragmentation),
+ *      shared by `hbm report`, `hbm view`, the importers and the planner;
+ *   4. the compile-time planner for XLA HLO.
+ *
+ * Conventions: functions that can fail return an hbm_status_t (HBM_OK == 0) or NULL, and set
+ * a message that hbm_last_error() returns (per thread). The library never exits or aborts on
+ * bad input. All functions on one hbm_device_t are thread-safe unless said otherwise;
+ * a profile is safe to read from many threads once built, not while building.
+ */
+#ifndef HBM_H
+#define HBM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HBM_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum hbm_status {
+  HBM_OK = 0,
+  HBM_ERR_INVALID = 1,     /* bad argument or bad configuration value */
+  HBM_ERR_NO_MEMORY = 2,   /* device memory exhausted: RESOURCE_EXHAUSTED */
+  HBM_ERR_HOST_MEMORY = 3, /* host malloc failed */
+  HBM_ERR_IO = 4,          /* file or socket error */
+  HBM_ERR_PARSE = 5,       /* malformed input file; message says where and what was expected */
+  HBM_ERR_UNAVAILABLE = 6, /* backend not present (no libcuda, no GPU) */
+  HBM_ERR_NOT_FOUND = 7,   /* unknown pointer, run, profile, ... */
+  HBM_ERR_INTERNAL = 8
+} hbm_status_t;
+
+/* The message of the last failed call on this thread ("" if none). Valid until the next
+ * failing call on the same thread. */
+const char *hbm_last_error(void);
+/* The status of the last failed call on this thread. */
+hbm_status_t hbm_last_status(void);
+/* A short name for a status ("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", ...). */
+const char *hbm_status_name(hbm_status_t s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sizes                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Parses "16GiB", "80GB", "512M", "1.5KiB", "1073741824" (K/M/G/T = 1000^n, Ki/Mi/Gi/Ti =
+ * 1024^n, optional trailing "B"). Returns HBM_ERR_INVALID with a message naming `what`. */
+hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out);
+/* Formats bytes as "16.00GiB" / "512.0MiB" / "123B" into buf; returns buf. */
+char *hbm_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration: the seeds' environment variables, also settable from code                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum hbm_device_kind {
+  HBM_DEVICE_AUTO = 0, /* cuda if a GPU answers, else sim */
+  HBM_DEVICE_SIM = 1,
+  HBM_DEVICE_CUDA = 2
+} hbm_device_kind_t;
+
+/* XLA_PYTHON_CLIENT_ALLOCATOR / TF_GPU_ALLOCATOR */
+typedef enum hbm_allocator_kind {
+  HBM_ALLOCATOR_BFC = 0,      /* "default" / "bfc" */
+  HBM_ALLOCATOR_PLATFORM = 1, /* exact, on demand, freed at once */
+  HBM_ALLOCATOR_ASYNC = 2     /* "cuda_async" / TF_GPU_ALLOCATOR=cuda_malloc_async */
+} hbm_allocator_kind_t;
+
+/* The effective mode, derived from allocator + preallocate + expandable. */
+typedef enum hbm_mode {
+  HBM_MODE_BFC = 0,        /* preallocate the limit at first use, best-fit with coalescing */
+  HBM_MODE_GROWTH = 1,     /* BFC without preallocation: grow in regions, never give back */
+  HBM_MODE_PLATFORM = 2,   /* exact sizes from the device, returned at once */
+  HBM_MODE_ASYNC = 3,      /* stream-ordered growing pool (cudaMallocAsync semantics) */
+  HBM_MODE_EXPANDABLE = 4, /* one virtual range, physical granules mapped on demand */
+  HBM_MODE_COUNT
+} hbm_mode_t;
+
+/* Where a configuration value came from, for `hbm info` and OOM messages. */
+typedef enum hbm_origin {
+  HBM_ORIGIN_DEFAULT = 0,
+  HBM_ORIGIN_ENV = 1,  /* the environment variable named in hbm_config_origin() */
+  HBM_ORIGIN_CODE = 2, /* set by the caller in the config struct */
+  HBM_ORIGIN_FLAG = 3  /* set from a command-line flag */
+} hbm_origin_t;
+
+/* Fields of hbm_config_t that have an origin. */
+typedef enum hbm_config_field {
+  HBM_CFG_DEVICE = 0,
+  HBM_CFG_ORDINAL,
+  HBM_CFG_ALLOCATOR,
+  HBM_CFG_PREALLOCATE,
+  HBM_CFG_MEM_FRACTION,
+  HBM_CFG_ASYNC_PREALLOC,
+  HBM_CFG_EXPANDABLE,
+  HBM_CFG_SIM_MEMORY,
+  HBM_CFG_SIM_NAME,
+  HBM_CFG_PROFILE_DIR,
+  HBM_CFG_COUNT
+} hbm_config_field_t;
+
+typedef struct hbm_config {
+  hbm_device_kind_t device;       /* HBM_DEVICE (auto|sim|cuda), default auto */
+  int ordinal;                    /* HBM_DEVICE_ORDINAL, default 0 */
+  hbm_allocator_kind_t allocator; /* XLA_PYTHON_CLIENT_ALLOCATOR / TF_GPU_ALLOCATOR */
+  int preallocate;                /* XLA_PYTHON_CLIENT_PREALLOCATE, default 1 */
+  double mem_fraction;            /* XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75, in (0,1] */
+  int64_t async_prealloc;         /* TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC: bytes, -1 = default
+                                     amount, 0 = none (the default) */
+  int expandable;                 /* HBM_EXPANDABLE, default 0 */
+  uint64_t sim_memory;            /* HBM_SIM_MEMORY, default 16GiB */
+  char sim_name[64];              /* HBM_SIM_NAME, default "sim0" */
+  char profile_dir[1024];         /* HBM_PROFILE_DIR, default "" (no profiling) */
+  hbm_origin_t origin[HBM_CFG_COUNT];
+} hbm_config_t;
+
+/* Fills cfg with the built-in defaults (all origins HBM_ORIGIN_DEFAULT). */
+void hbm_config_default(hbm_config_t *cfg);
+/* Fills cfg with the defaults overridden by the environment. A bad value returns
+ * HBM_ERR_INVALID with a message naming the variable, the value and what is accepted. */
+hbm_status_t hbm_config_from_env(hbm_config_t *cfg);
+/* The effective mode of a configuration. */
+hbm_mode_t hbm_config_mode(const hbm_config_t *cfg);
+/* "bfc", "growth", "platform", "async", "expandable". */
+const char *hbm_mode_name(hbm_mode_t mode);
+/* Parses a mode name as above; HBM_ERR_INVALID otherwise. */
+hbm_status_t hbm_mode_parse(const char *name, hbm_mode_t *out);
+/* Sets allocator/preallocate/expandable in cfg so that hbm_config_mode(cfg) == mode. */
+void hbm_config_set_mode(hbm_config_t *cfg, hbm_mode_t mode, hbm_origin_t origin);
+/* "XLA_PYTHON_CLIENT_MEM_FRACTION (environment)", "default", "code", ... for a field. */
+const char *hbm_config_origin(const hbm_config_t *cfg, hbm_config_field_t field, char *buf,
+                              size_t cap);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Devices and allocation                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct hbm_device hbm_device_t; /* one allocator on one device */
+typedef struct hbm_stream hbm_stream_t; /* a stream; NULL means the default stream */
+
+/* Opens a device with cfg (NULL: hbm_config_from_env). Nothing is allocated on the device
+ * until the first allocation (which preallocates in BFC mode). */
+hbm_device_t *hbm_open(const hbm_config_t *cfg);
+/* Frees everything the device holds and the handle. Live blocks are released too. */
+void hbm_close(hbm_device_t *dev);
+/* The configuration the device was opened with. */
+const hbm_config_t *hbm_device_config(const hbm_device_t *dev);
+/* "sim0" / "cuda:0 (NVIDIA H100 80GB HBM3)". */
+const char *hbm_device_name(const hbm_device_t *dev);
+/* Total and currently free bytes of the device as a whole (other processes included). */
+hbm_status_t hbm_device_memory(hbm_device_t *dev, uint64_t *total, uint64_t *free_bytes);
+
+/* Allocates size bytes aligned to `alignment` (0 = 256; a power of two; at least 256).
+ * Returns NULL when it cannot: hbm_last_error() then begins with XLA's
+ * "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes." and goes on with
+ * hbm's diagnosis. */
+void *hbm_alloc(hbm_device_t *dev, size_t size, size_t alignment);
+/* Frees a block from hbm_alloc (NULL is ignored). An unknown pointer is an error. */
+hbm_status_t hbm_free(hbm_device_t *dev, void *ptr);
+/* The requested size of a live block, 0 if ptr is not one. */
+size_t hbm_block_size(hbm_device_t *dev, const void *ptr);
+
+/* Streams (on the sim device host-side queues; on CUDA real streams). */
+hbm_stream_t *hbm_stream_create(hbm_device_t *dev);
+hbm_status_t hbm_stream_synchronize(hbm_device_t *dev, hbm_stream_t *stream);
+hbm_status_t hbm_stream_destroy(hbm_device_t *dev, hbm_stream_t *stream);
+/* Stream-ordered allocation: memory freed on a stream is reusable on that stream at once,
+ * on other streams after the freeing stream was synchronized. In non-async modes these
+ * behave like hbm_alloc/hbm_free. */
+void *hbm_alloc_async(hbm_device_t *dev, size_t size, hbm_stream_t *stream);
+hbm_status_t hbm_free_async(hbm_device_t *dev, void *ptr, hbm_stream_t *stream);
+
+/* Gives free physical memory back to the device where the mode allows (expandable: unmaps
+ * free granules; async: trims the pool; growth/bfc: nothing, as in XLA). */
+hbm_status_t hbm_trim(hbm_device_t *dev);
+
+typedef struct hbm_stats {
+  uint64_t bytes_in_use;       /* sum of live requested sizes */
+  uint64_t peak_bytes_in_use;
+  uint64_t bytes_reserved;     /* taken from the device (mapped, in expandable mode) */
+  uint64_t peak_bytes_reserved;
+  uint64_t bytes_limit;        /* the most this allocator may take */
+  uint64_t largest_free_block; /* largest block allocatable without taking more */
+  uint64_t num_allocs;         /* allocations served so far */
+  uint64_t num_frees;
+  uint64_t num_live;           /* live blocks now */
+  uint64_t num_ooms;           /* failed allocations */
+  double fragmentation;        /* 1 - largest_free_block / free bytes (0 when nothing free) */
+} hbm_stats_t;
+hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out);
+
+typedef struct hbm_block_info {
+  const void *ptr;
+  size_t size;       /* requested */
+  size_t allocated;  /* what it occupies after rounding */
+  const char *op;    /* tags, NULL when untagged */
+  const char *shape;
+  int category;      /* hbm_category_t */
+  const char *group;
+  const char *source;
+} hbm_block_info_t;
+/* Calls fn for every live block in address order, under the allocator's lock: fn must not
+ * call back into dev. Stops early when fn returns non-zero. */
+hbm_status_t hbm_walk(hbm_device_t *dev, int (*fn)(const hbm_block_info_t *, void *), void *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tags and annotations                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Buffer categories, in XProf's precedence order (Parameter > Output > Thread-local >
+ * Constant > Temporary). */
+typedef enum hbm_category {
+  HBM_CAT_UNKNOWN = 0,
+  HBM_CAT_PARAMETER = 1, /* program input / argument */
+  HBM_CAT_OUTPUT = 2,
+  HBM_CAT_THREAD_LOCAL = 3,
+  HBM_CAT_CONSTANT = 4,
+  HBM_CAT_TEMPORARY = 5,
+  HBM_CAT_COUNT
+} hbm_category_t;
+/* "parameter", "output", "thread-local", "constant", "temporary", "unknown". */
+const char *hbm_category_name(hbm_category_t c);
+hbm_status_t hbm_category_parse(const char *name, hbm_category_t *out);
+
+typedef struct hbm_tag {
+  const char *op;     /* op / instruction name, e.g. "dot.3" or "jit(f)/matmul" */
+  const char *shape;  /* "bf16[327680,327680]" */
+  hbm_category_t category;
+  const char *group;  /* free-form group: "optimizer state", "activations", ... */
+  const char *source; /* "model.c:42" */
+} hbm_tag_t;
+
+/* hbm_alloc with a tag; fields left NULL/UNKNOWN are filled from the thread's innermost
+ * annotation scope. */
+void *hbm_alloc_tagged(hbm_device_t *dev, size_t size, size_t alignment, const hbm_tag_t *tag);
+/* Scoped per-thread annotation: everything this thread allocates until the matching pop
+ * carries these tags (inner scopes override outer ones field by field). Strings are copied. */
+hbm_status_t hbm_annotate_push(const hbm_tag_t *tag);
+void hbm_annotate_pop(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Profiler                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Starts recording every device opened or already open in this process to
+ * <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.<pid>.hbmtrace. HBM_PROFILE_DIR=DIR
+ * does the same for a whole process without code changes. */
+hbm_status_t hbm_profiler_start(const char *logdir);
+/* Flushes and closes the profile. */
+hbm_status_t hbm_profiler_stop(void);
+/* Path of the profile being written, or NULL. */
+const char *hbm_profiler_path(void);
+/* Markers in the profile: a user annotation, and step boundaries. */
+hbm_status_t hbm_profiler_marker(const char *text);
+hbm_status_t hbm_profiler_step_begin(int64_t step);
+hbm_status_t hbm_profiler_step_end(int64_t step);
+/* Writes everything recorded so far to disk (also done on OOM and at exit). */
+hbm_status_t hbm_profiler_flush(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The profile model                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+/* Everything a user can look at (a run of their program, a compile-time plan, another
+ * allocator's log) becomes an hbm_profile_t: buffers with a size, an unpadded size, an
+ * address/offset, a live range [start, end) over steps, a category, a memory space, tags.
+ * Steps are events in time (runtime) or instructions in program order (plan). */
+
+typedef struct hbm_profile hbm_profile_t;
+
+typedef enum hbm_profile_kind {
+  HBM_PROFILE_RUNTIME = 0, /* steps are allocator events in time */
+  HBM_PROFILE_PLAN = 1     /* steps are instructions in program order */
+} hbm_profile_kind_t;
+
+/* Buffer flags */
+#define HBM_BUF_INDEFINITE 1u /* live for the whole program (parameters, constants, ...) */
+#define HBM_BUF_LIVE_OUT 2u   /* still live at the end (output, or never freed) */
+
+typedef struct hbm_buffer {
+  uint64_t id;            /* allocation order, unique in the profile */
+  uint64_t address;       /* device address (runtime) or heap offset (plan) */
+  uint64_t size;          /* bytes as placed: requested (runtime) or padded (plan) */
+  uint64_t unpadded_size; /* bytes in the default layout (== size when unknown) */
+  int64_t start;          /* first step it is live */
+  int64_t end;            /* first step it is no longer live; n_steps if live out */
+  int space;              /* index into the profile's memory spaces */
+  hbm_category_t category;
+  uint32_t flags;         /* HBM_BUF_* */
+  const char *op;         /* tags; NULL when absent. Owned by the profile. */
+  const char *shape;
+  const char *group;
+  const char *source;
+  const char *opcode;     /* plan: HLO opcode */
+  const char *label;      /* plan: XLA label (the instruction's text); runtime: NULL */
+} hbm_buffer_t;
+
+typedef struct hbm_space_info {
+  const char *name;   /* "HBM", "Host", "VMEM", ... */
+  const char *device; /* "sim0", "cuda:0", "tpu" ... */
+  int color;          /* XLA memory colour (HBM 0, Host 5, ...) */
+  uint64_t limit;     /* bytes the allocator/plan may use, 0 = unknown */
+} hbm_space_info_t;
+
+typedef enum hbm_reserve_op {
+  HBM_RESERVE_PREALLOCATE = 0, /* preallocated the limit */
+  HBM_RESERVE_GROW = 1,        /* took a new region */
+  HBM_RESERVE_MAP = 2,         /* mapped physical granules (expandable) */
+  HBM_RESERVE_UNMAP = 3,       /* unmapped physical granules */
+  HBM_RESERVE_RELEASE = 4      /* returned a region */
+} hbm_reserve_op_t;
+
+typedef struct hbm_reserve_event {
+  int64_t step;
+  int space;
+  hbm_reserve_op_t op;
+  uint64_t address;
+  uint64_t size;
+} hbm_reserve_event_t;
+
+typedef struct hbm_oom_event {
+  int64_t step;
+  int space;
+  uint64_t requested;
+  const char *message; /* the full diagnosis text */
+} hbm_oom_event_t;
+
+typedef enum hbm_marker_kind {
+  HBM_MARKER_TEXT = 0,
+  HBM_MARKER_STEP_BEGIN = 1,
+  HBM_MARKER_STEP_END = 2
+} hbm_marker_kind_t;
+
+typedef struct hbm_marker {
+  int64_t step;
+  hbm_marker_kind_t kind;
+  int64_t value; /* step number for STEP_BEGIN/END */
+  const char *text;
+} hbm_marker_t;
+
+/* Building (importers, the trace reader, the planner). Strings are copied into the profile. */
+hbm_profile_t *hbm_profile_new(hbm_profile_kind_t kind, const char *name);
+void hbm_profile_free(hbm_profile_t *p);
+/* Free-form metadata: "host", "pid", "module", "source_path", ... */
+hbm_status_t hbm_profile_set_meta(hbm_profile_t *p, const char *key, const char *value);
+/* Adds a memory space; returns its index (or -1 on failure). */
+int hbm_profile_add_space(hbm_profile_t *p, const char *name, const char *device, int color,
+                          uint64_t limit);
+/* Finds a space by name and device, -1 if absent. */
+int hbm_profile_find_space(const hbm_profile_t *p, const char *name, const char *device);
+/* Appends a step (time in ns since the profile began for runtime; label = instruction name
+ * for plans). Returns its index (or -1). */
+int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *label);
+/* Adds a buffer with an explicit live range (end may be -1: not yet known). Returns its
+ * index (or -1). b->id is assigned by the profile. */
+int64_t hbm_profile_add_buffer(hbm_profile_t *p, const hbm_buffer_t *b);
+/* Sets the end of buffer idx. */
+hbm_status_t hbm_profile_end_buffer(hbm_profile_t *p, int64_t idx, int64_t end);
+/* Event-stream helpers: the buffer at `address` in `space` born / dying at `step`. A free of
+ * an address with no live buffer returns HBM_ERR_NOT_FOUND. */
+int64_t hbm_profile_alloc_at(hbm_profile_t *p, int64_t step, int space, uint64_t address,
+                             uint64_t size, const hbm_tag_t *tag);
+hbm_status_t hbm_profile_free_at(hbm_profile_t *p, int64_t step, int space, uint64_t address);
+hbm_status_t hbm_profile_add_reserve(hbm_profile_t *p, const hbm_reserve_event_t *e);
+hbm_status_t hbm_profile_add_oom(hbm_profile_t *p, const hbm_oom_event_t *e);
+hbm_status_t hbm_profile_add_marker(hbm_profile_t *p, const hbm_marker_t *m);
+/* Ends the building: buffers still open end at n_steps and get HBM_BUF_LIVE_OUT. */
+hbm_status_t hbm_profile_finish(hbm_profile_t *p);
+
+/* Reading. */
+hbm_profile_kind_t hbm_profile_kind(const hbm_profile_t *p);
+const char *hbm_profile_name(const hbm_profile_t *p);
+const char *hbm_profile_meta(const hbm_profile_t *p, const char *key); /* NULL if absent */
+int hbm_profile_space_count(const hbm_profile_t *p);
+const hbm_space_info_t *hbm_profile_space(const hbm_profile_t *p, int i);
+int64_t hbm_profile_step_count(const hbm_profile_t *p);
+int64_t hbm_profile_step_time(const hbm_profile_t *p, int64_t step);
+const char *hbm_profile_step_label(const hbm_profile_t *p, int64_t step); /* NULL if none */
+int64_t hbm_profile_buffer_count(const hbm_profile_t *p);
+const hbm_buffer_t *hbm_profile_buffer(const hbm_profile_t *p, int64_t i);
+size_t hbm_profile_reserve_count(const hbm_profile_t *p);
+const hbm_reserve_event_t *hbm_profile_reserve(const hbm_profile_t *p, size_t i);
+size_t hbm_profile_oom_count(const hbm_profile_t *p);
+const hbm_oom_event_t *hbm_profile_oom(const hbm_profile_t *p, size_t i);
+size_t hbm_profile_marker_count(const hbm_profile_t *p);
+const hbm_marker_t *hbm_profile_marker(const hbm_profile_t *p, size_t i);
+
+/* Loading and saving. hbm_profile_load reads any of: an .hbmtrace file, an RMM CSV log, an
+ * HLO module (planned with default options), an XLA buffer-assignment or memory-usage-report
+ * dump; the format is recognised from the content. A truncated .hbmtrace loads up to its
+ * last whole block; hbm_profile_meta(p, "lost") then says how much was lost. */
+hbm_profile_t *hbm_profile_load(const char *path);
+/* Writes p as an .hbmtrace file (docs/trace-format.md). */
+hbm_status_t hbm_profile_save(const hbm_profile_t *p, const char *path);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Analysis: the one module that computes peaks, timelines and buffers at the peak             */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct hbm_analysis hbm_analysis_t;
+
+typedef struct hbm_summary {
+  int space;
+  int64_t n_steps;
+  int64_t n_buffers;              /* buffers in this space */
+  uint64_t peak_bytes;            /* max over steps of live sizes (padded) */
+  int64_t peak_step;              /* first step reaching it (-1 when empty) */
+  int64_t peak_time_ns;           /* time of that step (runtime) */
+  uint64_t peak_unpadded_bytes;   /* sum of unpadded sizes live at peak_step */
+  uint64_t padding_bytes;         /* peak_bytes - peak_unpadded_bytes */
+  uint64_t indefinite_bytes;      /* buffers live for the whole program (HBM_BUF_INDEFINITE) */
+  uint64_t argument_bytes;        /* parameters live at the peak */
+  uint64_t output_bytes;          /* outputs live at the peak */
+  uint64_t temporary_bytes;       /* peak_bytes - indefinite_bytes */
+  uint64_t heap_bytes;            /* highest address+size in use (plan: heap size with
+                                     fragmentation; runtime: span of reserved memory) */
+  uint64_t peak_reserved_bytes;   /* max reserved over steps (runtime); heap_bytes for plans */
+  uint64_t reserved_at_peak;      /* reserved at peak_step */
+  uint64_t limit_bytes;           /* the space's limit, 0 = unknown */
+  double fragmentation_at_peak;   /* 1 - largest free block / free bytes, within reserved
+                                     memory at peak_step (0 when nothing free) */
+  uint64_t largest_free_at_peak;
+  size_t n_buffers_at_peak;
+  size_t n_oom;
+  uint64_t category_bytes[HBM_CAT_COUNT]; /* live at the peak, by category */
+} hbm_summary_t;
+
+typedef struct hbm_timeline_point {
+  int64_t step;        /* the step this point stands for (the max of its bucket) */
+  uint64_t bytes;      /* live (padded) bytes */
+  uint64_t unpadded;   /* live unpadded bytes */
+  uint64_t reserved;   /* reserved bytes (runtime), heap high-water (plan) */
+} hbm_timeline_point_t;
+
+typedef struct hbm_group_total {
+  const char *name; /* group name, or the category name for untagged groups */
+  uint64_t bytes;   /* live at the peak */
+  size_t count;
+} hbm_group_total_t;
+
+/* Analyses one memory space of p (p must outlive the analysis). */
+hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space);
+void hbm_analysis_free(hbm_analysis_t *a);
+const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a);
+/* The timeline over steps [from, to) in at most max_points points. When downsampled each
+ * point is the bucket's maximum, so the exact peak is always present. Returns the number
+ * of points written. */
+size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to,
+                             size_t max_points, hbm_timeline_point_t *out);
+/* Live bytes at one step. */
+uint64_t hbm_analysis_bytes_at(const hbm_analysis_t *a, int64_t step);
+/* Buffers live at the peak, as indices into the profile, in allocation order. */
+const int64_t *hbm_analysis_buffers_at_peak(const hbm_analysis_t *a, size_t *n);
+/* The same, sorted by size (largest first) or by padding (largest first). */
+const int64_t *hbm_analysis_buffers_at_peak_by_size(const hbm_analysis_t *a, size_t *n);
+const int64_t *hbm_analysis_buffers_at_peak_by_padding(const hbm_analysis_t *a, size_t *n);
+/* Totals at the peak by group (tag group if any, else category name), largest first. */
+const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n);
+/* Buffers of this space whose live range meets [from, to), in allocation order. Writes at
+ * most cap indices to out and returns how many there are in total. */
+size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
+                                      int64_t *out, size_t cap);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Reports and exports                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The terminal report of `hbm report` for one space (-1: every space). width = terminal
+ * columns for the timeline chart (0: 100). */
+hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE *out);
+/* The same as JSON (keys: peak_bytes, peak_step, peak_reserved_bytes, limit_bytes,
+ * buffers_at_peak[{size, op, shape, category, ...}], oom_events, ...). */
+hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out);
+/* Chrome trace / Perfetto JSON: memory counters and allocation slices. */
+hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Logdir (XProf layout: <logdir>/plugins/profile/<run>/<host>.<ext>)                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct hbm_logdir_entry {
+  char run[256];      /* run directory name */
+  char file[256];     /* profile file name inside the run */
+  char path[4096];    /* full path */
+  int64_t mtime;
+  uint64_t bytes;
+} hbm_logdir_entry_t;
+/* Lists profiles (.hbmtrace, .hbmplan, .csv, XLA dumps) under a logdir, newest run first.
+ * Returns the count written to out (at most cap) and the total in *total. */
+hbm_status_t hbm_logdir_list(const char *logdir, hbm_logdir_entry_t *out, size_t cap,
+                             size_t *total);
+/* Creates <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/ and returns it in buf. */
+hbm_status_t hbm_logdir_new_run(const char *logdir, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Replay of allocation logs (`hbm replay`)                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum hbm_log_action {
+  HBM_LOG_ALLOCATE = 0,
+  HBM_LOG_FREE = 1,
+  HBM_LOG_ALLOCATE_FAILURE = 2
+} hbm_log_action_t;
+
+typedef struct hbm_log_event {
+  hbm_log_action_t action;
+  uint32_t thread;
+  uint32_t stream;
+  uint64_t size;
+  uint64_t pointer;
+  int64_t time_ns;
+  int64_t line; /* line number in the source file */
+} hbm_log_event_t;
+
+typedef struct hbm_alloc_log {
+  hbm_log_event_t *events;
+  size_t n_events;
+  size_t skipped; /* malformed lines skipped with lenient = 1 */
+  char first_skip[512]; /* the message of the first skipped line */
+} hbm_alloc_log_t;
+
+/* Reads an RMM CSV log (Thread,Time,Action,Pointer,Size,Stream). With lenient = 0 the first
+ * bad line is an error "file:line: ..."; with lenient = 1 bad lines (malformed, unknown
+ * pointer freed, duplicate live pointer) are skipped and counted. */
+hbm_status_t hbm_alloc_log_read(const char *path, int lenient, hbm_alloc_log_t *out);
+hbm_status_t hbm_alloc_log_parse(const char *data, size_t len, const char *name, int lenient,
+                                 hbm_alloc_log_t *out);
+void hbm_alloc_log_free(hbm_alloc_log_t *log);
+/* The log as a runtime profile (one step per event). */
+hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *name);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The compile-time planner for XLA HLO                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct hbm_plan hbm_plan_t;
+
+typedef struct hbm_plan_options {
+  uint64_t memory;       /* device memory for the fit check (0 = none) */
+  uint64_t reserved;     /* bytes reserved by the runtime (XLA's "reserved"), default 0 */
+  int remat;             /* rematerialize to fit `memory` */
+  int space_color;       /* memory colour to plan (0 = HBM) */
+} hbm_plan_options_t;
+
+typedef struct hbm_plan_summary {
+  uint64_t argument_bytes;  /* compiled.memory_analysis().argument_size_in_bytes */
+  uint64_t output_bytes;    /* output_size_in_bytes */
+  uint64_t alias_bytes;     /* output bytes shared with arguments */
+  uint64_t temp_bytes;      /* temp_size_in_bytes (heap size with fragmentation) */
+  uint64_t temp_unpadded_bytes;
+  uint64_t peak_bytes;      /* arguments + outputs not aliased + temp peak */
+  int64_t peak_step;
+  const char *peak_instruction;
+  uint64_t fragmentation_bytes;
+  size_t n_instructions;
+  size_t n_buffers;
+  int fits;                 /* 1 if peak (plus reserved) <= memory or memory == 0 */
+  /* remat */
+  uint64_t peak_before_remat;
+  size_t n_remat;           /* instructions rematerialized */
+  uint64_t remat_extra_flops; /* estimated extra work */
+} hbm_plan_summary_t;
+
+/* Parses HLO text (or an XLA dump: buffer assignment / memory usage report) and plans it.
+ * Parse errors: HBM_ERR_PARSE, "file:line:column: expected ...". */
+hbm_plan_t *hbm_plan_file(const char *path, const hbm_plan_options_t *opt);
+hbm_plan_t *hbm_plan_text(const char *text, size_t len, const char *name,
+                          const hbm_plan_options_t *opt);
+void hbm_plan_free(hbm_plan_t *plan);
+const hbm_plan_summary_t *hbm_plan_get_summary(const hbm_plan_t *plan);
+/* The plan as a profile (kind HBM_PROFILE_PLAN); owned by the plan. */
+const hbm_profile_t *hbm_plan_profile(const hbm_plan_t *plan);
+/* XLA's E1000-style report (and, when it does not fit, the RESOURCE_EXHAUSTED line first). */
+hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out);
+hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HBM_H */

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building and testing hbm needs on Debian, skipping what is already there.
+# Usage: scripts/install-deps.sh [--test]   (--test adds the browser and fuzzing tools)
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev libjansson-dev
+          libmicrohttpd-dev libcmocka-dev nodejs npm)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(chromium zstd curl)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq || true
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,91 @@
+/* base.h — internal helpers shared by every layer of libhbm: error reporting, a growable
+ * string builder, an open-addressing u64→u64 map and a string interner. Nothing here is
+ * public; the public API is include/hbm.h. */
+#ifndef HBM_BASE_H
+#define HBM_BASE_H
+
+#include "hbm.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define HBM_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define HBM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HBM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define HBM_PRINTF(f, a)
+#define HBM_LIKELY(x) (x)
+#define HBM_UNLIKELY(x) (x)
+#endif
+
+#define HBM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors (error.c) ---- */
+
+/* Sets this thread's last error and returns `status`, so callers can write
+ * `return hbm__error(HBM_ERR_INVALID, "...", ...);`. */
+hbm_status_t hbm__error(hbm_status_t status, const char *fmt, ...) HBM_PRINTF(2, 3);
+/* Sets the last error to a ready-made (possibly long) text. */
+hbm_status_t hbm__error_text(hbm_status_t status, const char *text);
+/* Clears this thread's last error. */
+void hbm__error_clear(void);
+
+/* ---- string builder (strbuf.c) ---- */
+
+typedef struct hbm_strbuf {
+  char *data; /* always NUL-terminated once anything was appended */
+  size_t len;
+  size_t cap;
+  bool failed; /* an allocation failed; further appends are ignored */
+} hbm_strbuf_t;
+
+void hbm_strbuf_init(hbm_strbuf_t *sb);
+void hbm_strbuf_free(hbm_strbuf_t *sb);
+void hbm_strbuf_append(hbm_strbuf_t *sb, const char *s, size_t n);
+void hbm_strbuf_puts(hbm_strbuf_t *sb, const char *s);
+void hbm_strbuf_printf(hbm_strbuf_t *sb, const char *fmt, ...) HBM_PRINTF(2, 3);
+void hbm_strbuf_vprintf(hbm_strbuf_t *sb, const char *fmt, va_list ap);
+/* The text so far ("" when empty). */
+const char *hbm_strbuf_str(const hbm_strbuf_t *sb);
+
+/* ---- u64 → u64 hash map, open addressing (u64map.c) ---- */
+
+typedef struct hbm_u64map {
+  uint64_t *keys;
+  uint64_t *values;
+  uint8_t *used; /* 0 empty, 1 used, 2 deleted */
+  size_t cap;    /* power of two */
+  size_t count;
+  size_t tombstones;
+} hbm_u64map_t;
+
+void hbm_u64map_init(hbm_u64map_t *m);
+void hbm_u64map_free(hbm_u64map_t *m);
+/* Inserts or replaces; false when memory ran out. */
+bool hbm_u64map_put(hbm_u64map_t *m, uint64_t key, uint64_t value);
+bool hbm_u64map_get(const hbm_u64map_t *m, uint64_t key, uint64_t *value);
+/* Removes key; returns whether it was present (and its value). */
+bool hbm_u64map_remove(hbm_u64map_t *m, uint64_t key, uint64_t *value);
+
+/* ---- string interner (intern.c): equal strings share one copy, freed together ---- */
+
+typedef struct hbm_intern hbm_intern_t;
+hbm_intern_t *hbm_intern_new(void);
+void hbm_intern_free(hbm_intern_t *in);
+/* The interned copy of s (NULL for NULL; NULL with an error set if memory ran out). */
+const char *hbm_intern(hbm_intern_t *in, const char *s);
+const char *hbm_intern_n(hbm_intern_t *in, const char *s, size_t n);
+
+/* ---- misc (util.c) ---- */
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+hbm_status_t hbm__read_file(const char *path, char **data, size_t *len);
+/* Monotonic nanoseconds. */
+int64_t hbm__now_ns(void);
+/* strdup that sets an error on failure. */
+char *hbm__strdup(const char *s);
+
+#endif /* HBM_BASE_H */

@@ -1,0 +1,112 @@
+/* intern.c — a string interner: one copy of each distinct string, stored in large arena
+ * chunks and freed all at once. Profiles hold millions of tags that repeat ("dot.3",
+ * "temporary"); interning keeps them cheap and lets equal tags compare by pointer. */
+#include "base.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct intern_chunk {
+  struct intern_chunk *next;
+  size_t used, cap;
+  char data[];
+} intern_chunk_t;
+
+struct hbm_intern {
+  const char **slots; /* open-addressing set of interned strings */
+  size_t cap, count;
+  intern_chunk_t *chunks;
+};
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+hbm_intern_t *hbm_intern_new(void) {
+  hbm_intern_t *in = calloc(1, sizeof *in);
+  if (!in)
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory creating a string table");
+  return in;
+}
+
+void hbm_intern_free(hbm_intern_t *in) {
+  if (!in)
+    return;
+  for (intern_chunk_t *c = in->chunks, *next; c; c = next) {
+    next = c->next;
+    free(c);
+  }
+  free(in->slots);
+  free(in);
+}
+
+static char *intern_store(hbm_intern_t *in, const char *s, size_t n) {
+  intern_chunk_t *c = in->chunks;
+  if (!c || c->cap - c->used < n + 1) {
+    size_t cap = n + 1 > 64 * 1024 ? n + 1 : 64 * 1024;
+    c = malloc(sizeof *c + cap);
+    if (!c)
+      return NULL;
+    c->used = 0;
+    c->cap = cap;
+    c->next = in->chunks;
+    in->chunks = c;
+  }
+  char *copy = c->data + c->used;
+  memcpy(copy, s, n);
+  copy[n] = '\0';
+  c->used += n + 1;
+  return copy;
+}
+
+static bool intern_grow(hbm_intern_t *in) {
+  size_t cap = in->cap ? in->cap * 2 : 256;
+  const char **slots = calloc(cap, sizeof *slots);
+  if (!slots)
+    return false;
+  for (size_t i = 0; i < in->cap; i++) {
+    const char *s = in->slots[i];
+    if (!s)
+      continue;
+    size_t j = hash_bytes(s, strlen(s)) & (cap - 1);
+    while (slots[j])
+      j = (j + 1) & (cap - 1);
+    slots[j] = s;
+  }
+  free(in->slots);
+  in->slots = slots;
+  in->cap = cap;
+  return true;
+}
+
+const char *hbm_intern_n(hbm_intern_t *in, const char *s, size_t n) {
+  if (!s)
+    return NULL;
+  if ((in->count + 1) * 2 > in->cap && !intern_grow(in)) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory interning a string");
+    return NULL;
+  }
+  size_t mask = in->cap - 1, i = hash_bytes(s, n) & mask;
+  for (; in->slots[i]; i = (i + 1) & mask) {
+    const char *t = in->slots[i];
+    if (strncmp(t, s, n) == 0 && t[n] == '\0')
+      return t;
+  }
+  char *copy = intern_store(in, s, n);
+  if (!copy) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory interning a string");
+    return NULL;
+  }
+  in->slots[i] = copy;
+  in->count++;
+  return copy;
+}
+
+const char *hbm_intern(hbm_intern_t *in, const char *s) {
+  return s ? hbm_intern_n(in, s, strlen(s)) : NULL;
+}

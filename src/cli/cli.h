@@ -1,0 +1,23 @@
+/* cli.h — the `hbm` command line: one file per command (cmd_<name>.c), each a thin layer that
+ * parses flags and calls the library. Exit status: 0 success, 1 runtime failure (OOM, port in
+ * use, bad input file), 2 usage error or "does not fit" (hbm plan). */
+#ifndef HBM_CLI_H
+#define HBM_CLI_H
+
+#include "hbm.h"
+
+int hbm_cmd_info(int argc, char **argv);
+int hbm_cmd_demo(int argc, char **argv);
+int hbm_cmd_replay(int argc, char **argv);
+int hbm_cmd_report(int argc, char **argv);
+int hbm_cmd_export(int argc, char **argv);
+int hbm_cmd_plan(int argc, char **argv);
+int hbm_cmd_view(int argc, char **argv);
+
+/* Prints "hbm <cmd>: <message>" to stderr and returns exit status `code`. */
+int cli_fail(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Parses a size flag value; on error prints the message and returns non-zero. */
+int cli_parse_size(const char *cmd, const char *flag, const char *text, uint64_t *out);
+
+#endif /* HBM_CLI_H */

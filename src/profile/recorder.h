@@ -1,0 +1,43 @@
+/* recorder.h — the profiler's recording interface, called by the allocator front (src/alloc)
+ * on every event. The recorder is process-global: devices register when opened, and while a
+ * profile is being captured (hbm_profiler_start / HBM_PROFILE_DIR) every event of every
+ * registered device is appended to <logdir>/plugins/profile/<run>/<host>.<pid>.hbmtrace.
+ *
+ * Cost contract: when no profile is being captured every hook is one relaxed atomic load
+ * (hbm__rec_active) and a branch; while capturing, recording an event costs <= 15 ns. Hooks
+ * never fail the allocation they describe: a recording error is counted and reported by
+ * hbm_profiler_stop(). All hooks are thread-safe. */
+#ifndef HBM_RECORDER_H
+#define HBM_RECORDER_H
+
+#include "hbm.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Non-zero while a profile is being captured. */
+extern atomic_int hbm__rec_capturing;
+static inline bool hbm__rec_active(void) {
+  return atomic_load_explicit(&hbm__rec_capturing, memory_order_relaxed) != 0;
+}
+
+/* Registers a device (called by hbm_open); returns an id for the other hooks (>= 0), or -1.
+ * name: "sim0", "cuda:0"; mode: hbm_mode_name(); limit: the allocator's limit in bytes.
+ * describe() lets the recorder, when a capture starts later, list the device's live blocks
+ * (so a profile started mid-run knows what was already live): it must call
+ * hbm__rec_alloc(id, ...) for each live block, under the device's own lock. */
+int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
+                         void (*describe)(void *dev), void *dev);
+void hbm__rec_device_close(int id);
+
+/* One event each. `tag` may be NULL; its strings are copied (interned) by the recorder.
+ * size = requested bytes, allocated = after rounding. */
+void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
+                    const hbm_tag_t *tag);
+void hbm__rec_free(int id, uint64_t address);
+void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t size);
+/* A failed allocation with its full diagnosis text; flushes the profile to disk. */
+void hbm__rec_oom(int id, uint64_t requested, const char *message);
+
+#endif /* HBM_RECORDER_H */
