@@ -496,7 +496,8 @@ typedef struct hbm_logdir_entry {
   int64_t mtime;
   uint64_t bytes;
 } hbm_logdir_entry_t;
-/* Lists profiles (.hbmtrace, .hbmplan, .csv, XLA dumps) under a logdir, newest run first.
+/* Lists profiles (.hbmtrace runtime profiles and plans, .csv logs, XLA dumps) under a logdir,
+ * newest run first.
  * Returns the count written to out (at most cap) and the total in *total. */
 hbm_status_t hbm_logdir_list(const char *logdir, hbm_logdir_entry_t *out, size_t cap,
                              size_t *total);
