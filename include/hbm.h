@@ -290,7 +290,8 @@ typedef enum hbm_profile_kind {
 
 typedef struct hbm_buffer {
   uint64_t id;            /* allocation order, unique in the profile */
-  uint64_t address;       /* device address (runtime) or heap offset (plan) */
+  uint64_t address;       /* device address (runtime); plan: offset in the temp heap, or in
+                             its own allocation for HBM_BUF_INDEFINITE buffers */
   uint64_t size;          /* bytes as placed: requested (runtime) or padded (plan) */
   uint64_t unpadded_size; /* bytes in the default layout (== size when unknown) */
   int64_t start;          /* first step it is live */
@@ -382,6 +383,8 @@ hbm_status_t hbm_profile_finish(hbm_profile_t *p);
 hbm_profile_kind_t hbm_profile_kind(const hbm_profile_t *p);
 const char *hbm_profile_name(const hbm_profile_t *p);
 const char *hbm_profile_meta(const hbm_profile_t *p, const char *key); /* NULL if absent */
+size_t hbm_profile_meta_count(const hbm_profile_t *p);
+const char *hbm_profile_meta_key(const hbm_profile_t *p, size_t i); /* i-th key, in order set */
 int hbm_profile_space_count(const hbm_profile_t *p);
 const hbm_space_info_t *hbm_profile_space(const hbm_profile_t *p, int i);
 int64_t hbm_profile_step_count(const hbm_profile_t *p);

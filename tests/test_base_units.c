@@ -1,9 +1,9 @@
 /* test_base_units.c — sizes in and out, the error buffer, the u64 map and the interner. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <string.h>
 
@@ -86,9 +86,9 @@ static void intern_shares_copies(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(parse_size_accepts_units),  cmocka_unit_test(parse_size_refuses_garbage),
-      cmocka_unit_test(format_bytes_is_readable),  cmocka_unit_test(long_errors_are_kept_whole),
-      cmocka_unit_test(u64map_survives_churn),     cmocka_unit_test(intern_shares_copies),
+      cmocka_unit_test(parse_size_accepts_units), cmocka_unit_test(parse_size_refuses_garbage),
+      cmocka_unit_test(format_bytes_is_readable), cmocka_unit_test(long_errors_are_kept_whole),
+      cmocka_unit_test(u64map_survives_churn),    cmocka_unit_test(intern_shares_copies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,11 +16,20 @@ typedef struct unit_suffix {
 } unit_suffix_t;
 
 static const unit_suffix_t size_suffixes[] = {
-    {"", 1.0},           {"B", 1.0},
-    {"K", 1e3},          {"KB", 1e3},          {"KiB", 1024.0},
-    {"M", 1e6},          {"MB", 1e6},          {"MiB", 1048576.0},
-    {"G", 1e9},          {"GB", 1e9},          {"GiB", 1073741824.0},
-    {"T", 1e12},         {"TB", 1e12},         {"TiB", 1099511627776.0},
+    {"", 1.0},
+    {"B", 1.0},
+    {"K", 1e3},
+    {"KB", 1e3},
+    {"KiB", 1024.0},
+    {"M", 1e6},
+    {"MB", 1e6},
+    {"MiB", 1048576.0},
+    {"G", 1e9},
+    {"GB", 1e9},
+    {"GiB", 1073741824.0},
+    {"T", 1e12},
+    {"TB", 1e12},
+    {"TiB", 1099511627776.0},
 };
 
 hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out) {
@@ -35,14 +44,12 @@ hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out) {
   /* Plain decimal only: strtod alone would also take hex, "inf" and exponents. */
   size_t digits = strspn(p, "0123456789.");
   if (digits == 0 || memchr(p, '.', digits) != memrchr(p, '.', digits))
-    return hbm__error(HBM_ERR_INVALID, "%s: invalid size '%s'; expected %s", what, text,
-                      accepted);
+    return hbm__error(HBM_ERR_INVALID, "%s: invalid size '%s'; expected %s", what, text, accepted);
   errno = 0;
   char *end;
   double number = strtod(p, &end);
   if (errno || end != p + digits || !isfinite(number) || number < 0)
-    return hbm__error(HBM_ERR_INVALID, "%s: invalid size '%s'; expected %s", what, text,
-                      accepted);
+    return hbm__error(HBM_ERR_INVALID, "%s: invalid size '%s'; expected %s", what, text, accepted);
   while (isspace((unsigned char)*end))
     end++;
   size_t suffix_len = strlen(end);
@@ -56,15 +63,15 @@ hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out) {
      * both mean the binary unit, so that is harmless. */
     double bytes = number * size_suffixes[i].factor;
     if (bytes >= 18446744073709551615.0)
-      return hbm__error(HBM_ERR_INVALID, "%s: size '%s' is too large (at most 16EiB)", what,
-                        text);
+      return hbm__error(HBM_ERR_INVALID, "%s: size '%s' is too large (at most 16EiB)", what, text);
     if (bytes != floor(bytes))
-      return hbm__error(HBM_ERR_INVALID, "%s: size '%s' is not a whole number of bytes",
-                        what, text);
+      return hbm__error(HBM_ERR_INVALID, "%s: size '%s' is not a whole number of bytes", what,
+                        text);
     *out = (uint64_t)bytes;
     return HBM_OK;
   }
-  return hbm__error(HBM_ERR_INVALID, "%s: unknown unit '%.*s' in '%s'; expected B, KB, MB, GB, "
+  return hbm__error(HBM_ERR_INVALID,
+                    "%s: unknown unit '%.*s' in '%s'; expected B, KB, MB, GB, "
                     "TB, KiB, MiB, GiB or TiB",
                     what, (int)suffix_len, end, text);
 }

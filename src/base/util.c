@@ -21,8 +21,7 @@ hbm_status_t hbm__read_file(const char *path, char **data, size_t *len) {
   char *buf = malloc(size + 1);
   if (!buf) {
     fclose(f);
-    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading %zu bytes", path,
-                      size);
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading %zu bytes", path, size);
   }
   size_t got = fread(buf, 1, size, f);
   int failed = ferror(f);

@@ -1,0 +1,501 @@
+/* analysis.c — the one place where hbm computes what a profile means: memory in use at every
+ * step, the peak (the first step reaching the maximum, as XProf does), the buffers live at
+ * the peak, totals by category and group, reserved memory and fragmentation. `hbm report`,
+ * `hbm view`, the Chrome export and the planner's reports all call these functions; nothing
+ * else computes a peak.
+ *
+ * Everything is computed once in hbm_analyze with difference arrays (O(steps + buffers)),
+ * so a million-event profile is analysed in milliseconds and each query afterwards only reads
+ * arrays. Runtime profiles take reserved memory from their reservation events; plans take it
+ * as the heap's high-water mark (indefinite buffers + the highest temp offset in use so far),
+ * which is XLA's "heap size with fragmentation". */
+#include "profile/profile_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct hbm_analysis {
+  const hbm_profile_t *p;
+  hbm_summary_t summary;
+  uint64_t *live;     /* per step: live bytes */
+  uint64_t *unpadded; /* per step: live unpadded bytes */
+  uint64_t *reserved; /* per step: reserved bytes (NULL when the profile has no such data) */
+  int64_t *members;   /* indices of this space's buffers, allocation order */
+  size_t n_members;
+  int64_t *at_peak, *by_size, *by_padding;
+  hbm_group_total_t *groups;
+  size_t n_groups;
+};
+
+static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
+  return (b->flags & HBM_BUF_INDEFINITE) || (b->start <= step && step < b->end);
+}
+
+static uint64_t padding_of(const hbm_buffer_t *b) {
+  return b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
+}
+
+/* Collects the buffers of a's space and the indefinite total. */
+static bool collect_members(hbm_analysis_t *a, int space) {
+  const hbm_profile_t *p = a->p;
+  a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
+  if (!a->members)
+    return false;
+  for (int64_t i = 0; i < p->n_buffers; i++) {
+    const hbm_buffer_t *b = &p->buffers[i];
+    if (b->space != space)
+      continue;
+    a->members[a->n_members++] = i;
+    if (b->flags & HBM_BUF_INDEFINITE)
+      a->summary.indefinite_bytes += b->size;
+  }
+  a->summary.n_buffers = (int64_t)a->n_members;
+  return true;
+}
+
+/* live[] and unpadded[] by difference arrays: +size at start, -size at end. */
+static bool compute_live(hbm_analysis_t *a) {
+  int64_t n = a->p->n_steps;
+  size_t cells = (size_t)n + 1;
+  int64_t *d_live = calloc(cells, sizeof *d_live), *d_unpadded = calloc(cells, sizeof *d_unpadded);
+  a->live = malloc(cells * sizeof *a->live);
+  a->unpadded = malloc(cells * sizeof *a->unpadded);
+  if (!d_live || !d_unpadded || !a->live || !a->unpadded) {
+    free(d_live);
+    free(d_unpadded);
+    return false;
+  }
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
+    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
+    if (start >= end || start >= n)
+      continue;
+    d_live[start] += (int64_t)b->size;
+    d_live[end] -= (int64_t)b->size;
+    d_unpadded[start] += (int64_t)b->unpadded_size;
+    d_unpadded[end] -= (int64_t)b->unpadded_size;
+  }
+  int64_t live = 0, unpadded = 0;
+  for (int64_t s = 0; s < n; s++) {
+    live += d_live[s];
+    unpadded += d_unpadded[s];
+    a->live[s] = (uint64_t)live;
+    a->unpadded[s] = (uint64_t)unpadded;
+  }
+  free(d_live);
+  free(d_unpadded);
+  return true;
+}
+
+static int64_t reserve_delta(const hbm_reserve_event_t *e) {
+  bool adds =
+      e->op == HBM_RESERVE_PREALLOCATE || e->op == HBM_RESERVE_GROW || e->op == HBM_RESERVE_MAP;
+  return adds ? (int64_t)e->size : -(int64_t)e->size;
+}
+
+/* Runtime: reserved[s] = sum of the reservation changes at steps <= s. */
+static bool compute_reserved_runtime(hbm_analysis_t *a, int space) {
+  const hbm_profile_t *p = a->p;
+  int64_t n = p->n_steps;
+  bool any = false;
+  for (size_t i = 0; i < p->n_reserves && !any; i++)
+    any = p->reserves[i].space == space;
+  if (!any || n == 0)
+    return true;
+  int64_t *delta = calloc((size_t)n + 1, sizeof *delta);
+  a->reserved = malloc(((size_t)n + 1) * sizeof *a->reserved);
+  if (!delta || !a->reserved) {
+    free(delta);
+    return false;
+  }
+  for (size_t i = 0; i < p->n_reserves; i++) {
+    const hbm_reserve_event_t *e = &p->reserves[i];
+    if (e->space == space)
+      delta[e->step < n ? e->step : n] += reserve_delta(e);
+  }
+  int64_t reserved = 0;
+  for (int64_t s = 0; s < n; s++) {
+    reserved += delta[s];
+    a->reserved[s] = reserved > 0 ? (uint64_t)reserved : 0;
+  }
+  free(delta);
+  return true;
+}
+
+/* Plan: reserved[s] = indefinite bytes + the highest temp offset+size allocated by step s. */
+static bool compute_reserved_plan(hbm_analysis_t *a) {
+  int64_t n = a->p->n_steps;
+  if (n == 0)
+    return true;
+  uint64_t *top = calloc((size_t)n, sizeof *top);
+  a->reserved = malloc((size_t)n * sizeof *a->reserved);
+  if (!top || !a->reserved) {
+    free(top);
+    return false;
+  }
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    if ((b->flags & HBM_BUF_INDEFINITE) || b->start >= b->end || b->start >= n)
+      continue;
+    uint64_t end = b->address + b->size;
+    if (end > top[b->start])
+      top[b->start] = end;
+  }
+  uint64_t high = 0;
+  for (int64_t s = 0; s < n; s++) {
+    if (top[s] > high)
+      high = top[s];
+    a->reserved[s] = a->summary.indefinite_bytes + high;
+  }
+  free(top);
+  return true;
+}
+
+static void find_peak(hbm_analysis_t *a) {
+  hbm_summary_t *sum = &a->summary;
+  sum->peak_step = -1;
+  for (int64_t s = 0; s < a->p->n_steps; s++)
+    if (sum->peak_step < 0 || a->live[s] > sum->peak_bytes) {
+      sum->peak_bytes = a->live[s];
+      sum->peak_step = s;
+    }
+  if (sum->peak_step < 0)
+    return;
+  sum->peak_time_ns = a->p->step_time[sum->peak_step];
+  sum->peak_unpadded_bytes = a->unpadded[sum->peak_step];
+  sum->padding_bytes =
+      sum->peak_bytes > sum->peak_unpadded_bytes ? sum->peak_bytes - sum->peak_unpadded_bytes : 0;
+  sum->temporary_bytes =
+      sum->peak_bytes > sum->indefinite_bytes ? sum->peak_bytes - sum->indefinite_bytes : 0;
+  if (a->reserved) {
+    sum->reserved_at_peak = a->reserved[sum->peak_step];
+    for (int64_t s = 0; s < a->p->n_steps; s++)
+      if (a->reserved[s] > sum->peak_reserved_bytes)
+        sum->peak_reserved_bytes = a->reserved[s];
+  }
+  sum->heap_bytes = sum->peak_reserved_bytes;
+}
+
+/* Sorting by keys copied next to the index keeps qsort free of global context. */
+typedef struct sort_key {
+  uint64_t primary, secondary; /* both sorted largest first */
+  int64_t idx;                 /* then allocation order */
+} sort_key_t;
+
+static int sort_key_desc(const void *x, const void *y) {
+  const sort_key_t *a = x, *b = y;
+  if (a->primary != b->primary)
+    return a->primary > b->primary ? -1 : 1;
+  if (a->secondary != b->secondary)
+    return a->secondary > b->secondary ? -1 : 1;
+  return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+/* Sorts idx[0..n) by size, or by padding then size, largest first. */
+static bool sort_buffers(const hbm_profile_t *p, int64_t *idx, size_t n, bool by_padding) {
+  sort_key_t *keys = malloc((n + 1) * sizeof *keys);
+  if (!keys)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    const hbm_buffer_t *b = &p->buffers[idx[i]];
+    keys[i] = (sort_key_t){by_padding ? padding_of(b) : b->size, b->size, idx[i]};
+  }
+  qsort(keys, n, sizeof *keys, sort_key_desc);
+  for (size_t i = 0; i < n; i++)
+    idx[i] = keys[i].idx;
+  free(keys);
+  return true;
+}
+
+static bool collect_peak_buffers(hbm_analysis_t *a) {
+  hbm_summary_t *sum = &a->summary;
+  size_t cells = a->n_members + 1;
+  a->at_peak = malloc(cells * sizeof *a->at_peak);
+  a->by_size = malloc(cells * sizeof *a->by_size);
+  a->by_padding = malloc(cells * sizeof *a->by_padding);
+  if (!a->at_peak || !a->by_size || !a->by_padding)
+    return false;
+  size_t n = 0;
+  for (size_t k = 0; sum->peak_step >= 0 && k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    if (!is_live_at(b, sum->peak_step))
+      continue;
+    a->at_peak[n++] = a->members[k];
+    sum->category_bytes[b->category] += b->size;
+  }
+  sum->n_buffers_at_peak = n;
+  sum->argument_bytes = sum->category_bytes[HBM_CAT_PARAMETER];
+  sum->output_bytes = sum->category_bytes[HBM_CAT_OUTPUT];
+  memcpy(a->by_size, a->at_peak, n * sizeof *a->at_peak);
+  memcpy(a->by_padding, a->at_peak, n * sizeof *a->at_peak);
+  return sort_buffers(a->p, a->by_size, n, false) && sort_buffers(a->p, a->by_padding, n, true);
+}
+
+static int group_bytes_desc(const void *x, const void *y) {
+  const hbm_group_total_t *a = x, *b = y;
+  if (a->bytes != b->bytes)
+    return a->bytes > b->bytes ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+/* Totals at the peak by tag group, or by category name for untagged buffers. Group names
+ * are interned, so equal names are equal pointers. */
+static bool collect_groups(hbm_analysis_t *a) {
+  size_t n_peak = a->summary.n_buffers_at_peak;
+  a->groups = calloc(n_peak + 1, sizeof *a->groups);
+  if (!a->groups)
+    return false;
+  for (size_t k = 0; k < n_peak; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const char *name = b->group ? b->group : hbm_category_name(b->category);
+    size_t g = 0;
+    while (g < a->n_groups && strcmp(a->groups[g].name, name) != 0)
+      g++;
+    if (g == a->n_groups)
+      a->groups[a->n_groups++].name = name;
+    a->groups[g].bytes += b->size;
+    a->groups[g].count++;
+  }
+  qsort(a->groups, a->n_groups, sizeof *a->groups, group_bytes_desc);
+  return true;
+}
+
+typedef struct span {
+  uint64_t begin, end;
+} span_t;
+
+static int span_begin_asc(const void *x, const void *y) {
+  const span_t *a = x, *b = y;
+  return a->begin < b->begin ? -1 : a->begin > b->begin;
+}
+
+typedef struct edge {
+  uint64_t at;
+  int delta;
+} edge_t;
+
+static int edge_asc(const void *x, const void *y) {
+  const edge_t *a = x, *b = y;
+  if (a->at != b->at)
+    return a->at < b->at ? -1 : 1;
+  return b->delta - a->delta; /* additions first: touching regions form one free range */
+}
+
+/* The memory reserved at `step` as disjoint sorted spans: runtime from reservation events
+ * (each map/grow counts +1 over its range, each unmap/release -1), plans the temp heap. */
+static span_t *reserved_spans(const hbm_analysis_t *a, int64_t step, size_t *n_out) {
+  const hbm_profile_t *p = a->p;
+  *n_out = 0;
+  if (p->kind == HBM_PROFILE_PLAN) {
+    span_t *one = malloc(sizeof *one);
+    if (one) {
+      one->begin = 0;
+      one->end = a->reserved ? a->reserved[step] - a->summary.indefinite_bytes : 0;
+      *n_out = one->end ? 1 : 0;
+    }
+    return one;
+  }
+  edge_t *edges = malloc((2 * p->n_reserves + 1) * sizeof *edges);
+  span_t *spans = malloc((p->n_reserves + 1) * sizeof *spans);
+  if (!edges || !spans) {
+    free(edges);
+    free(spans);
+    return NULL;
+  }
+  size_t n_edges = 0;
+  for (size_t i = 0; i < p->n_reserves; i++) {
+    const hbm_reserve_event_t *e = &p->reserves[i];
+    if (e->space != a->summary.space || e->step > step || e->size == 0)
+      continue;
+    int sign = reserve_delta(e) > 0 ? 1 : -1;
+    edges[n_edges++] = (edge_t){e->address, sign};
+    edges[n_edges++] = (edge_t){e->address + e->size, -sign};
+  }
+  qsort(edges, n_edges, sizeof *edges, edge_asc);
+  int depth = 0;
+  uint64_t open_at = 0;
+  for (size_t i = 0; i < n_edges; i++) {
+    int before = depth;
+    depth += edges[i].delta;
+    if (before <= 0 && depth > 0)
+      open_at = edges[i].at;
+    else if (before > 0 && depth <= 0 && edges[i].at > open_at)
+      spans[(*n_out)++] = (span_t){open_at, edges[i].at};
+  }
+  free(edges);
+  return spans;
+}
+
+/* Fragmentation at the peak: the free gaps inside reserved memory between the buffers live
+ * there. 1 - largest gap / free bytes; -1 when the profile says nothing about reserved
+ * memory (an RMM log, say). */
+static bool compute_fragmentation(hbm_analysis_t *a) {
+  hbm_summary_t *sum = &a->summary;
+  sum->fragmentation_at_peak = -1.0;
+  if (!a->reserved || sum->peak_step < 0)
+    return true;
+  size_t n_regions;
+  span_t *regions = reserved_spans(a, sum->peak_step, &n_regions);
+  span_t *used = malloc((sum->n_buffers_at_peak + 1) * sizeof *used);
+  if (!regions || !used) {
+    free(regions);
+    free(used);
+    return false;
+  }
+  size_t n_used = 0;
+  for (size_t k = 0; k < sum->n_buffers_at_peak; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    bool in_heap = a->p->kind != HBM_PROFILE_PLAN || !(b->flags & HBM_BUF_INDEFINITE);
+    if (in_heap && b->size)
+      used[n_used++] = (span_t){b->address, b->address + b->size};
+  }
+  qsort(used, n_used, sizeof *used, span_begin_asc);
+  uint64_t free_bytes = 0, largest = 0;
+  size_t u = 0;
+  for (size_t r = 0; r < n_regions; r++) {
+    uint64_t cursor = regions[r].begin;
+    while (u < n_used && used[u].end <= regions[r].begin)
+      u++;
+    for (size_t v = u; v < n_used && used[v].begin < regions[r].end; v++) {
+      if (used[v].begin > cursor) {
+        uint64_t gap = used[v].begin - cursor;
+        free_bytes += gap;
+        largest = gap > largest ? gap : largest;
+      }
+      cursor = used[v].end > cursor ? used[v].end : cursor;
+    }
+    if (regions[r].end > cursor) {
+      uint64_t gap = regions[r].end - cursor;
+      free_bytes += gap;
+      largest = gap > largest ? gap : largest;
+    }
+  }
+  sum->largest_free_at_peak = largest;
+  sum->fragmentation_at_peak = free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
+  free(regions);
+  free(used);
+  return true;
+}
+
+hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
+  if (!p || space < 0 || space >= p->n_spaces) {
+    hbm__error(HBM_ERR_INVALID, "memory space %d does not exist (the profile has %d)", space,
+               p ? p->n_spaces : 0);
+    return NULL;
+  }
+  hbm_analysis_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile");
+    return NULL;
+  }
+  a->p = p;
+  a->summary.space = space;
+  a->summary.n_steps = p->n_steps;
+  a->summary.limit_bytes = p->spaces[space].limit;
+  for (size_t i = 0; i < p->n_ooms; i++)
+    a->summary.n_oom += p->ooms[i].space == space;
+  bool ok = collect_members(a, space) && compute_live(a);
+  if (ok)
+    ok =
+        p->kind == HBM_PROFILE_PLAN ? compute_reserved_plan(a) : compute_reserved_runtime(a, space);
+  if (ok) {
+    find_peak(a);
+    ok = collect_peak_buffers(a) && collect_groups(a) && compute_fragmentation(a);
+  }
+  if (!ok) {
+    hbm_analysis_free(a);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile of %lld steps",
+               (long long)p->n_steps);
+    return NULL;
+  }
+  return a;
+}
+
+void hbm_analysis_free(hbm_analysis_t *a) {
+  if (!a)
+    return;
+  free(a->live);
+  free(a->unpadded);
+  free(a->reserved);
+  free(a->members);
+  free(a->at_peak);
+  free(a->by_size);
+  free(a->by_padding);
+  free(a->groups);
+  free(a);
+}
+
+const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a) { return &a->summary; }
+
+static hbm_timeline_point_t point_at(const hbm_analysis_t *a, int64_t s) {
+  return (hbm_timeline_point_t){.step = s,
+                                .bytes = a->live[s],
+                                .unpadded = a->unpadded[s],
+                                .reserved = a->reserved ? a->reserved[s] : 0};
+}
+
+size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, size_t max_points,
+                             hbm_timeline_point_t *out) {
+  int64_t n = a->p->n_steps;
+  from = from < 0 ? 0 : from;
+  to = to > n || to < 0 ? n : to;
+  if (from >= to || max_points == 0)
+    return 0;
+  uint64_t span = (uint64_t)(to - from);
+  if (span <= max_points) {
+    for (int64_t s = from; s < to; s++)
+      out[s - from] = point_at(a, s);
+    return (size_t)span;
+  }
+  /* Each bucket is represented by its highest step, so the global peak always survives. */
+  for (size_t i = 0; i < max_points; i++) {
+    int64_t begin = from + (int64_t)(span * i / max_points);
+    int64_t end = from + (int64_t)(span * (i + 1) / max_points);
+    int64_t best = begin;
+    for (int64_t s = begin + 1; s < end; s++)
+      if (a->live[s] > a->live[best])
+        best = s;
+    out[i] = point_at(a, best);
+  }
+  return max_points;
+}
+
+uint64_t hbm_analysis_bytes_at(const hbm_analysis_t *a, int64_t step) {
+  return step >= 0 && step < a->p->n_steps ? a->live[step] : 0;
+}
+
+const int64_t *hbm_analysis_buffers_at_peak(const hbm_analysis_t *a, size_t *n) {
+  *n = a->summary.n_buffers_at_peak;
+  return a->at_peak;
+}
+
+const int64_t *hbm_analysis_buffers_at_peak_by_size(const hbm_analysis_t *a, size_t *n) {
+  *n = a->summary.n_buffers_at_peak;
+  return a->by_size;
+}
+
+const int64_t *hbm_analysis_buffers_at_peak_by_padding(const hbm_analysis_t *a, size_t *n) {
+  *n = a->summary.n_buffers_at_peak;
+  return a->by_padding;
+}
+
+const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n) {
+  *n = a->n_groups;
+  return a->groups;
+}
+
+size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
+                                      int64_t *out, size_t cap) {
+  size_t total = 0;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    bool meets = (b->flags & HBM_BUF_INDEFINITE) || (b->start < to && b->end > from);
+    if (!meets || b->start == b->end)
+      continue;
+    if (total < cap)
+      out[total] = a->members[k];
+    total++;
+  }
+  return total;
+}
