@@ -124,6 +124,10 @@ typedef struct hbm_config {
   char sim_name[64];              /* HBM_SIM_NAME, default "sim0" */
   char profile_dir[1024];         /* HBM_PROFILE_DIR, default "" (no profiling) */
   hbm_origin_t origin[HBM_CFG_COUNT];
+  /* Which variable set each field when its origin is HBM_ORIGIN_ENV (or FLAG): an index
+   * + 1 into hbm_config_variables(), 0 when none. Tells XLA_PYTHON_CLIENT_ALLOCATOR from
+   * TF_GPU_ALLOCATOR for the allocator field. */
+  unsigned char origin_var[HBM_CFG_COUNT];
 } hbm_config_t;
 
 /* Fills cfg with the built-in defaults (all origins HBM_ORIGIN_DEFAULT). */
@@ -142,6 +146,30 @@ void hbm_config_set_mode(hbm_config_t *cfg, hbm_mode_t mode, hbm_origin_t origin
 /* "XLA_PYTHON_CLIENT_MEM_FRACTION (environment)", "default", "code", ... for a field. */
 const char *hbm_config_origin(const hbm_config_t *cfg, hbm_config_field_t field, char *buf,
                               size_t cap);
+/* A field's effective setting as the variable that set it (or its main variable) would
+ * be written: "XLA_PYTHON_CLIENT_MEM_FRACTION=0.5", "TF_GPU_ALLOCATOR=cuda_malloc_async".
+ * Returns buf. */
+const char *hbm_config_setting(const hbm_config_t *cfg, hbm_config_field_t field, char *buf,
+                               size_t cap);
+/* Sets one variable (by its environment name, e.g. "XLA_PYTHON_CLIENT_MEM_FRACTION") from
+ * its text value, as hbm_config_from_env would; an empty value restores the default. A bad
+ * value returns HBM_ERR_INVALID naming the variable, the value and what is accepted, and
+ * leaves cfg unchanged. */
+hbm_status_t hbm_config_set(hbm_config_t *cfg, const char *name, const char *value,
+                            hbm_origin_t origin);
+/* Checks a configuration filled from code (the ranges hbm_config_set enforces). */
+hbm_status_t hbm_config_validate(const hbm_config_t *cfg);
+
+/* The variables hbm reads, one table (docs/configuration.md lists the same). */
+typedef struct hbm_variable {
+  const char *name;          /* "XLA_PYTHON_CLIENT_MEM_FRACTION" */
+  hbm_config_field_t field;  /* the field it sets */
+  const char *values;        /* what is accepted, for messages: "a fraction in (0, 1]" */
+  const char *default_value; /* "0.75" */
+  const char *doc;           /* one sentence */
+} hbm_variable_t;
+/* The table; *count gets its length. */
+const hbm_variable_t *hbm_config_variables(size_t *count);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Devices and allocation                                                                      */
@@ -159,6 +187,13 @@ void hbm_close(hbm_device_t *dev);
 const hbm_config_t *hbm_device_config(const hbm_device_t *dev);
 /* "sim0" / "cuda:0 (NVIDIA H100 80GB HBM3)". */
 const char *hbm_device_name(const hbm_device_t *dev);
+/* HBM_DEVICE_SIM or HBM_DEVICE_CUDA: the backend the device was opened on. */
+hbm_device_kind_t hbm_device_kind(const hbm_device_t *dev);
+/* The effective mode (hbm_config_mode of its configuration). */
+hbm_mode_t hbm_device_mode(const hbm_device_t *dev);
+/* Why this backend was chosen ("HBM_DEVICE=auto: no GPU answered (libcuda.so.1: ...)"),
+ * "" when it was asked for explicitly. */
+const char *hbm_device_note(const hbm_device_t *dev);
 /* Total and currently free bytes of the device as a whole (other processes included). */
 hbm_status_t hbm_device_memory(hbm_device_t *dev, uint64_t *total, uint64_t *free_bytes);
 

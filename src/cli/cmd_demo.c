@@ -1,8 +1,192 @@
-/* cmd_demo.c — placeholder until its layer lands; replaced by the real command. */
+/* cmd_demo.c — `hbm demo [--logdir DIR]`: the seed's program, on the simulated device.
+ * With the profiler on, a small "model" trains for two steps — tagged parameters, optimizer
+ * state, activations and temporaries inside annotation scopes — and then the seed's
+ * `random.normal(..., (327680, 327680), dtype=bfloat16)` asks for 214748364800 bytes on a
+ * 16 GiB device, which fails as on a GPU with XLA's RESOURCE_EXHAUSTED text, followed by
+ * hbm's diagnosis. The profile is left in DIR for `hbm report DIR`. Exit status 1, as the
+ * seed's program fails.
+ *
+ * Memory that is allocated but never written costs the host nothing, so the model's sizes
+ * are realistic; the demo writes only a few bytes of each buffer. */
+#include "alloc/alloc.h" /* hbm__device_set_oom_buffers: always list the live buffers here */
 #include "cli.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#define SEED_BYTES 214748364800ull /* bf16[327680,327680] */
+
+typedef struct demo_buffer {
+  const char *op, *shape, *group, *source;
+  hbm_category_t category;
+  size_t bytes;
+} demo_buffer_t;
+
+/* A two-layer MLP with an embedding, as JAX would hold it on the device. */
+static const demo_buffer_t parameters[] = {
+    {"embed/embedding", "f32[32000,1024]", "params", "model.py:12", HBM_CAT_PARAMETER,
+     32000ull * 1024 * 4},
+    {"dense_1/kernel", "f32[1024,4096]", "params", "model.py:15", HBM_CAT_PARAMETER,
+     1024ull * 4096 * 4},
+    {"dense_1/bias", "f32[4096]", "params", "model.py:15", HBM_CAT_PARAMETER, 4096ull * 4},
+    {"dense_2/kernel", "f32[4096,1024]", "params", "model.py:16", HBM_CAT_PARAMETER,
+     4096ull * 1024 * 4},
+    {"dense_2/bias", "f32[1024]", "params", "model.py:16", HBM_CAT_PARAMETER, 1024ull * 4},
+};
+
+static void *alloc_tagged(hbm_device_t *dev, const demo_buffer_t *b, const char *op_prefix) {
+  char op[128];
+  snprintf(op, sizeof op, "%s%s", op_prefix, b->op);
+  hbm_tag_t tag = {op, b->shape, b->category, b->group, b->source};
+  void *p = hbm_alloc_tagged(dev, b->bytes, 0, &tag);
+  if (p)
+    memset(p, 0, 64); /* the device memory is real: touch a little of it */
+  return p;
+}
+
+/* One training step: activations and temporaries in annotation scopes, freed at its end. */
+static int train_step(hbm_device_t *dev, int64_t step) {
+  hbm_profiler_step_begin(step);
+  hbm_tag_t forward = {.op = "jit(train_step)/forward",
+                       .category = HBM_CAT_TEMPORARY,
+                       .group = "activations",
+                       .source = "model.py:30"};
+  hbm_annotate_push(&forward);
+  void *act[4] = {0};
+  act[0] = hbm_alloc_tagged(
+      dev, 256ull * 4096 * 2, 0,
+      &(hbm_tag_t){.op = "jit(train_step)/dense_1/dot_general", .shape = "bf16[256,4096]"});
+  act[1] = hbm_alloc_tagged(
+      dev, 256ull * 1024 * 2, 0,
+      &(hbm_tag_t){.op = "jit(train_step)/dense_2/dot_general", .shape = "bf16[256,1024]"});
+  hbm_tag_t backward = {
+      .op = "jit(train_step)/backward", .group = "gradients", .source = "model.py:41"};
+  hbm_annotate_push(&backward);
+  act[2] = hbm_alloc(dev, 1024ull * 4096 * 4, 0); /* gradient of dense_1/kernel */
+  act[3] = hbm_alloc_tagged(dev, 256ull * 4096 * 4, 0,
+                            &(hbm_tag_t){.op = "jit(train_step)/transpose",
+                                         .shape = "f32[256,4096]",
+                                         .group = "temporaries"});
+  hbm_annotate_pop();
+  hbm_annotate_pop();
+  int failed = 0;
+  for (int i = 0; i < 4; i++) {
+    failed |= act[i] == NULL;
+    hbm_free(dev, act[i]);
+  }
+  hbm_profiler_step_end(step);
+  return failed;
+}
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: hbm demo [--logdir DIR]   (default DIR: /tmp/hbm)\n\n"
+          "Runs the seed's program on the simulated device with the profiler on: a small\n"
+          "model, then a bf16[327680,327680] array (214748364800 bytes) that does not fit\n"
+          "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n");
+}
+
+/* The configuration: the environment's, on the sim device unless HBM_DEVICE names one. */
+static int demo_config(hbm_config_t *cfg) {
+  if (hbm_config_from_env(cfg) != HBM_OK)
+    return cli_fail("demo", 2, "%s", hbm_last_error());
+  if (cfg->origin[HBM_CFG_DEVICE] == HBM_ORIGIN_DEFAULT) {
+    cfg->device = HBM_DEVICE_SIM;
+    cfg->origin[HBM_CFG_DEVICE] = HBM_ORIGIN_FLAG;
+  }
+  cfg->profile_dir[0] = '\0'; /* started here, on --logdir */
+  return 0;
+}
+
+static bool start_profiler(const char *logdir) {
+  if (hbm_profiler_start(logdir) == HBM_OK)
+    return true;
+  if (hbm_last_status() == HBM_ERR_UNAVAILABLE)
+    printf("note: no profile will be written: %s\n", hbm_last_error());
+  else
+    fprintf(stderr, "hbm demo: cannot start the profiler: %s\n", hbm_last_error());
+  return false;
+}
+
+static int run_model(hbm_device_t *dev, void **held, size_t *n_held) {
+  hbm_profiler_marker("model: parameters and optimizer state");
+  for (size_t i = 0; i < HBM_ARRAY_LEN(parameters); i++) {
+    demo_buffer_t mu = parameters[i], nu = parameters[i];
+    mu.group = nu.group = "optimizer state";
+    held[(*n_held)++] = alloc_tagged(dev, &parameters[i], "");
+    held[(*n_held)++] = alloc_tagged(dev, &mu, "adam/mu/");
+    held[(*n_held)++] = alloc_tagged(dev, &nu, "adam/nu/");
+  }
+  for (size_t i = 0; i < *n_held; i++)
+    if (!held[i])
+      return cli_fail("demo", 1, "%s", hbm_last_error());
+  for (int64_t step = 1; step <= 2; step++)
+    if (train_step(dev, step))
+      return cli_fail("demo", 1, "%s", hbm_last_error());
+  return 0;
+}
+
 int hbm_cmd_demo(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_fail("demo", 1, "not built yet");
+  const char *logdir = "/tmp/hbm";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--logdir") && i + 1 < argc) {
+      logdir = argv[++i];
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      print_usage(stdout);
+      return 0;
+    } else {
+      print_usage(stderr);
+      return 2;
+    }
+  }
+  hbm_config_t cfg;
+  int rc = demo_config(&cfg);
+  if (rc)
+    return rc;
+  bool profiling = start_profiler(logdir);
+  hbm_device_t *dev = hbm_open(&cfg);
+  if (!dev) {
+    if (profiling)
+      hbm_profiler_stop();
+    return cli_fail("demo", 1, "%s", hbm_last_error());
+  }
+  hbm__device_set_oom_buffers(dev, true);
+  char total[32], limit[32];
+  hbm_stats_t stats;
+  hbm_get_stats(dev, &stats);
+  uint64_t device_total, device_free;
+  hbm_device_memory(dev, &device_total, &device_free);
+  printf("hbm demo: device %s (%s), mode %s, limit %s\n", hbm_device_name(dev),
+         hbm_format_bytes(device_total, total, sizeof total), hbm_mode_name(hbm_device_mode(dev)),
+         hbm_format_bytes(stats.bytes_limit, limit, sizeof limit));
+  void *held[3 * HBM_ARRAY_LEN(parameters)] = {0};
+  size_t n_held = 0;
+  rc = run_model(dev, held, &n_held);
+  if (rc == 0) {
+    hbm_get_stats(dev, &stats);
+    printf("model: 2 training steps, peak %s in use\n",
+           hbm_format_bytes(stats.peak_bytes_in_use, total, sizeof total));
+    printf("allocating the seed's bf16[327680,327680] array (%llu bytes) ...\n\n", SEED_BYTES);
+    hbm_tag_t seed = {"jit(oom)/random_normal", "bf16[327680,327680]", HBM_CAT_OUTPUT, "outputs",
+                      "demo.py:8"};
+    void *a = hbm_alloc_tagged(dev, SEED_BYTES, 0, &seed);
+    if (a) { /* a device with more than 200 GiB (HBM_SIM_MEMORY=1TiB, a big GPU) */
+      printf("it fit: the device has room for it\n");
+      hbm_free(dev, a);
+    } else {
+      fflush(stdout);
+      fprintf(stderr, "%s\n", hbm_last_error());
+      rc = 1;
+    }
+  }
+  const char *path = profiling ? hbm_profiler_path() : NULL;
+  char saved[4096] = "";
+  if (path)
+    snprintf(saved, sizeof saved, "%s", path);
+  for (size_t i = 0; i < n_held; i++)
+    hbm_free(dev, held[i]);
+  hbm_close(dev);
+  if (profiling && hbm_profiler_stop() == HBM_OK && saved[0])
+    printf("\nprofile: %s\nsee it with: hbm report %s\n", saved, logdir);
+  return rc;
 }

@@ -1,0 +1,247 @@
+/* alloc.h — internal header of the allocator layer (src/alloc).
+ *
+ * How the layer fits together:
+ *   options.c      the environment variables, in one table → hbm_config_t
+ *   device*.c      physical memory of one accelerator (device.h): sim or CUDA
+ *   bfc.c          the best-fit-with-coalescing arena (TLSF: segregated free lists with
+ *                  bitmaps, O(1) search) and the "bfc" (preallocated) and "growth" strategies
+ *   platform.c     the "platform" strategy: exact sizes from the device, returned at once
+ *   async_pool.c   the "async" strategy: a stream-ordered growing pool
+ *   expandable.c   the "expandable" strategy (virtual range + physical granules)
+ *   front.c        hbm_open/hbm_alloc/...: picks device and strategy, locking, live blocks,
+ *                  statistics, tags, profiler hooks
+ *   tags.c         hbm_alloc_tagged and the per-thread annotation stack
+ *   oom.c          the RESOURCE_EXHAUSTED text and its diagnosis
+ *
+ * A strategy is an object with the operations below; the front calls them under the
+ * device's lock, so a strategy needs no lock of its own (one that wants finer locking may
+ * take one: the front never calls two operations of one strategy at once today). Metadata
+ * lives on the host: no strategy reads or writes device memory. */
+#ifndef HBM_ALLOC_H
+#define HBM_ALLOC_H
+
+#include "alloc/device.h"
+#include "base/base.h"
+#include "hbm.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Every block is at least this large and its size a multiple of it (as XLA's BFC). */
+#define HBM__MIN_BLOCK 256u
+
+static inline uint64_t hbm__round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+/* x rounded up to a multiple of `to`, or UINT64_MAX when that overflows. */
+static inline uint64_t hbm__round_up_sat(uint64_t x, uint64_t to) {
+  return x > UINT64_MAX - to ? UINT64_MAX : hbm__round_up(x, to);
+}
+
+/* ---- options.c ---- */
+
+/* The limit of a configuration on a device of `total` bytes: mem_fraction × total, rounded
+ * down to 256 bytes. */
+uint64_t hbm__config_limit(const hbm_config_t *cfg, uint64_t total);
+/* Marks fields whose value differs from the default but whose origin says "default" as
+ * set from code (a caller that filled the struct without touching origin[]). */
+void hbm__config_mark_code_origins(hbm_config_t *cfg);
+
+/* ---- strategies ---- */
+
+/* A block handed out by a strategy. `handle` is the strategy's own (an arena chunk index,
+ * an alignment offset, ...), given back on free. */
+typedef struct hbm__block {
+  uint64_t addr;
+  uint64_t allocated; /* bytes the block occupies */
+  uint64_t handle;
+} hbm__block_t;
+
+/* Why a strategy could not serve an allocation (for oom.c). */
+typedef enum hbm__failure_kind {
+  HBM__FAIL_NONE = 0,
+  HBM__FAIL_LIMIT,    /* serving it would take more than the limit allows */
+  HBM__FAIL_DEVICE,   /* the device refused a region / physical memory within the limit */
+  HBM__FAIL_PREALLOC, /* the preallocation (bfc, async prealloc) could not be made */
+  HBM__FAIL_HOST      /* host memory for metadata ran out: not an OOM of the device */
+} hbm__failure_kind_t;
+
+typedef struct hbm__failure {
+  hbm__failure_kind_t kind;
+  uint64_t device_request;    /* bytes asked of the device when it refused */
+  uint64_t pending_elsewhere; /* async: bytes freed on other streams, not yet synchronized */
+  char detail[320];           /* the device's message when it refused */
+} hbm__failure_t;
+
+typedef struct hbm__strategy_stats {
+  uint64_t reserved; /* taken from the device now (mapped, for expandable) */
+  uint64_t peak_reserved;
+  uint64_t allocated;    /* bytes occupied by blocks after rounding (pending frees too) */
+  uint64_t largest_free; /* largest block allocatable without taking more from the device */
+  uint64_t free_bytes;   /* free inside what is reserved */
+  uint64_t pending;      /* async: freed on a stream, waiting for its synchronization */
+} hbm__strategy_stats_t;
+
+/* One piece of a strategy's memory, for walks: a chunk inside a reservation. */
+typedef struct hbm__chunk_info {
+  uint64_t region_base; /* the reservation (region, pool segment, virtual range) */
+  uint64_t region_size;
+  uint64_t addr;
+  uint64_t size;
+  bool in_use;
+} hbm__chunk_info_t;
+
+/* What the front gives a strategy when it creates one. */
+typedef struct hbm__strategy_env {
+  hbm__device_t *device;
+  const hbm_config_t *cfg; /* lives as long as the strategy */
+  uint64_t limit;          /* the most it may take from the device */
+  /* Report a change of reservation (preallocate, grow, map, unmap, release) to the front,
+   * which records it in the profile. */
+  void (*on_reserve)(void *ctx, hbm_reserve_op_t op, uint64_t addr, uint64_t size);
+  void *ctx;
+} hbm__strategy_env_t;
+
+typedef struct hbm__strategy hbm__strategy_t;
+
+typedef struct hbm__strategy_ops {
+  const char *name;
+  /* size >= 1 requested bytes, alignment a power of two >= 256. On failure returns
+   * HBM_ERR_NO_MEMORY (or HBM_ERR_HOST_MEMORY) and fills *why; the front writes the
+   * message. stream: NULL = the default stream (only the async strategy cares). */
+  hbm_status_t (*alloc)(hbm__strategy_t *s, uint64_t size, uint64_t alignment, hbm_stream_t *stream,
+                        hbm__block_t *out, hbm__failure_t *why);
+  /* ordered: freed with hbm_free_async on `stream` (reusable on that stream at once, on
+   * others after it synchronizes); otherwise a plain hbm_free, reusable everywhere. */
+  void (*free)(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *stream, bool ordered);
+  void (*stats)(hbm__strategy_t *s, hbm__strategy_stats_t *out);
+  /* Every chunk (free and used) of every reservation, in address order within each. */
+  hbm_status_t (*walk)(hbm__strategy_t *s, int (*fn)(const hbm__chunk_info_t *, void *), void *ctx);
+  /* Gives free reservations back to the device where the mode allows. */
+  hbm_status_t (*trim)(hbm__strategy_t *s);
+  uint64_t (*largest_free)(hbm__strategy_t *s);
+  /* Optional (NULL: nothing to do): the stream was synchronized / is being destroyed. */
+  hbm_status_t (*stream_sync)(hbm__strategy_t *s, hbm_stream_t *stream);
+  void (*stream_destroy)(hbm__strategy_t *s, hbm_stream_t *stream);
+  /* Releases everything, live blocks included, and the object. */
+  void (*destroy)(hbm__strategy_t *s);
+} hbm__strategy_ops_t;
+
+struct hbm__strategy {
+  const hbm__strategy_ops_t *ops;
+  hbm__strategy_env_t env;
+};
+
+/* Constructors, one per mode. They take nothing from the device yet. */
+hbm_status_t hbm__bfc_create(const hbm__strategy_env_t *env, bool preallocate,
+                             hbm__strategy_t **out);
+hbm_status_t hbm__platform_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+hbm_status_t hbm__expandable_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+
+/* ---- the best-fit-with-coalescing arena (bfc.c), shared by the bfc, growth and async
+ * strategies: host-side chunks over regions of device addresses. Not locked. ---- */
+
+typedef struct hbm__arena hbm__arena_t;
+
+hbm__arena_t *hbm__arena_new(void);
+/* Frees the metadata (not the regions: release them first with hbm__arena_for_each_region). */
+void hbm__arena_delete(hbm__arena_t *a);
+/* Adds [base, base + size) as free memory; base and size multiples of 256. */
+hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size);
+/* A block of at least size bytes (rounded up to 256) aligned to `alignment`.
+ * HBM_ERR_NO_MEMORY (no message set) when no free chunk fits; HBM_ERR_HOST_MEMORY. */
+hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment,
+                              hbm__block_t *out);
+/* Frees a block, coalescing with free neighbours. */
+void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b);
+/* Cuts a used block in two: b keeps its first `keep` bytes (a multiple of 256), *rest gets
+ * the others, also in use. */
+hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest);
+uint64_t hbm__arena_largest_free(const hbm__arena_t *a);
+uint64_t hbm__arena_reserved(const hbm__arena_t *a);
+uint64_t hbm__arena_allocated(const hbm__arena_t *a);
+/* Removes the regions that are entirely free, calling release for each. */
+void hbm__arena_drop_free_regions(hbm__arena_t *a,
+                                  void (*release)(void *ctx, uint64_t base, uint64_t size),
+                                  void *ctx);
+void hbm__arena_for_each_region(const hbm__arena_t *a,
+                                void (*fn)(void *ctx, uint64_t base, uint64_t size), void *ctx);
+hbm_status_t hbm__arena_walk(const hbm__arena_t *a, int (*fn)(const hbm__chunk_info_t *, void *),
+                             void *ctx);
+
+/* ---- streams ---- */
+
+struct hbm_stream {
+  hbm_device_t *dev;
+  uint64_t id;  /* > 0; the default stream (NULL) is id 0 */
+  void *native; /* the device's stream */
+  struct hbm_stream *next;
+};
+static inline uint64_t hbm__stream_id(const hbm_stream_t *s) { return s ? s->id : 0; }
+static inline void *hbm__stream_native(const hbm_stream_t *s) { return s ? s->native : NULL; }
+
+/* ---- tags.c ---- */
+
+/* Fills *out from explicit (may be NULL) and, field by field where explicit leaves it
+ * empty, from this thread's innermost annotation scope. Returns false when the result is
+ * empty (no tag at all). */
+bool hbm__tag_resolve(const hbm_tag_t *explicit_tag, hbm_tag_t *out);
+
+/* ---- the front (front.c) ---- */
+
+/* A live block as the front knows it: its strategy block, its requested size, its tags
+ * (interned in the device's string table). */
+typedef struct hbm__record {
+  uint64_t size;
+  hbm__block_t block;
+  hbm_tag_t tag;
+  uint32_t next_free; /* free-list link while unused */
+} hbm__record_t;
+
+struct hbm_device {
+  hbm_config_t cfg;
+  hbm_mode_t mode;
+  hbm__device_t *phys;
+  hbm__strategy_t *strategy;
+  uint64_t limit;
+  char device_note[256]; /* why this device was chosen (auto) */
+  int rec_id;            /* the recorder's id for this device */
+  bool oom_list_buffers; /* list the largest live buffers in OOM texts even when no
+                            profile is captured (tests, `hbm demo`) */
+
+  pthread_mutex_t lock; /* guards everything below and the strategy */
+  hbm__record_t *records;
+  uint32_t records_cap;
+  uint32_t free_record; /* head of the free list (UINT32_MAX: none) */
+  hbm_u64map_t live;    /* address → record index */
+  hbm_intern_t *strings;
+  uint64_t in_use;
+  uint64_t peak_in_use;
+  uint64_t num_allocs;
+  uint64_t num_frees;
+  uint64_t num_live;
+  uint64_t num_ooms;
+  hbm_stream_t *streams;
+  uint64_t next_stream_id;
+};
+
+/* hbm_alloc, hbm_alloc_tagged and hbm_alloc_async in one: tag may be NULL (the thread's
+ * annotation scope still applies). */
+void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
+                 const hbm_tag_t *tag);
+/* Lists live blocks, largest first, into a malloc'd array (*n of them); NULL when none or
+ * when host memory ran out. Called under dev->lock. */
+hbm__record_t **hbm__live_by_size(hbm_device_t *dev, size_t *n);
+/* Lets a device list its largest live buffers in every OOM text (not only while profiling). */
+void hbm__device_set_oom_buffers(hbm_device_t *dev, bool on);
+/* The strategy of a device (tests: walks over reservations). */
+hbm__strategy_t *hbm__device_strategy(hbm_device_t *dev);
+
+/* ---- oom.c ---- */
+
+/* Builds the RESOURCE_EXHAUSTED text for a failed allocation of `size` bytes, records it in
+ * the profile and sets it as the last error. Called under dev->lock. */
+hbm_status_t hbm__oom_report(hbm_device_t *dev, uint64_t size, uint64_t alignment,
+                             const hbm__failure_t *why);
+
+#endif /* HBM_ALLOC_H */
