@@ -1,0 +1,415 @@
+/* profile_cache.c — the profiles the viewer has loaded, shared by all request threads.
+ *
+ * The logdir is listed through hbm_logdir_list at most every HBM__LISTING_MS, so runs written
+ * while the server is up appear without a restart. A profile is loaded on first use (outside
+ * the lock, other requests for the same file wait for it), reloaded when its size or mtime
+ * changes, and its analyses (one hbm_analyze per memory space) are computed once. At most
+ * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is
+ * dropped first. */
+#include "viewer/viewer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir) {
+  memset(c, 0, sizeof *c);
+  c->logdir = hbm__strdup(logdir);
+  if (!c->logdir)
+    return HBM_ERR_HOST_MEMORY;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->loaded, NULL);
+  return HBM_OK;
+}
+
+static void entry_free(hbm__loaded_t *e) {
+  if (!e)
+    return;
+  for (int i = 0; e->analyses && i < e->n_spaces; i++)
+    hbm_analysis_free(e->analyses[i]);
+  free(e->analyses);
+  free(e->space_base);
+  free(e->space_top);
+  free(e->step_buffer);
+  free(e->step_is_free);
+  hbm_profile_free(e->profile);
+  free(e->error);
+  pthread_mutex_destroy(&e->lock);
+  free(e);
+}
+
+void hbm__cache_destroy(hbm__cache_t *c) {
+  hbm__loaded_t *e = c->entries;
+  while (e) {
+    hbm__loaded_t *next = e->next;
+    entry_free(e);
+    e = next;
+  }
+  free(c->listing);
+  free(c->listing_error);
+  free(c->logdir);
+  pthread_cond_destroy(&c->loaded);
+  pthread_mutex_destroy(&c->lock);
+  memset(c, 0, sizeof *c);
+}
+
+/* A logdir without plugins/profile/ yet is an empty logdir, not an error: the page then says
+ * how to make a profile and keeps looking. */
+static bool logdir_has_profiles_dir(const char *logdir) {
+  char path[4200];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/plugins/profile", logdir);
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void unlink_entry_locked(hbm__cache_t *c, hbm__loaded_t *victim) {
+  for (hbm__loaded_t **p = &c->entries; *p; p = &(*p)->next)
+    if (*p == victim) {
+      *p = victim->next;
+      c->n_entries--;
+      return;
+    }
+}
+
+/* Drops the cache's reference to e; returns e when nobody else holds it (free it unlocked). */
+static hbm__loaded_t *drop_locked(hbm__cache_t *c, hbm__loaded_t *e) {
+  unlink_entry_locked(c, e);
+  e->next = NULL;
+  return --e->refs == 0 ? e : NULL;
+}
+
+static bool listed_locked(const hbm__cache_t *c, const char *path) {
+  for (size_t i = 0; i < c->n_listing; i++)
+    if (!strcmp(c->listing[i].path, path))
+      return true;
+  return false;
+}
+
+/* Entries whose file left the listing are dropped; those beyond HBM__CACHE_MAX too, least
+ * recently used first. Returns a list (through ->next) of entries to free unlocked. */
+static hbm__loaded_t *evict_locked(hbm__cache_t *c) {
+  hbm__loaded_t *to_free = NULL;
+  for (hbm__loaded_t *e = c->entries, *next; e; e = next) {
+    next = e->next;
+    if (!e->loading && !listed_locked(c, e->path)) {
+      hbm__loaded_t *dead = drop_locked(c, e);
+      if (dead) {
+        dead->next = to_free;
+        to_free = dead;
+      }
+    }
+  }
+  while (c->n_entries > HBM__CACHE_MAX) {
+    hbm__loaded_t *oldest = NULL;
+    for (hbm__loaded_t *e = c->entries; e; e = e->next)
+      if (!e->loading && e->refs == 1 && (!oldest || e->last_used < oldest->last_used))
+        oldest = e;
+    if (!oldest)
+      break; /* all in use: keep them until released */
+    hbm__loaded_t *dead = drop_locked(c, oldest);
+    if (dead) {
+      dead->next = to_free;
+      to_free = dead;
+    }
+  }
+  return to_free;
+}
+
+static void free_list(hbm__loaded_t *e) {
+  while (e) {
+    hbm__loaded_t *next = e->next;
+    entry_free(e);
+    e = next;
+  }
+}
+
+static hbm_status_t list_logdir(const char *logdir, hbm_logdir_entry_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (!logdir_has_profiles_dir(logdir))
+    return HBM_OK;
+  size_t cap = 64;
+  for (;;) {
+    hbm_logdir_entry_t *list = malloc(cap * sizeof *list);
+    if (!list)
+      return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory listing %s", logdir);
+    size_t total = 0;
+    hbm_status_t st = hbm_logdir_list(logdir, list, cap, &total);
+    if (st != HBM_OK) {
+      free(list);
+      return st;
+    }
+    if (total <= cap) {
+      *out = list;
+      *n = total;
+      return HBM_OK;
+    }
+    free(list);
+    cap = total;
+  }
+}
+
+/* Refreshes the listing when it is older than HBM__LISTING_MS. On failure the old listing
+ * stays and the error is remembered for /api/runs. */
+static hbm_status_t refresh_listing_locked(hbm__cache_t *c, hbm__loaded_t **to_free) {
+  int64_t now = hbm__now_ns();
+  if (c->listed_at_ns && now - c->listed_at_ns < (int64_t)HBM__LISTING_MS * 1000000)
+    return c->listing_error ? HBM_ERR_IO : HBM_OK;
+  c->listed_at_ns = now;
+  hbm_logdir_entry_t *list;
+  size_t n;
+  hbm_status_t st = list_logdir(c->logdir, &list, &n);
+  free(c->listing_error);
+  c->listing_error = NULL;
+  if (st != HBM_OK) {
+    c->listing_error = strdup(hbm_last_error());
+    return st;
+  }
+  free(c->listing);
+  c->listing = list;
+  c->n_listing = n;
+  *to_free = evict_locked(c);
+  return HBM_OK;
+}
+
+hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_t *n) {
+  hbm__loaded_t *to_free = NULL;
+  pthread_mutex_lock(&c->lock);
+  hbm_status_t st = refresh_listing_locked(c, &to_free);
+  if (st != HBM_OK) {
+    hbm__error(st, "cannot list logdir %s: %s", c->logdir,
+               c->listing_error ? c->listing_error : "unknown error");
+  } else {
+    *n = c->n_listing;
+    *out = malloc((c->n_listing ? c->n_listing : 1) * sizeof **out);
+    if (*out)
+      memcpy(*out, c->listing, c->n_listing * sizeof **out);
+    else
+      st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+  }
+  pthread_mutex_unlock(&c->lock);
+  free_list(to_free);
+  return st;
+}
+
+static const hbm_logdir_entry_t *find_listed_locked(const hbm__cache_t *c, const char *run,
+                                                    const char *file) {
+  for (size_t i = 0; i < c->n_listing; i++)
+    if (!strcmp(c->listing[i].run, run) && !strcmp(c->listing[i].file, file))
+      return &c->listing[i];
+  return NULL;
+}
+
+static hbm__loaded_t *find_entry_locked(const hbm__cache_t *c, const char *path) {
+  for (hbm__loaded_t *e = c->entries; e; e = e->next)
+    if (!strcmp(e->path, path))
+      return e;
+  return NULL;
+}
+
+static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le) {
+  hbm__loaded_t *e = calloc(1, sizeof *e);
+  if (!e)
+    return NULL;
+  snprintf(e->run, sizeof e->run, "%s", le->run);
+  snprintf(e->file, sizeof e->file, "%s", le->file);
+  snprintf(e->path, sizeof e->path, "%s", le->path);
+  e->mtime = le->mtime;
+  e->bytes = le->bytes;
+  e->loading = true;
+  e->refs = 2; /* the cache's and the caller's */
+  pthread_mutex_init(&e->lock, NULL);
+  return e;
+}
+
+/* Loads e's file; runs without the cache lock while e->loading keeps others waiting. */
+static void load_entry(hbm__loaded_t *e) {
+  int64_t t0 = hbm__now_ns();
+  e->profile = hbm_profile_load(e->path);
+  e->load_ms = (double)(hbm__now_ns() - t0) / 1e6;
+  if (!e->profile) {
+    e->status = hbm_last_status() != HBM_OK ? hbm_last_status() : HBM_ERR_INTERNAL;
+    e->error = strdup(hbm_last_error()[0] ? hbm_last_error() : "the profile could not be loaded");
+  } else {
+    e->n_spaces = hbm_profile_space_count(e->profile);
+  }
+}
+
+hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file) {
+  hbm__loaded_t *to_free = NULL, *e;
+  pthread_mutex_lock(&c->lock);
+  refresh_listing_locked(c, &to_free);
+  const hbm_logdir_entry_t *le = find_listed_locked(c, run, file);
+  if (!le) {
+    pthread_mutex_unlock(&c->lock);
+    free_list(to_free);
+    hbm__error(HBM_ERR_NOT_FOUND, "no profile '%s' in run '%s' of the logdir", file, run);
+    return NULL;
+  }
+  while ((e = find_entry_locked(c, le->path)) && e->loading) {
+    pthread_cond_wait(&c->loaded, &c->lock);
+    le = find_listed_locked(c, run, file); /* the listing may have been refreshed meanwhile */
+    if (!le) {
+      pthread_mutex_unlock(&c->lock);
+      free_list(to_free);
+      hbm__error(HBM_ERR_NOT_FOUND, "profile '%s' of run '%s' is gone", file, run);
+      return NULL;
+    }
+  }
+  if (e && e->mtime == le->mtime && e->bytes == le->bytes) {
+    e->refs++;
+    e->last_used = ++c->clock;
+    pthread_mutex_unlock(&c->lock);
+    free_list(to_free);
+    return e;
+  }
+  if (e) { /* the file changed: the old entry goes as soon as nobody uses it */
+    hbm__loaded_t *dead = drop_locked(c, e);
+    if (dead) {
+      dead->next = to_free;
+      to_free = dead;
+    }
+  }
+  hbm__loaded_t *fresh = new_entry(le);
+  if (!fresh) {
+    pthread_mutex_unlock(&c->lock);
+    free_list(to_free);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  fresh->last_used = ++c->clock;
+  fresh->next = c->entries;
+  c->entries = fresh;
+  c->n_entries++;
+  hbm__loaded_t *evicted = evict_locked(c);
+  pthread_mutex_unlock(&c->lock);
+  free_list(to_free);
+  free_list(evicted);
+
+  load_entry(fresh);
+
+  pthread_mutex_lock(&c->lock);
+  fresh->loading = false;
+  pthread_cond_broadcast(&c->loaded);
+  pthread_mutex_unlock(&c->lock);
+  return fresh;
+}
+
+void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e) {
+  if (!e)
+    return;
+  pthread_mutex_lock(&c->lock);
+  bool last = --e->refs == 0;
+  pthread_mutex_unlock(&c->lock);
+  if (last)
+    entry_free(e);
+}
+
+const hbm_analysis_t *hbm__loaded_analysis(hbm__loaded_t *e, int space) {
+  if (!e->profile) {
+    hbm__error(e->status, "%s", e->error ? e->error : "profile not loaded");
+    return NULL;
+  }
+  if (space < 0 || space >= e->n_spaces) {
+    hbm__error(HBM_ERR_NOT_FOUND, "no memory space %d in %s/%s (it has %d)", space, e->run, e->file,
+               e->n_spaces);
+    return NULL;
+  }
+  pthread_mutex_lock(&e->lock);
+  if (!e->analyses)
+    e->analyses = calloc((size_t)e->n_spaces, sizeof *e->analyses);
+  hbm_analysis_t *a = NULL;
+  if (!e->analyses) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+  } else {
+    if (!e->analyses[space])
+      e->analyses[space] = hbm_analyze(e->profile, space);
+    a = e->analyses[space];
+  }
+  pthread_mutex_unlock(&e->lock);
+  return a;
+}
+
+static void compute_extents_locked(hbm__loaded_t *e) {
+  int n = e->n_spaces > 0 ? e->n_spaces : 1;
+  e->space_base = calloc((size_t)n, sizeof *e->space_base);
+  e->space_top = calloc((size_t)n, sizeof *e->space_top);
+  if (!e->space_base || !e->space_top)
+    return;
+  bool *seen = calloc((size_t)n, sizeof *seen);
+  if (!seen)
+    return;
+  int64_t count = hbm_profile_buffer_count(e->profile);
+  for (int64_t i = 0; i < count; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(e->profile, i);
+    if (!b || b->space < 0 || b->space >= e->n_spaces)
+      continue;
+    uint64_t end = b->address + b->size;
+    if (!seen[b->space] || b->address < e->space_base[b->space])
+      e->space_base[b->space] = b->address;
+    if (!seen[b->space] || end > e->space_top[b->space])
+      e->space_top[b->space] = end;
+    seen[b->space] = true;
+  }
+  free(seen);
+  e->extents_ready = true;
+}
+
+void hbm__loaded_extent(hbm__loaded_t *e, int space, uint64_t *base, uint64_t *top) {
+  *base = *top = 0;
+  if (!e->profile || space < 0 || space >= e->n_spaces)
+    return;
+  pthread_mutex_lock(&e->lock);
+  if (!e->extents_ready && !e->space_base)
+    compute_extents_locked(e);
+  if (e->extents_ready) {
+    *base = e->space_base[space];
+    *top = e->space_top[space];
+  }
+  pthread_mutex_unlock(&e->lock);
+}
+
+/* Which buffer each step is about: a runtime profile has no step labels, so the op shown at a
+ * point of the timeline is that of the buffer allocated (or freed) by the step. */
+static void index_steps_locked(hbm__loaded_t *e) {
+  int64_t n_steps = hbm_profile_step_count(e->profile);
+  size_t n = n_steps > 0 ? (size_t)n_steps : 1;
+  e->step_buffer = malloc(n * sizeof *e->step_buffer);
+  e->step_is_free = calloc(n, sizeof *e->step_is_free);
+  if (!e->step_buffer || !e->step_is_free) {
+    free(e->step_buffer);
+    free(e->step_is_free);
+    e->step_buffer = NULL;
+    e->step_is_free = NULL;
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    e->step_buffer[i] = -1;
+  int64_t count = hbm_profile_buffer_count(e->profile);
+  for (int64_t i = 0; i < count; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(e->profile, i);
+    if (b && b->start >= 0 && b->start < n_steps && e->step_buffer[b->start] < 0)
+      e->step_buffer[b->start] = i;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(e->profile, i);
+    if (b && b->end >= 0 && b->end < n_steps && e->step_buffer[b->end] < 0) {
+      e->step_buffer[b->end] = i;
+      e->step_is_free[b->end] = 1;
+    }
+  }
+}
+
+int64_t hbm__loaded_step_buffer(hbm__loaded_t *e, int64_t step, bool *is_free) {
+  *is_free = false;
+  if (!e->profile || step < 0 || step >= hbm_profile_step_count(e->profile))
+    return -1;
+  pthread_mutex_lock(&e->lock);
+  if (!e->step_buffer)
+    index_steps_locked(e);
+  int64_t idx = e->step_buffer ? e->step_buffer[step] : -1;
+  *is_free = e->step_is_free && e->step_is_free[step];
+  pthread_mutex_unlock(&e->lock);
+  return idx;
+}

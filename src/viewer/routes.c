@@ -1,0 +1,137 @@
+/* routes.c — the viewer's request handler, independent of the HTTP server: /api/<name> goes
+ * to its endpoint, a few fixed paths to the page embedded at build time, anything else to an
+ * HTML "not found" page. No path is ever mapped to a file, so "../" and friends have nothing
+ * to reach; profile files are named only through the logdir listing (profile_cache.c). */
+#include "viewer/viewer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct endpoint {
+  const char *path;
+  hbm__endpoint_fn fn;
+} endpoint_t;
+
+static const endpoint_t endpoints[] = {
+    {"/api/runs", hbm__api_runs},         {"/api/profiles", hbm__api_profiles},
+    {"/api/profile", hbm__api_profile},   {"/api/summary", hbm__api_summary},
+    {"/api/timeline", hbm__api_timeline}, {"/api/buffers_at_peak", hbm__api_buffers_at_peak},
+    {"/api/buffer", hbm__api_buffer},     {"/api/allocations", hbm__api_allocations},
+    {"/api/oom", hbm__api_oom},           {"/api/compare", hbm__api_compare},
+};
+
+hbm__viewer_t *hbm__viewer_new(const char *logdir) {
+  struct stat st;
+  if (!logdir || !*logdir) {
+    hbm__error(HBM_ERR_INVALID, "no logdir given");
+    return NULL;
+  }
+  if (stat(logdir, &st) != 0) {
+    hbm__error(HBM_ERR_NOT_FOUND, "logdir %s does not exist", logdir);
+    return NULL;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    hbm__error(HBM_ERR_INVALID, "logdir %s is not a directory", logdir);
+    return NULL;
+  }
+  hbm__viewer_t *v = calloc(1, sizeof *v);
+  if (!v) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  if (hbm__cache_init(&v->cache, logdir) != HBM_OK) {
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+void hbm__viewer_free(hbm__viewer_t *v) {
+  if (!v)
+    return;
+  hbm__cache_destroy(&v->cache);
+  free(v);
+}
+
+static void html_escape(hbm_strbuf_t *sb, const char *s) {
+  for (; *s; s++) {
+    switch (*s) {
+    case '<': hbm_strbuf_puts(sb, "&lt;"); break;
+    case '>': hbm_strbuf_puts(sb, "&gt;"); break;
+    case '&': hbm_strbuf_puts(sb, "&amp;"); break;
+    case '"': hbm_strbuf_puts(sb, "&quot;"); break;
+    case '\'': hbm_strbuf_puts(sb, "&#39;"); break;
+    default: hbm_strbuf_append(sb, s, 1);
+    }
+  }
+}
+
+static void respond_html_error(hbm__response_t *r, int status, const char *title,
+                               const char *path) {
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_printf(&sb,
+                    "<!doctype html><html><head><meta charset=\"utf-8\"><title>%d %s — hbm "
+                    "Memory Viewer</title></head><body style=\"font-family:sans-serif;"
+                    "margin:3em\"><h1>%d %s</h1><p><code>",
+                    status, title, status, title);
+  html_escape(&sb, path);
+  hbm_strbuf_puts(&sb, "</code> is not a page of the hbm Memory Viewer.</p>"
+                       "<p><a href=\"/\">Back to the viewer</a></p></body></html>\n");
+  hbm__response_free(r);
+  r->status = status;
+  r->content_type = "text/html; charset=utf-8";
+  if (sb.failed || !sb.data) {
+    hbm_strbuf_free(&sb);
+    r->body = "<!doctype html><h1>error</h1>";
+    r->len = strlen(r->body);
+    return;
+  }
+  r->body = sb.data;
+  r->len = sb.len;
+  r->owned = true;
+}
+
+static const hbm__asset_t *find_asset(const char *path) {
+  if (!strcmp(path, "/index.html"))
+    path = "/";
+  for (size_t i = 0; i < hbm__asset_count; i++)
+    if (!strcmp(hbm__assets[i].path, path))
+      return &hbm__assets[i];
+  return NULL;
+}
+
+void hbm__viewer_handle(hbm__viewer_t *v, const char *method, const char *path,
+                        const hbm__query_t *q, hbm__response_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!path)
+    path = "/";
+  bool api = !strncmp(path, "/api/", 5);
+  if (!method || (strcmp(method, "GET") && strcmp(method, "HEAD"))) {
+    if (api)
+      hbm__respond_error(out, 405, "only GET is supported");
+    else
+      respond_html_error(out, 405, "Method Not Allowed", path);
+    return;
+  }
+  if (api) {
+    for (size_t i = 0; i < HBM_ARRAY_LEN(endpoints); i++)
+      if (!strcmp(endpoints[i].path, path)) {
+        endpoints[i].fn(v, q, out);
+        return;
+      }
+    hbm__respond_error(out, 404, "unknown API endpoint (see docs/viewer.md)");
+    return;
+  }
+  const hbm__asset_t *asset = find_asset(path);
+  if (!asset) {
+    respond_html_error(out, 404, "Not Found", path);
+    return;
+  }
+  out->status = 200;
+  out->content_type = asset->content_type;
+  out->body = (const char *)asset->data;
+  out->len = asset->len;
+  out->cacheable = strcmp(asset->path, "/") != 0;
+}

@@ -1,0 +1,455 @@
+// main.js — the Memory Viewer page: selectors (run, profile/module, memory type, compare),
+// header numbers, the memory timeline, the three "buffers at peak" charts with the buffer card,
+// the allocation timeline, OOM events and the comparison of two profiles. Every number comes
+// from the server's API (the same analysis `hbm report` prints); the page only draws.
+// The selection lives in the URL's hash (#run=…&profile=…&space=…) so a view can be shared.
+import 'uplot/dist/uPlot.min.css';
+import './style.css';
+import { api } from './api.js';
+import { Timeline } from './timeline.js';
+import { BarChart, mergeSmall } from './bars.js';
+import { AllocView } from './alloc_view.js';
+import { renderCard } from './card.js';
+import { renderCompare } from './compare.js';
+import {
+  formatBytes, formatCount, formatPercent, escapeHtml, categoryColor, groupColors,
+  CATEGORY_LABELS,
+} from './format.js';
+
+const $ = (id) => document.getElementById(id);
+const RUN_POLL_MS = 4000;
+
+const state = {
+  runs: [], run: null, profiles: [], profile: null, info: null, space: 0, summary: null,
+  bars: { program: [], size: [], padding: [] }, cards: new Map(), pinned: null, hovered: null,
+  loadSeq: 0,
+};
+const timings = {};
+const t0 = performance.now();
+// For tests and the browser benchmark: the state, timings and the views.
+window.hbmViewer = { state, timings, ready: false };
+
+function args(extra = {}) {
+  return { run: state.run, profile: state.profile, space: state.space, ...extra };
+}
+
+// ---- hash ----
+
+function readHash() {
+  return new URLSearchParams(location.hash.slice(1));
+}
+
+function writeHash() {
+  const h = new URLSearchParams({ run: state.run || '', profile: state.profile || '', space: String(state.space) });
+  history.replaceState(null, '', `#${h}`);
+}
+
+// ---- states and messages ----
+
+function setStatus(text, isError) {
+  const el = $('status');
+  el.textContent = text || '';
+  el.classList.toggle('error', !!isError);
+}
+
+function showEmpty(logdir) {
+  $('content').hidden = true;
+  $('error-state').hidden = true;
+  const el = $('empty-state');
+  el.hidden = false;
+  el.innerHTML = `<h2>No profiles in this logdir yet</h2>
+    <p>The viewer serves <code>${escapeHtml(logdir)}</code>, which has no runs under
+    <code>plugins/profile/</code>. Make one, for example:</p>
+    <pre>hbm demo --logdir ${escapeHtml(logdir)}</pre>
+    <p>or run a program with <code>HBM_PROFILE_DIR=${escapeHtml(logdir)}</code>, or put an
+    RMM log, an HLO module or an XLA dump in <code>plugins/profile/&lt;run&gt;/</code>.
+    This page looks again every few seconds: new runs appear by themselves.</p>`;
+}
+
+function showError(message) {
+  $('content').hidden = true;
+  $('empty-state').hidden = true;
+  const el = $('error-state');
+  el.hidden = false;
+  el.innerHTML = `<h2>This profile cannot be shown</h2><pre>${escapeHtml(message)}</pre>
+    <p>Pick another profile or run above; the file is left as it is.</p>`;
+}
+
+function showContent() {
+  $('empty-state').hidden = true;
+  $('error-state').hidden = true;
+  $('content').hidden = false;
+}
+
+function setBanner(text) {
+  const el = $('banner');
+  el.hidden = !text;
+  el.textContent = text ? `⚠ ${text}` : '';
+}
+
+// ---- selectors ----
+
+function fillSelect(select, options, value) {
+  select.innerHTML = options
+    .map((o) => `<option value="${escapeHtml(o.value)}">${escapeHtml(o.label)}</option>`)
+    .join('');
+  if (value != null) select.value = value;
+}
+
+async function refreshRuns() {
+  let data;
+  try {
+    data = await api('runs');
+  } catch (err) {
+    setStatus(err.message, true);
+    return;
+  }
+  setStatus('');
+  state.logdir = data.logdir;
+  const names = data.runs.map((r) => r.run);
+  const known = state.runs.map((r) => r.run);
+  state.runs = data.runs;
+  if (!names.length) {
+    state.run = null;
+    fillSelect($('run-select'), [], null);
+    fillSelect($('profile-select'), [], null);
+    fillSelect($('space-select'), [], null);
+    showEmpty(data.logdir);
+    window.hbmViewer.ready = true;
+    return;
+  }
+  if (names.join('\n') === known.join('\n') && state.run) return;
+  fillSelect($('run-select'), data.runs.map((r) => ({
+    value: r.run, label: `${r.run} (${r.profiles} profile${r.profiles > 1 ? 's' : ''})`,
+  })), state.run);
+  refreshCompareOptions();
+  if (!state.run || !names.includes(state.run)) {
+    const wanted = readHash().get('run');
+    await selectRun(names.includes(wanted) ? wanted : names[0]);
+  } else if (names.length > known.length) {
+    setStatus(`new run: ${names.find((n) => !known.includes(n))}`);
+  }
+}
+
+async function selectRun(run) {
+  state.run = run;
+  $('run-select').value = run;
+  let data;
+  try {
+    data = await api('profiles', { run });
+  } catch (err) {
+    showError(err.message);
+    return;
+  }
+  state.profiles = data.profiles;
+  fillSelect($('profile-select'), data.profiles.map((p) => ({
+    value: p.file,
+    label: `${p.file}${p.name && p.name !== p.file ? ` — ${p.name}` : ''} (${formatBytes(p.bytes)})`,
+  })), null);
+  const wanted = readHash().get('profile');
+  const file = data.profiles.some((p) => p.file === wanted) && readHash().get('run') === run ? wanted : data.default;
+  await selectProfile(file);
+}
+
+async function selectProfile(file) {
+  state.profile = file;
+  $('profile-select').value = file;
+  setBanner('');
+  let info;
+  try {
+    info = await api('profile', { run: state.run, profile: file });
+  } catch (err) {
+    state.info = null;
+    fillSelect($('space-select'), [], null);
+    showError(err.message);
+    window.hbmViewer.ready = true;
+    return;
+  }
+  const previous = state.info?.spaces?.[state.space]?.name;
+  state.info = info;
+  if (info.warning) setBanner(`Truncated profile: ${info.warning}. What was read before the damage is shown.`);
+  fillSelect($('space-select'), info.spaces.map((s) => ({
+    value: String(s.index), label: `${s.name}${s.device ? ` (${s.device})` : ''}`,
+  })), null);
+  const hash = readHash();
+  let space = 0;
+  const hashed = Number(hash.get('space'));
+  if (hash.get('profile') === file && hash.get('run') === state.run && info.spaces[hashed]) space = hashed;
+  else if (previous) space = Math.max(0, info.spaces.findIndex((s) => s.name === previous));
+  await selectSpace(space);
+}
+
+// ---- loading a space ----
+
+async function selectSpace(space) {
+  const seq = ++state.loadSeq;
+  const started = performance.now();
+  state.space = space;
+  $('space-select').value = String(space);
+  writeHash();
+  state.cards.clear();
+  state.pinned = null;
+  setStatus('loading…');
+  let summary, program, bySize, byPadding, oom;
+  try {
+    [summary, program, bySize, byPadding, oom] = await Promise.all([
+      api('summary', args()),
+      api('buffers_at_peak', args({ order: 'program' })),
+      api('buffers_at_peak', args({ order: 'size' })),
+      api('buffers_at_peak', args({ order: 'padding' })),
+      api('oom', args()),
+    ]);
+  } catch (err) {
+    if (seq === state.loadSeq) {
+      showError(err.message);
+      setStatus('');
+      window.hbmViewer.ready = true;
+    }
+    return;
+  }
+  if (seq !== state.loadSeq) return;
+  state.summary = summary;
+  state.bars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+  state.oom = oom;
+  showContent();
+  renderSummary(summary);
+  renderBars();
+  renderCard($('buffer-card'), null);
+  renderOoms(oom);
+  await Promise.all([
+    views.timeline.show(summary, state.info.kind),
+    views.alloc.show(summary, state.info.kind, oom.events, oom.markers),
+  ]);
+  if (seq !== state.loadSeq) return;
+  setStatus('');
+  const ms = performance.now() - started;
+  timings.lastLoadMs = ms;
+  if (timings.firstViewMs == null) timings.firstViewMs = performance.now() - t0;
+  window.hbmViewer.ready = true;
+  if ($('compare-select').value) runCompare();
+}
+
+// ---- header numbers ----
+
+function stat(id, label, bytes, sub, extraClass = '') {
+  return `<div class="stat ${extraClass}" id="${id}">
+    <div class="label">${label}</div>
+    <div class="value" data-bytes="${bytes ?? ''}">${bytes == null ? '—' : formatBytes(bytes)}</div>
+    ${sub ? `<div class="sub">${sub}</div>` : ''}</div>`;
+}
+
+function renderSummary(s) {
+  const runtime = state.info.kind === 'runtime';
+  const heapFrag = s.heap_bytes > s.peak_bytes && s.heap_bytes > s.indefinite_bytes
+    ? (s.heap_bytes - s.peak_bytes) / (s.heap_bytes - s.indefinite_bytes) : 0;
+  const padShare = s.peak_bytes ? s.padding_bytes / s.peak_bytes : 0;
+  const limitShare = s.limit_bytes ? s.peak_bytes / s.limit_bytes : null;
+  const over = s.limit_bytes && s.peak_bytes > s.limit_bytes;
+  const where = s.peak_step >= 0
+    ? `at ${runtime ? 'event' : 'step'} ${formatCount(s.peak_step)}${s.peak_label ? ` (${escapeHtml(s.peak_label)})` : ''}`
+    : 'nothing allocated';
+  const parts = [
+    stat('stat-peak', 'Peak memory allocation', s.peak_bytes,
+      `${where}<br>without padding: <span id="peak-unpadded">${formatBytes(s.peak_unpadded_bytes)}</span>`, over ? 'alert' : 'main'),
+    stat('stat-frag', runtime ? 'Peak reserved' : 'With fragmentation', runtime ? s.peak_reserved_bytes : s.heap_bytes,
+      runtime ? `reserved at the peak: ${formatBytes(s.reserved_at_peak)} · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}`
+        : `${formatPercent(heapFrag)} fragmentation`),
+    stat('stat-padding', 'Padding overhead', s.padding_bytes, `${formatPercent(padShare)} of the peak`, padShare > 0.2 ? 'warn' : ''),
+    stat('stat-args', 'Arguments (program inputs)', s.argument_bytes, `outputs: ${formatBytes(s.output_bytes)}`),
+    // A runtime profile has no whole-program buffers, so "peak − indefinite" would count the
+    // weights as temporaries: show the temporary category there (both come from the analysis).
+    runtime
+      ? stat('stat-temps', 'Temporaries', s.category_bytes.temporary || 0, `at the peak; other categories: ${formatBytes(s.peak_bytes - (s.category_bytes.temporary || 0))}`)
+      : stat('stat-temps', 'Temporaries', s.temporary_bytes, `live for the whole program: ${formatBytes(s.indefinite_bytes)}`),
+    stat('stat-limit', 'Limit', s.limit_bytes || null,
+      `${escapeHtml(s.device || state.info.meta?.device || '')}${limitShare != null ? ` · peak is ${formatPercent(limitShare)}` : ''}`, over ? 'alert' : ''),
+  ];
+  const counts = `<div class="counts">${formatCount(s.n_buffers)} buffers · ${formatCount(s.n_steps)} ${runtime ? 'events' : 'steps'} ·
+    ${formatCount(s.n_buffers_at_peak)} live at the peak${s.n_oom ? ` · <b class="oom">${s.n_oom} OOM event${s.n_oom > 1 ? 's' : ''}</b>` : ''}
+    · ${escapeHtml(state.info.kind)} profile ${escapeHtml(state.info.name || '')}</div>`;
+  $('summary').innerHTML = parts.join('') + counts;
+  $('summary').dataset.peakBytes = String(s.peak_bytes);
+  $('timeline-title').textContent = runtime ? 'Memory in use over allocator events' : 'Memory allocation over program order';
+  $('peak-title').textContent = s.peak_step >= 0
+    ? `Buffers at peak (${runtime ? 'event' : 'step'} ${formatCount(s.peak_step)}, ${formatBytes(s.peak_bytes)})`
+    : 'Buffers at peak';
+}
+
+// ---- buffers at peak ----
+
+function colorFunction() {
+  if ($('color-by').value === 'group') {
+    const colors = groupColors(state.summary.groups);
+    return (b) => (b.merged ? '#b0b6bd' : colors.get(b.group || b.category) || '#b0b6bd');
+  }
+  return (b) => (b.merged ? '#b0b6bd' : categoryColor(b.category));
+}
+
+function renderLegend() {
+  const s = state.summary;
+  let items;
+  if ($('color-by').value === 'group') {
+    const colors = groupColors(s.groups);
+    items = s.groups.map((g) => [colors.get(g.name), g.name, g.bytes, g.count]);
+  } else {
+    items = Object.entries(s.category_bytes).map(([name, bytes]) => [categoryColor(name), CATEGORY_LABELS[name] || name, bytes]);
+  }
+  $('legend').innerHTML = items.map(([color, name, bytes, count]) =>
+    `<span class="item"><span class="swatch" style="background:${color}"></span>${escapeHtml(name)} <b>${formatBytes(bytes)}</b>${count ? ` (${count})` : ''}</span>`).join('')
+    + '<span class="item muted"><span class="swatch pad-swatch"></span>light cap = padding</span>';
+}
+
+function renderBars() {
+  renderLegend();
+  const color = colorFunction();
+  const log = $('log-scale').checked;
+  const merge = $('merge-small').checked;
+  for (const order of ['program', 'size', 'padding']) {
+    const items = merge ? mergeSmall(state.bars[order]) : state.bars[order];
+    views.bars[order].show(items, color, log);
+  }
+}
+
+async function cardFor(item) {
+  if (item.merged) return item;
+  if (state.cards.has(item.id)) return state.cards.get(item.id);
+  const card = await api('buffer', { run: state.run, profile: state.profile, id: item.id });
+  state.cards.set(item.id, card);
+  return card;
+}
+
+async function showBuffer(item, pin) {
+  const el = $('buffer-card');
+  if (!pin && state.pinned) return;
+  state.hovered = item;
+  if (!item) {
+    if (!state.pinned) renderCard(el, null);
+    return;
+  }
+  renderCard(el, item, state.info.kind, pin);
+  try {
+    const card = await cardFor(item);
+    if (state.hovered === item || state.pinned === item) renderCard(el, card, state.info.kind, !!state.pinned);
+  } catch (err) {
+    el.insertAdjacentHTML('beforeend', `<p class="error">${escapeHtml(err.message)}</p>`);
+  }
+}
+
+function pinBuffer(item) {
+  state.pinned = state.pinned === item ? null : item;
+  showBuffer(item, true);
+}
+
+// ---- allocation timeline card and OOM list ----
+
+async function showAllocCard(id) {
+  const el = $('alloc-card');
+  try {
+    const card = await api('buffer', { run: state.run, profile: state.profile, id });
+    el.hidden = false;
+    renderCard(el, card, state.info.kind, false);
+  } catch (err) {
+    el.hidden = false;
+    el.textContent = err.message;
+  }
+}
+
+function renderOoms(oom) {
+  const panel = $('oom-panel');
+  panel.hidden = !oom.events.length;
+  const unit = state.info.kind === 'runtime' ? 'event' : 'step';
+  $('oom-list').innerHTML = oom.events.map((e, i) => `
+    <div class="oom-event" id="oom-${i}" data-step="${e.step}">
+      <div><b class="oom">OOM at ${unit} ${formatCount(e.step)}</b>: requested ${formatBytes(e.requested)},
+      ${formatBytes(e.bytes_in_use)} in use${oom.limit_bytes ? ` of ${formatBytes(oom.limit_bytes)}` : ''}</div>
+      <pre>${escapeHtml(e.message || '')}</pre></div>`).join('');
+}
+
+function focusOom(ev) {
+  const i = state.oom.events.indexOf(ev);
+  const el = $(`oom-${i}`);
+  if (!el) return;
+  document.querySelectorAll('.oom-event.focus').forEach((x) => x.classList.remove('focus'));
+  el.classList.add('focus');
+  el.scrollIntoView({ behavior: 'smooth', block: 'center' });
+}
+
+// ---- compare ----
+
+async function refreshCompareOptions() {
+  const select = $('compare-select');
+  const current = select.value;
+  const options = [{ value: '', label: 'none' }];
+  const lists = await Promise.all(state.runs.slice(0, 30).map((r) =>
+    api('profiles', { run: r.run }).then((d) => [r.run, d.profiles]).catch(() => [r.run, []])));
+  for (const [run, profiles] of lists) {
+    for (const p of profiles) options.push({ value: JSON.stringify([run, p.file]), label: `${run} / ${p.file}` });
+  }
+  fillSelect(select, options, current);
+}
+
+async function runCompare() {
+  const value = $('compare-select').value;
+  const panel = $('compare-panel');
+  if (!value || !state.summary) {
+    panel.hidden = true;
+    return;
+  }
+  const [bRun, bProfile] = JSON.parse(value);
+  panel.hidden = false;
+  $('compare-body').textContent = 'comparing…';
+  try {
+    const data = await api('compare', args({ b_run: bRun, b_profile: bProfile }));
+    renderCompare($('compare-title'), $('compare-body'), data);
+  } catch (err) {
+    $('compare-body').innerHTML = `<p class="error">${escapeHtml(err.message)}</p>`;
+  }
+}
+
+// ---- wiring ----
+
+const views = {
+  timeline: new Timeline($('timeline-chart'), $('timeline-hover'),
+    (from, to, points) => api('timeline', args({ from, to, points }))),
+  bars: {},
+  alloc: new AllocView($('alloc-canvas'), $('alloc-wrap'), $('tooltip'), $('alloc-info'), {
+    fetchRects: (a) => api('allocations', args(a)),
+    onRectClick: (id) => showAllocCard(id),
+    onOomClick: (ev) => focusOom(ev),
+  }),
+};
+for (const order of ['program', 'size', 'padding']) {
+  views.bars[order] = new BarChart($(`bars-${order}`), {
+    onHover: (item) => showBuffer(item, false),
+    onClick: (item) => pinBuffer(item),
+  });
+}
+window.hbmViewer.views = views;
+
+function bind() {
+  $('run-select').addEventListener('change', (e) => selectRun(e.target.value));
+  $('profile-select').addEventListener('change', (e) => selectProfile(e.target.value));
+  $('space-select').addEventListener('change', (e) => selectSpace(Number(e.target.value)));
+  $('compare-select').addEventListener('change', runCompare);
+  $('color-by').addEventListener('change', renderBars);
+  $('merge-small').addEventListener('change', renderBars);
+  $('log-scale').addEventListener('change', renderBars);
+  $('timeline-reset').addEventListener('click', () => views.timeline.reset());
+  $('alloc-reset').addEventListener('click', () => views.alloc.reset());
+  $('alloc-fit').addEventListener('click', () => views.alloc.fitMatches());
+  let searchTimer;
+  $('alloc-search').addEventListener('input', (e) => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => views.alloc.search(e.target.value.trim()), 150);
+  });
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && state.pinned) {
+      state.pinned = null;
+      renderCard($('buffer-card'), null);
+    }
+  });
+}
+
+bind();
+refreshRuns();
+setInterval(refreshRuns, RUN_POLL_MS);

@@ -1,0 +1,225 @@
+// timeline.js — "Memory allocation over program order": the memory in use at each step (size
+// and unpadded size; reserved memory as a second line for runtime profiles), drawn with uPlot.
+// The server downsamples to about one point per pixel keeping each bucket's maximum, so the
+// exact peak is always drawn; zooming (drag or wheel) asks the server for the visible window
+// again, so detail appears as one zooms in.
+import uPlot from 'uplot';
+import { formatBytes, formatTime, escapeHtml, BYTE_INCRS } from './format.js';
+
+const HEIGHT = 280;
+
+export class Timeline {
+  // fetchWindow(from, to, points) -> Promise<timeline JSON>
+  constructor(el, hoverEl, fetchWindow) {
+    this.el = el;
+    this.hoverEl = hoverEl;
+    this.fetchWindow = fetchWindow;
+    this.plot = null;
+    this.data = null;
+    this.summary = null;
+    this.kind = 'plan';
+    this.pending = 0;
+    this.onResize = () => this.resize();
+    window.addEventListener('resize', this.onResize);
+  }
+
+  // A fresh profile/space: full range.
+  async show(summary, kind) {
+    this.summary = summary;
+    this.kind = kind;
+    this.nSteps = summary.n_steps;
+    await this.load(0, this.nSteps, true);
+  }
+
+  width() {
+    return Math.max(300, this.el.clientWidth || 800);
+  }
+
+  async load(from, to, rebuild) {
+    const ticket = ++this.pending;
+    const data = await this.fetchWindow(from, to, Math.min(4000, this.width()));
+    if (ticket !== this.pending) return; // a newer zoom superseded this one
+    this.data = data;
+    this.range = [from, to];
+    if (rebuild || !this.plot) this.build();
+    else this.update();
+  }
+
+  seriesData() {
+    const d = this.data;
+    const cols = [d.step, d.bytes, d.unpadded];
+    if (this.kind === 'runtime') cols.push(d.reserved);
+    return cols;
+  }
+
+  build() {
+    if (this.plot) this.plot.destroy();
+    this.el.innerHTML = '';
+    const runtime = this.kind === 'runtime';
+    const series = [
+      { label: runtime ? 'event' : 'step' },
+      { label: 'Size', stroke: '#1a73e8', fill: 'rgba(26,115,232,0.10)', width: 1.5 },
+      { label: 'Unpadded size', stroke: '#188038', width: 1.2 },
+    ];
+    if (runtime) series.push({ label: 'Reserved', stroke: '#9334e6', width: 1.2 });
+    const opts = {
+      width: this.width(),
+      height: HEIGHT,
+      legend: { show: false },
+      scales: { x: { time: false, range: () => this.xRange() }, y: { range: (u, lo, hi) => this.yRange(hi) } },
+      axes: [
+        { label: runtime ? 'allocator event' : 'program order (HLO sequence)', size: 40 },
+        { values: (u, ticks) => ticks.map(formatBytes), incrs: BYTE_INCRS, size: 80, label: 'memory' },
+      ],
+      series,
+      cursor: {
+        drag: { x: true, y: false, setScale: false },
+        bind: { dblclick: () => () => null },
+        points: { size: 6 },
+      },
+      hooks: {
+        setSelect: [(u) => this.onSelect(u)],
+        setCursor: [(u) => this.onCursor(u)],
+        draw: [(u) => this.drawMarks(u)],
+      },
+    };
+    this.plot = new uPlot(opts, this.seriesData(), this.el);
+    this.plot.over.addEventListener('dblclick', () => this.reset());
+    this.plot.over.addEventListener('wheel', (e) => this.onWheel(e), { passive: false });
+  }
+
+  update() {
+    this.plot.setData(this.seriesData(), true);
+  }
+
+  xRange() {
+    const [from, to] = this.range || [0, 1];
+    return [from, Math.max(from + 1, to - 1)];
+  }
+
+  // Keeps the limit in view when it is near the peak (an OOM is then visible as a crossing).
+  yRange(hi) {
+    const limit = this.summary?.limit_bytes || 0;
+    let top = Math.max(hi || 0, this.summary?.peak_bytes || 0);
+    if (limit && limit < top * 2) top = Math.max(top, limit);
+    return [0, top * 1.05 || 1];
+  }
+
+  resize() {
+    if (this.plot) this.plot.setSize({ width: this.width(), height: HEIGHT });
+  }
+
+  reset() {
+    this.load(0, this.nSteps, false);
+  }
+
+  zoomTo(from, to) {
+    from = Math.max(0, Math.floor(from));
+    to = Math.min(this.nSteps, Math.ceil(to));
+    if (to - from < 2) to = Math.min(this.nSteps, from + 2);
+    return this.load(from, to, false);
+  }
+
+  onSelect(u) {
+    const sel = u.select;
+    if (sel.width < 3) return;
+    const from = u.posToVal(sel.left, 'x');
+    const to = u.posToVal(sel.left + sel.width, 'x') + 1;
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    this.zoomTo(from, to);
+  }
+
+  onWheel(e) {
+    e.preventDefault();
+    const u = this.plot;
+    const [from, to] = this.range;
+    const at = u.posToVal(e.offsetX, 'x');
+    const factor = e.deltaY < 0 ? 0.75 : 1 / 0.75;
+    const span = Math.max(2, (to - from) * factor);
+    const left = at - (at - from) * factor;
+    const a = Math.max(0, Math.min(left, this.nSteps - span));
+    this.zoomTo(a, a + span);
+  }
+
+  onCursor(u) {
+    const i = u.cursor.idx;
+    const d = this.data;
+    if (i == null || !d || i >= d.step.length) {
+      this.hoverEl.innerHTML = '&nbsp;';
+      return;
+    }
+    const op = d.op[i];
+    const ev = d.event[i] === 1 ? 'alloc' : d.event[i] === 2 ? 'free' : '';
+    const parts = [
+      `<b>${this.kind === 'runtime' ? 'event' : 'step'} ${d.step[i]}</b>`,
+      op ? `<span class="op">${ev ? `${ev} ` : ''}${escapeHtml(op)}</span>` : '',
+      `size <b>${formatBytes(d.bytes[i])}</b>`,
+      `unpadded ${formatBytes(d.unpadded[i])}`,
+    ];
+    if (this.kind === 'runtime') {
+      parts.push(`reserved ${formatBytes(d.reserved[i])}`, formatTime(d.time_ns[i]));
+    }
+    this.hoverEl.innerHTML = parts.filter(Boolean).join(' · ');
+    this.hoverEl.dataset.step = d.step[i];
+    this.hoverEl.dataset.op = op || '';
+  }
+
+  // The peak (a labelled line and point) and the limit (a dashed line).
+  drawMarks(u) {
+    const s = this.summary;
+    if (!s) return;
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(left, top, width, height);
+    ctx.clip();
+    if (s.limit_bytes) {
+      const y = u.valToPos(s.limit_bytes, 'y', true);
+      if (y >= top && y <= top + height) {
+        ctx.strokeStyle = '#d93025';
+        ctx.setLineDash([4, 4]);
+        ctx.lineWidth = 1;
+        ctx.beginPath();
+        ctx.moveTo(left, y);
+        ctx.lineTo(left + width, y);
+        ctx.stroke();
+        ctx.setLineDash([]);
+        ctx.fillStyle = '#d93025';
+        ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+        ctx.fillText(`limit ${formatBytes(s.limit_bytes)}`, left + 6, y - 4);
+      }
+    }
+    if (s.peak_step >= 0) {
+      const x = u.valToPos(s.peak_step, 'x', true);
+      const y = u.valToPos(s.peak_bytes, 'y', true);
+      if (x >= left && x <= left + width) {
+        ctx.fillStyle = 'rgba(251,188,4,0.25)';
+        ctx.fillRect(x - 3, top, 6, height);
+        ctx.strokeStyle = '#f29900';
+        ctx.lineWidth = 1.5;
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, top + height);
+        ctx.stroke();
+        ctx.fillStyle = '#f29900';
+        ctx.beginPath();
+        ctx.arc(x, y, 4 * devicePixelRatio, 0, 2 * Math.PI);
+        ctx.fill();
+        ctx.fillStyle = '#202124';
+        ctx.font = `bold ${11 * devicePixelRatio}px sans-serif`;
+        const text = `peak ${formatBytes(s.peak_bytes)} at ${s.peak_step}`;
+        const tw = ctx.measureText(text).width;
+        const tx = x + tw + 8 > left + width ? x - tw - 8 : x + 8;
+        ctx.fillText(text, tx, Math.max(top + 14, y - 8));
+      }
+    }
+    ctx.restore();
+  }
+
+  destroy() {
+    window.removeEventListener('resize', this.onResize);
+    if (this.plot) this.plot.destroy();
+    this.plot = null;
+  }
+}
