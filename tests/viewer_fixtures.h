@@ -332,7 +332,10 @@ static int vf_write_logdir(const char *logdir, int64_t runtime_events) {
               "module_0002.jit_eval_step.hbmtrace") ||
       vf_save(vf_runtime_profile("train", runtime_events, 1, true), train,
               "testhost.4242.hbmtrace") ||
-      vf_save(vf_runtime_profile("train", runtime_events, 2, false), broken, "whole.hbmtrace"))
+      /* big enough for several blocks, so the cut keeps some of them */
+      vf_save(
+          vf_runtime_profile("train", runtime_events > 20000 ? runtime_events : 20000, 2, false),
+          broken, "whole.hbmtrace"))
     return -1;
   snprintf(path, sizeof path, "%s/whole.hbmtrace", broken);
   snprintf(cut, sizeof cut, "%s/truncated.hbmtrace", broken);

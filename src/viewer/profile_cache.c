@@ -124,6 +124,27 @@ static void free_list(hbm__loaded_t *e) {
   }
 }
 
+/* True when path, symlinks resolved, lies inside the logdir: a link in a run directory that
+ * points elsewhere on the machine is not served. */
+static bool inside_logdir(const char *real_logdir, const char *path) {
+  char *real = realpath(path, NULL);
+  size_t n = strlen(real_logdir);
+  bool inside = real && !strncmp(real, real_logdir, n) && real[n] == '/';
+  free(real);
+  return inside;
+}
+
+/* Drops the entries that resolve outside the logdir; returns the new count. */
+static size_t keep_inside(const char *logdir, hbm_logdir_entry_t *list, size_t n) {
+  char *real_logdir = realpath(logdir, NULL);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++)
+    if (real_logdir && inside_logdir(real_logdir, list[i].path))
+      list[kept++] = list[i];
+  free(real_logdir);
+  return kept;
+}
+
 static hbm_status_t list_logdir(const char *logdir, hbm_logdir_entry_t **out, size_t *n) {
   *out = NULL;
   *n = 0;
@@ -142,7 +163,7 @@ static hbm_status_t list_logdir(const char *logdir, hbm_logdir_entry_t **out, si
     }
     if (total <= cap) {
       *out = list;
-      *n = total;
+      *n = keep_inside(logdir, list, total);
       return HBM_OK;
     }
     free(list);
@@ -208,7 +229,30 @@ static hbm__loaded_t *find_entry_locked(const hbm__cache_t *c, const char *path)
   return NULL;
 }
 
-static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le) {
+/* What tells one version of a file from the next: size, mtime to the nanosecond, inode (a
+ * rewrite within the same second, or a rename over it, still reloads). */
+typedef struct file_version {
+  uint64_t bytes, inode;
+  struct timespec mtime;
+} file_version_t;
+
+static file_version_t version_of(const char *path) {
+  struct stat st;
+  file_version_t v = {0};
+  if (stat(path, &st) == 0) {
+    v.bytes = (uint64_t)st.st_size;
+    v.inode = (uint64_t)st.st_ino;
+    v.mtime = st.st_mtim;
+  }
+  return v;
+}
+
+static bool same_version(const hbm__loaded_t *e, const file_version_t *v) {
+  return e->bytes == v->bytes && e->inode == v->inode && e->changed.tv_sec == v->mtime.tv_sec &&
+         e->changed.tv_nsec == v->mtime.tv_nsec;
+}
+
+static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le, const file_version_t *v) {
   hbm__loaded_t *e = calloc(1, sizeof *e);
   if (!e)
     return NULL;
@@ -216,7 +260,9 @@ static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le) {
   snprintf(e->file, sizeof e->file, "%s", le->file);
   snprintf(e->path, sizeof e->path, "%s", le->path);
   e->mtime = le->mtime;
-  e->bytes = le->bytes;
+  e->bytes = v->bytes;
+  e->inode = v->inode;
+  e->changed = v->mtime;
   e->loading = true;
   e->refs = 2; /* the cache's and the caller's */
   pthread_mutex_init(&e->lock, NULL);
@@ -227,7 +273,8 @@ static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le) {
 static void load_entry(hbm__loaded_t *e) {
   int64_t t0 = hbm__now_ns();
   e->profile = hbm_profile_load(e->path);
-  e->load_ms = (double)(hbm__now_ns() - t0) / 1e6;
+  e->loaded_at_ns = hbm__now_ns();
+  e->load_ms = (double)(e->loaded_at_ns - t0) / 1e6;
   if (!e->profile) {
     e->status = hbm_last_status() != HBM_OK ? hbm_last_status() : HBM_ERR_INTERNAL;
     e->error = strdup(hbm_last_error()[0] ? hbm_last_error() : "the profile could not be loaded");
@@ -257,7 +304,9 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
       return NULL;
     }
   }
-  if (e && e->mtime == le->mtime && e->bytes == le->bytes) {
+  file_version_t version = version_of(le->path);
+  bool fresh_enough = e && hbm__now_ns() - e->loaded_at_ns < (int64_t)HBM__LISTING_MS * 1000000;
+  if (e && (same_version(e, &version) || fresh_enough)) {
     e->refs++;
     e->last_used = ++c->clock;
     pthread_mutex_unlock(&c->lock);
@@ -271,7 +320,7 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
       to_free = dead;
     }
   }
-  hbm__loaded_t *fresh = new_entry(le);
+  hbm__loaded_t *fresh = new_entry(le, &version);
   if (!fresh) {
     pthread_mutex_unlock(&c->lock);
     free_list(to_free);

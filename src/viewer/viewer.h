@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -89,6 +90,9 @@ typedef struct hbm__loaded {
   char path[4096];
   int64_t mtime;
   uint64_t bytes;
+  struct timespec changed; /* the file's mtime (ns) and inode when loaded: a rewrite reloads */
+  uint64_t inode;
+  int64_t loaded_at_ns;   /* a file still being written is reloaded at most this often */
   hbm_profile_t *profile; /* NULL when loading failed */
   hbm_status_t status;    /* of the load */
   char *error;            /* the loader's message when profile is NULL */

@@ -3,7 +3,7 @@
 // (a few thousand), so a profile of a million events pans and zooms at canvas speed: the last
 // rectangles are redrawn at once and the window's own arrive a moment later. Search by op name
 // highlights the matches; OOM events are red markers whose diagnosis shows on hover and click.
-import { formatBytes, escapeHtml, categoryColor, CATEGORIES } from './format.js';
+import { formatBytes, formatOffset, escapeHtml, categoryColor, CATEGORIES } from './format.js';
 
 const HEIGHT = 380;
 const M = { left: 84, right: 12, top: 18, bottom: 26 };
@@ -330,7 +330,7 @@ export class AllocView {
       ctx.moveTo(M.left - 4, y);
       ctx.lineTo(M.left, y);
       ctx.stroke();
-      ctx.fillText(`+${formatBytes(o)}`, M.left - 6, y + 4);
+      ctx.fillText(formatOffset(o, ys), M.left - 6, y + 4);
     }
     ctx.textAlign = 'left';
     ctx.strokeRect(M.left + 0.5, M.top + 0.5, this.plotW() - 1, this.plotH() - 1);

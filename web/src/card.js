@@ -44,7 +44,7 @@ export function renderCard(el, card, kind, pinned) {
   const cat = card.category || 'unknown';
   el.dataset.id = String(card.id);
   el.innerHTML = `
-    <h3><span class="swatch" style="background:${categoryColor(cat)}"></span><span data-field="op">${escapeHtml(card.op || '(untagged)')}</span>${pinned ? ' <span class="pin" title="pinned: click another bar or press Esc">📌</span>' : ''}</h3>
+    <h3><span class="swatch" style="background:${categoryColor(cat)}"></span><span data-field="op">${escapeHtml(card.op || '(untagged)')}</span>${pinned ? ' <span class="pin" title="click the bar again or press Esc to unpin">(pinned)</span>' : ''}</h3>
     <table>
       ${row('shape', 'Shape', card.shape ? `<code>${escapeHtml(card.shape)}</code>` : '')}
       ${row('size', 'Size', `${formatBytes(card.size)} <span class="muted">(${Number(card.size).toLocaleString('en-US')} B)</span>`)}

@@ -20,6 +20,16 @@ export function formatBytes(bytes) {
 // Axis increments for byte scales: powers of two, so ticks fall on 256 MiB, 512 MiB, 1 GiB...
 export const BYTE_INCRS = Array.from({ length: 62 }, (_, i) => 2 ** i);
 
+// An axis label for an offset on a scale whose ticks are `step` bytes apart: in the unit of the
+// step, so neighbouring ticks never print the same text ("+1,896 MiB", "+1,904 MiB").
+export function formatOffset(bytes, step) {
+  let u = 0;
+  while (u < UNITS.length - 1 && step >= 1024 ** (u + 1)) u++;
+  const v = bytes / 1024 ** u;
+  const text = Number.isInteger(v) ? v.toLocaleString('en-US') : v.toLocaleString('en-US', { maximumFractionDigits: 2 });
+  return `+${text} ${UNITS[u]}`;
+}
+
 // Signed difference: "+1.00 MiB" / "-512 B" / "±0".
 export function formatDelta(bytes) {
   if (!bytes) return '±0';

@@ -27,7 +27,13 @@ const state = {
 const timings = {};
 const t0 = performance.now();
 // For tests and the browser benchmark: the state, timings and the views.
-window.hbmViewer = { state, timings, ready: false };
+window.hbmViewer = { state, timings, ready: false, loads: 0 };
+
+// Marks the end of a load (a view, an empty or an error state) for tests and benchmarks.
+function settled() {
+  window.hbmViewer.ready = true;
+  window.hbmViewer.loads++;
+}
 
 function args(extra = {}) {
   return { run: state.run, profile: state.profile, space: state.space, ...extra };
@@ -115,7 +121,7 @@ async function refreshRuns() {
     fillSelect($('profile-select'), [], null);
     fillSelect($('space-select'), [], null);
     showEmpty(data.logdir);
-    window.hbmViewer.ready = true;
+    if (!window.hbmViewer.ready) settled();
     return;
   }
   if (names.join('\n') === known.join('\n') && state.run) return;
@@ -139,6 +145,7 @@ async function selectRun(run) {
     data = await api('profiles', { run });
   } catch (err) {
     showError(err.message);
+    settled();
     return;
   }
   state.profiles = data.profiles;
@@ -162,7 +169,7 @@ async function selectProfile(file) {
     state.info = null;
     fillSelect($('space-select'), [], null);
     showError(err.message);
-    window.hbmViewer.ready = true;
+    settled();
     return;
   }
   const previous = state.info?.spaces?.[state.space]?.name;
@@ -203,7 +210,7 @@ async function selectSpace(space) {
     if (seq === state.loadSeq) {
       showError(err.message);
       setStatus('');
-      window.hbmViewer.ready = true;
+      settled();
     }
     return;
   }
@@ -225,7 +232,7 @@ async function selectSpace(space) {
   const ms = performance.now() - started;
   timings.lastLoadMs = ms;
   if (timings.firstViewMs == null) timings.firstViewMs = performance.now() - t0;
-  window.hbmViewer.ready = true;
+  settled();
   if ($('compare-select').value) runCompare();
 }
 
@@ -252,7 +259,7 @@ function renderSummary(s) {
     stat('stat-peak', 'Peak memory allocation', s.peak_bytes,
       `${where}<br>without padding: <span id="peak-unpadded">${formatBytes(s.peak_unpadded_bytes)}</span>`, over ? 'alert' : 'main'),
     stat('stat-frag', runtime ? 'Peak reserved' : 'With fragmentation', runtime ? s.peak_reserved_bytes : s.heap_bytes,
-      runtime ? `reserved at the peak: ${formatBytes(s.reserved_at_peak)} · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}`
+      runtime ? `reserved at the peak: ${formatBytes(s.reserved_at_peak)}${s.fragmentation_at_peak >= 0 && s.fragmentation_at_peak <= 1 ? ` · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}` : ''}`
         : `${formatPercent(heapFrag)} fragmentation`),
     stat('stat-padding', 'Padding overhead', s.padding_bytes, `${formatPercent(padShare)} of the peak`, padShare > 0.2 ? 'warn' : ''),
     stat('stat-args', 'Arguments (program inputs)', s.argument_bytes, `outputs: ${formatBytes(s.output_bytes)}`),

@@ -174,6 +174,8 @@ export class Timeline {
     ctx.beginPath();
     ctx.rect(left, top, width, height);
     ctx.clip();
+    ctx.textAlign = 'left'; // uPlot leaves its axis alignment behind
+    ctx.textBaseline = 'alphabetic';
     if (s.limit_bytes) {
       const y = u.valToPos(s.limit_bytes, 'y', true);
       if (y >= top && y <= top + height) {

@@ -1,0 +1,237 @@
+/* test_viewer_server.c — the viewer's HTTP server over real sockets on 127.0.0.1: answers,
+ * headers, several clients at once, the loopback Host check, a port already in use, and the
+ * `hbm view` command (missing logdir, bad flags, port in use, Ctrl-C stops it with status 0). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "viewer/viewer.h"
+#include "viewer_fixtures.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *logdir;
+static hbm__viewer_t *viewer;
+static hbm__server_t *server;
+static int port;
+
+static int setup(void **state) {
+  logdir = th_mkdtemp("viewer-server");
+  if (!logdir || vf_write_logdir(logdir, 2000) != 0)
+    return -1;
+  viewer = hbm__viewer_new(logdir);
+  server = viewer ? hbm__server_start(viewer, "127.0.0.1", 0, NULL) : NULL;
+  if (!server)
+    return -1;
+  port = hbm__server_port(server);
+  return 0;
+}
+
+static int teardown(void **state) {
+  hbm__server_stop(server);
+  hbm__viewer_free(viewer);
+  th_rmtree(logdir);
+  free(logdir);
+  return 0;
+}
+
+/* One HTTP/1.1 request on a fresh connection; returns the whole answer (malloc'd) or NULL. */
+static char *http_get(int to_port, const char *path, const char *host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  char req[1024];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                   path, host);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  ssize_t got;
+  while (buf && (got = read(fd, buf + len, cap - len - 1)) > 0) {
+    len += (size_t)got;
+    if (cap - len < 2) {
+      char *grown = realloc(buf, cap *= 2);
+      if (!grown)
+        free(buf);
+      buf = grown;
+    }
+  }
+  close(fd);
+  if (buf)
+    buf[len] = '\0';
+  return buf;
+}
+
+static char *get_local(const char *path) {
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", port);
+  return http_get(port, path, host);
+}
+
+static void test_answers_json_and_page(void **state) {
+  char *answer = get_local("/api/runs");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  assert_non_null(strstr(answer, "Content-Type: application/json"));
+  assert_non_null(strstr(answer, "Content-Security-Policy: default-src 'self'"));
+  assert_non_null(strstr(answer, "\"run\":\"" VF_RUN_PLANS "\""));
+  free(answer);
+  answer = get_local("/");
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  assert_non_null(strstr(answer, "text/html"));
+  assert_non_null(strstr(answer, "<script src=\"/app.js\">"));
+  free(answer);
+  answer = get_local("/app.js");
+  assert_non_null(strstr(answer, "text/javascript"));
+  assert_true(strlen(answer) > 10000); /* the bundle with the charting library */
+  free(answer);
+  answer = get_local("/api/summary?run=..%2F..&profile=x");
+  assert_non_null(strstr(answer, "HTTP/1.1 404"));
+  assert_non_null(strstr(answer, "\"error\""));
+  free(answer);
+  answer = get_local("/%2e%2e/%2e%2e/etc/passwd");
+  assert_non_null(strstr(answer, "HTTP/1.1 404"));
+  assert_null(strstr(answer, "root:"));
+  free(answer);
+}
+
+static void *client(void *arg) {
+  const char *paths[] = {
+      "/api/runs",
+      "/api/summary?run=" VF_RUN_TRAIN "&profile=testhost.4242.hbmtrace",
+      "/api/timeline?run=" VF_RUN_TRAIN "&profile=testhost.4242.hbmtrace&points=200",
+      "/api/allocations?run=" VF_RUN_TRAIN "&profile=testhost.4242.hbmtrace&limit=500",
+      "/api/buffers_at_peak?run=" VF_RUN_PLANS "&profile=module_0001.jit_train_step.hbmtrace",
+      "/app.js",
+  };
+  intptr_t ok = 0;
+  for (int i = 0; i < 12; i++) {
+    char *answer = get_local(paths[(i + (intptr_t)arg) % 6]);
+    ok += answer && strstr(answer, "HTTP/1.1 200") != NULL;
+    free(answer);
+  }
+  return (void *)ok;
+}
+
+static void test_several_clients_at_once(void **state) {
+  pthread_t threads[8];
+  for (intptr_t i = 0; i < 8; i++)
+    assert_int_equal(pthread_create(&threads[i], NULL, client, (void *)i), 0);
+  intptr_t ok = 0;
+  for (int i = 0; i < 8; i++) {
+    void *result;
+    pthread_join(threads[i], &result);
+    ok += (intptr_t)result;
+  }
+  assert_int_equal(ok, 8 * 12);
+}
+
+static void test_foreign_host_refused(void **state) {
+  char *answer = http_get(port, "/api/runs", "attacker.example");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 403"));
+  free(answer);
+  char host[64];
+  snprintf(host, sizeof host, "localhost:%d", port);
+  answer = http_get(port, "/api/runs", host);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+}
+
+static void test_port_in_use(void **state) {
+  hbm__server_t *second = hbm__server_start(viewer, "127.0.0.1", port, NULL);
+  assert_null(second);
+  assert_non_null(strstr(hbm_last_error(), "already in use"));
+  assert_null(hbm__server_start(viewer, "127.0.0.1", 70000, NULL));
+  assert_null(hbm__server_start(viewer, "no-such-host.invalid", 0, NULL));
+}
+
+/* ---- the command ---- */
+
+static void test_cli_errors(void **state) {
+  char *out = NULL, cmd[4400];
+  assert_int_equal(th_run(HBM_BIN " view --logdir /nonexistent/logdir", &out), 1);
+  assert_non_null(strstr(out, "does not exist"));
+  free(out);
+  assert_int_equal(th_run(HBM_BIN " view", &out), 2);
+  assert_non_null(strstr(out, "--logdir"));
+  free(out);
+  assert_int_equal(th_run(HBM_BIN " view --logdir /tmp --port 99999", &out), 2);
+  free(out);
+  assert_int_equal(th_run(HBM_BIN " view --logdir /tmp --frobnicate", &out), 2);
+  free(out);
+  snprintf(cmd, sizeof cmd, HBM_BIN " view --logdir %s --port %d", logdir, port);
+  assert_int_equal(th_run(cmd, &out), 1);
+  assert_non_null(strstr(out, "already in use"));
+  free(out);
+}
+
+/* Starts `hbm view --port 0`, reads the port from the URL it prints, asks it something,
+ * sends SIGINT and expects a clean exit. */
+static void test_cli_serves_and_stops_on_sigint(void **state) {
+  int err[2];
+  assert_int_equal(pipe(err), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(err[1], STDERR_FILENO);
+    close(err[0]);
+    execl(HBM_BIN, HBM_BIN, "view", "--logdir", logdir, "--port", "0", (char *)NULL);
+    _exit(127);
+  }
+  close(err[1]);
+  FILE *f = fdopen(err[0], "r");
+  char line[512];
+  int child_port = 0;
+  while (!child_port && fgets(line, sizeof line, f)) {
+    const char *at = strstr(line, "http://127.0.0.1:");
+    if (at)
+      child_port = atoi(at + strlen("http://127.0.0.1:"));
+  }
+  assert_true(child_port > 0);
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", child_port);
+  char *answer = http_get(child_port, "/api/runs", host);
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+  kill(pid, SIGINT);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  fclose(f);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_answers_json_and_page),
+      cmocka_unit_test(test_several_clients_at_once),
+      cmocka_unit_test(test_foreign_host_refused),
+      cmocka_unit_test(test_port_in_use),
+      cmocka_unit_test(test_cli_errors),
+      cmocka_unit_test(test_cli_serves_and_stops_on_sigint),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# viewer_browser.sh — the Memory Viewer in headless Chromium (ctest entry). Writes the fixture
+# logdir (test_viewer_api --write-fixtures), starts `hbm view` on a free port of 127.0.0.1 for
+# it and another for an empty logdir, runs tests/browser/viewer.test.mjs (playwright-core),
+# stops both servers with SIGINT and checks they exit 0. Screenshots: <build>/artifacts/viewer/.
+# Usage: viewer_browser.sh HBM_BINARY SOURCE_DIR BUILD_DIR
+# HBM_SKIP_BROWSER=1 skips it (the sanitizer builds do: Chromium is not what they test).
+set -euo pipefail
+hbm=$1 src=$2 build=$3
+
+skip() { echo "viewer_browser: skipped ($1)"; exit 0; }
+[[ "${HBM_SKIP_BROWSER:-0}" == 1 ]] && skip "HBM_SKIP_BROWSER=1"
+chromium=${HBM_CHROMIUM:-/usr/bin/chromium}
+[[ -x $chromium ]] || skip "no Chromium at $chromium: scripts/install-deps.sh --test installs it"
+if "$hbm" view --logdir /nonexistent-hbm-viewer-check 2>&1 | grep -q "built without the viewer"; then
+  skip "this hbm was built with -DHBM_VIEWER=OFF"
+fi
+fixtures=$build/tests/test_viewer_api
+[[ -x $fixtures ]] || { echo "viewer_browser: $fixtures is missing"; exit 1; }
+if [[ ! -d $src/web/node_modules/playwright-core ]]; then
+  bash "$src/scripts/web-deps.sh"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/hbm-viewer-browser-XXXXXX")
+artifacts=$build/artifacts/viewer
+mkdir -p "$artifacts" "$work/logdir" "$work/empty"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$fixtures" --write-fixtures "$work/logdir" 3000
+
+# Starts `hbm view` on port 0 (the kernel picks a free one); sets $url from what it prints.
+serve() {
+  local logdir=$1 log=$2
+  "$hbm" view --logdir "$logdir" --port 0 --host 127.0.0.1 2>"$log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1 || true)
+    [[ -n $url ]] && return 0
+    sleep 0.1
+  done
+  echo "viewer_browser: hbm view did not start:"; cat "$log"; exit 1
+}
+serve "$work/logdir" "$work/serve.log"
+main_url=$url main_pid=${pids[0]}
+serve "$work/empty" "$work/serve-empty.log"
+empty_url=$url empty_pid=${pids[1]}
+
+status=0
+node "$src/tests/browser/viewer.test.mjs" --url "$main_url" --empty-url "$empty_url" \
+  --logdir "$work/logdir" --empty-logdir "$work/empty" --artifacts "$artifacts" \
+  --hbm "$hbm" --chromium "$chromium" --profiledir "$work/chromium-profile" || status=$?
+
+# Ctrl-C stops the servers cleanly.
+for pid in "$main_pid" "$empty_pid"; do
+  kill -INT "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  if ((rc != 0)); then
+    echo "viewer_browser: hbm view exited $rc after SIGINT"; status=1
+  fi
+done
+pids=()
+echo "viewer_browser: screenshots in $artifacts"
+exit $status
