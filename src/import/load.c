@@ -1,9 +1,165 @@
-/* load.c — hbm_profile_load: recognises what a file is (an .hbmtrace profile, an RMM CSV log,
- * HLO text, an XLA buffer-assignment or memory-usage-report dump) and turns it into the one
- * profile model. Placeholder until the importers land. */
+/* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
+ * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump) and
+ * turns it into the one profile model. HLO and XLA dumps are planned with default options;
+ * the plan's profile is copied so that the caller owns a plain hbm_profile_t. */
 #include "base/base.h"
+#include "profile/trace_format.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum format {
+  FORMAT_UNKNOWN = 0,
+  FORMAT_TRACE,
+  FORMAT_RMM_CSV,
+  FORMAT_HLO,
+  FORMAT_BUFFER_ASSIGNMENT,
+  FORMAT_MEMORY_REPORT
+} format_t;
+
+/* The first line that is neither blank nor a comment ('#' or '//'). */
+static const char *first_content_line(const char *p, const char *end) {
+  if (end - p >= 3 && !memcmp(p, "\xef\xbb\xbf", 3))
+    p += 3;
+  while (p < end) {
+    const char *q = p;
+    while (q < end && (*q == ' ' || *q == '\t' || *q == '\r'))
+      q++;
+    if (q == end)
+      break;
+    bool comment = *q == '#' || (end - q >= 2 && q[0] == '/' && q[1] == '/');
+    if (*q != '\n' && !comment)
+      return q;
+    const char *nl = memchr(q, '\n', (size_t)(end - q));
+    if (!nl)
+      break;
+    p = nl + 1;
+  }
+  return end;
+}
+
+static bool starts_with(const char *p, const char *end, const char *prefix) {
+  size_t n = strlen(prefix);
+  return (size_t)(end - p) >= n && !strncmp(p, prefix, n);
+}
+
+/* A line "allocation N: size ..." anywhere: XLA's buffer assignment. */
+static bool has_allocation_line(const char *p, const char *end) {
+  for (const char *line = p; line < end;) {
+    const char *q = line;
+    while (q < end && *q == ' ')
+      q++;
+    if (starts_with(q, end, "allocation ")) {
+      q += 11;
+      const char *digits = q;
+      while (q < end && *q >= '0' && *q <= '9')
+        q++;
+      if (q > digits && starts_with(q, end, ": size "))
+        return true;
+    }
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    line = nl ? nl + 1 : end;
+  }
+  return false;
+}
+
+static format_t detect(const char *data, size_t len) {
+  if (hbm__trace_is(data, len))
+    return FORMAT_TRACE;
+  const char *end = data + len, *first = first_content_line(data, end);
+  if (starts_with(first, end, "HloModule"))
+    return FORMAT_HLO;
+  if ((size_t)(end - first) >= 6 && !strncasecmp(first, "thread", 6))
+    return FORMAT_RMM_CSV; /* its header; the parser says what is wrong if the rest is not */
+  if (has_allocation_line(first, end))
+    return FORMAT_BUFFER_ASSIGNMENT;
+  if (strstr(first, "Memory Space:") || strstr(first, "cumulative_size"))
+    return FORMAT_MEMORY_REPORT;
+  return FORMAT_UNKNOWN;
+}
+
+/* ---- plans: the profile is the plan's, so it is copied ---- */
+
+static hbm_status_t copy_contents(hbm_profile_t *dst, const hbm_profile_t *src) {
+  hbm_status_t s = HBM_OK;
+  for (size_t i = 0; i < hbm_profile_meta_count(src) && s == HBM_OK; i++) {
+    const char *k = hbm_profile_meta_key(src, i);
+    s = hbm_profile_set_meta(dst, k, hbm_profile_meta(src, k));
+  }
+  for (int i = 0; i < hbm_profile_space_count(src) && s == HBM_OK; i++) {
+    const hbm_space_info_t *sp = hbm_profile_space(src, i);
+    if (hbm_profile_add_space(dst, sp->name, sp->device, sp->color, sp->limit) < 0)
+      s = hbm_last_status();
+  }
+  for (int64_t i = 0; i < hbm_profile_step_count(src) && s == HBM_OK; i++)
+    if (hbm_profile_add_step(dst, hbm_profile_step_time(src, i), hbm_profile_step_label(src, i)) <
+        0)
+      s = hbm_last_status();
+  for (int64_t i = 0; i < hbm_profile_buffer_count(src) && s == HBM_OK; i++)
+    if (hbm_profile_add_buffer(dst, hbm_profile_buffer(src, i)) < 0)
+      s = hbm_last_status();
+  for (size_t i = 0; i < hbm_profile_reserve_count(src) && s == HBM_OK; i++)
+    s = hbm_profile_add_reserve(dst, hbm_profile_reserve(src, i));
+  for (size_t i = 0; i < hbm_profile_oom_count(src) && s == HBM_OK; i++)
+    s = hbm_profile_add_oom(dst, hbm_profile_oom(src, i));
+  for (size_t i = 0; i < hbm_profile_marker_count(src) && s == HBM_OK; i++)
+    s = hbm_profile_add_marker(dst, hbm_profile_marker(src, i));
+  return s == HBM_OK ? hbm_profile_finish(dst) : s;
+}
+
+static hbm_profile_t *load_plan(const char *path) {
+  hbm_plan_options_t options;
+  memset(&options, 0, sizeof options);
+  hbm_plan_t *plan = hbm_plan_file(path, &options);
+  if (!plan)
+    return NULL;
+  const hbm_profile_t *src = hbm_plan_profile(plan);
+  hbm_profile_t *p = src ? hbm_profile_new(hbm_profile_kind(src), hbm_profile_name(src)) : NULL;
+  if (p && copy_contents(p, src) != HBM_OK) {
+    hbm_profile_free(p);
+    p = NULL;
+  }
+  if (!src)
+    hbm__error(HBM_ERR_INTERNAL, "%s: the plan has no profile", path);
+  hbm_plan_free(plan);
+  return p;
+}
+
+static hbm_profile_t *load_csv(const char *path, const char *data, size_t len) {
+  hbm_alloc_log_t log;
+  if (hbm_alloc_log_parse(data, len, path, 0, &log) != HBM_OK)
+    return NULL;
+  hbm_profile_t *p = hbm_alloc_log_to_profile(&log, path);
+  hbm_alloc_log_free(&log);
+  return p;
+}
 
 hbm_profile_t *hbm_profile_load(const char *path) {
-  hbm__error(HBM_ERR_UNAVAILABLE, "%s: loading profiles is not built yet", path);
-  return NULL;
+  if (!path) {
+    hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
+    return NULL;
+  }
+  char *data;
+  size_t len;
+  if (hbm__read_file(path, &data, &len) != HBM_OK)
+    return NULL;
+  hbm_profile_t *p = NULL;
+  switch (detect(data, len)) {
+  case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
+  case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
+  case FORMAT_HLO:
+  case FORMAT_BUFFER_ASSIGNMENT:
+  case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
+  case FORMAT_UNKNOWN:
+    hbm__error(HBM_ERR_PARSE,
+               "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
+               "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
+               "'HloModule'), or an XLA dump (*-buffer-assignment.txt with 'allocation N: size' "
+               "lines, *-memory-usage-report.txt)",
+               path, HBM_TRACE_MAGIC);
+    break;
+  }
+  free(data);
+  return p;
 }

@@ -1,35 +1,868 @@
-/* recorder.c — the profiler's event recorder (see recorder.h). This first version keeps the
- * device registry only; capturing to a trace file is added with the trace format. */
+/* recorder.c — the profiler's event recorder (recorder.h) and the public hbm_profiler_*
+ * functions. While a capture runs, every hook appends a small fixed-layout record to a buffer
+ * ("chunk") owned by the calling thread: no lock, no atomic read-modify-write, one timestamp
+ * (rdtsc where the kernel itself trusts the TSC). A writer thread collects full chunks (and,
+ * once a second or on flush/OOM/stop, the filled part of every thread's current chunk),
+ * turns them into trace records (strings interned once per file, times in ns) and lets
+ * trace_write.c compress and append them as blocks. So the allocating thread pays for the
+ * record only; compression happens on the writer thread.
+ *
+ * Concurrency: a chunk's owner appends past `committed` and publishes with a release store;
+ * collectors read [consumed, committed) with an acquire load under rec.lock. Lock order:
+ * devices_lock > (a device's own lock) > write_lock > lock. Captures are numbered (gen): a
+ * thread's leftovers from an earlier capture are dropped when it next records. */
 #include "profile/recorder.h"
 
 #include "base/base.h"
+#include "profile/trace_format.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define HAVE_TSC 1
+#endif
+
+#define CHUNK_BYTES (64u << 10)
+#define MAX_QUEUED_BYTES (64u << 20) /* past this, producers help the writer (backpressure) */
+#define MAX_TAG_STRING 4095u         /* longer tag strings are cut in the profile */
+#define FLUSH_PERIOD_S 1             /* bounds what a crash can lose */
 
 atomic_int hbm__rec_capturing;
-static atomic_int next_device_id;
+
+/* ---- raw records, as threads write them (never stored in files) ---- */
+
+enum { RAW_ALLOC = 1, RAW_FREE = 2, RAW_RESERVE = 3 };
+#define RAW_TAGGED 1u    /* an ALLOC followed by 4 string lengths and the strings */
+#define RAW_DESCRIBED 2u /* an ALLOC listed by describe(): live before the capture */
+
+typedef struct raw_head {
+  uint8_t type, flags;
+  uint16_t extra; /* category (ALLOC), op (RESERVE) */
+  int32_t device;
+  uint64_t ticks;
+} raw_head_t;
+
+typedef struct raw_alloc {
+  raw_head_t h;
+  uint64_t address, size, allocated;
+} raw_alloc_t;
+
+typedef struct raw_free {
+  raw_head_t h;
+  uint64_t address;
+} raw_free_t;
+
+typedef struct raw_reserve {
+  raw_head_t h;
+  uint64_t address, size;
+} raw_reserve_t;
+
+typedef struct chunk {
+  struct chunk *next;
+  _Atomic size_t committed; /* bytes the owner has finished writing */
+  size_t consumed;          /* bytes already turned into trace records (under rec.lock) */
+  unsigned gen;
+  _Alignas(8) uint8_t data[CHUNK_BYTES];
+} chunk_t;
+
+typedef struct rec_thread {
+  struct rec_thread *next;
+  chunk_t *cur; /* changed by the owner under rec.lock only */
+  size_t pos;   /* owner only */
+  unsigned gen; /* capture this thread's chunk belongs to (owner, under rec.lock) */
+  bool describing;
+  bool dead; /* its thread exited; the struct is reused once drained */
+} rec_thread_t;
+
+typedef struct rec_device {
+  char name[64];
+  char mode[16];
+  uint64_t limit;
+  void (*describe)(void *dev);
+  void *dev;
+  bool open;
+} rec_device_t;
+
+typedef struct space_slot {
+  char device[64];
+  uint64_t limit;
+} space_slot_t;
+
+static struct {
+  pthread_mutex_t devices_lock; /* the device registry; start/stop */
+  pthread_mutex_t write_lock;   /* the trace writer and the device → space map */
+  pthread_mutex_t lock;         /* threads, chunks, queue */
+  pthread_cond_t wake;          /* the writer thread */
+  /* registry (devices_lock) */
+  rec_device_t *devices;
+  int n_devices, cap_devices;
+  /* threads and chunks (lock) */
+  rec_thread_t *threads;
+  chunk_t *queue_head, *queue_tail;
+  size_t n_queued;
+  chunk_t *free_chunks;
+  bool stopping;
+  /* the capture (write_lock) */
+  hbm_trace_writer_t *tw;
+  int *space_of; /* device id → space index, -1 when none */
+  int cap_space_of;
+  space_slot_t *spaces;
+  int n_spaces, cap_spaces;
+  uint8_t *scratch;
+  size_t cap_scratch;
+  bool dirty; /* records written since the last block went to disk */
+  uint64_t written_events;
+  /* set at start */
+  pthread_t writer;
+  bool writer_running;
+  uint64_t ticks0;
+  double ns_per_tick;
+  bool use_tsc;
+  char *path;
+  atomic_uint gen;
+  atomic_ullong dropped;
+} rec = {.devices_lock = PTHREAD_MUTEX_INITIALIZER,
+         .write_lock = PTHREAD_MUTEX_INITIALIZER,
+         .lock = PTHREAD_MUTEX_INITIALIZER,
+         .wake = PTHREAD_COND_INITIALIZER};
+
+/* Paths of past captures: hbm_profiler_path() may have handed them out. Freed at exit. */
+typedef struct old_path {
+  struct old_path *next;
+  char *path;
+} old_path_t;
+static old_path_t *old_paths;
+static _Atomic(const char *) current_path;
+
+static __attribute__((tls_model("initial-exec"))) _Thread_local rec_thread_t *tls_thread;
+static pthread_key_t thread_key;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* ---- time ---- */
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline uint64_t read_ticks(void) {
+#ifdef HAVE_TSC
+  if (HBM_LIKELY(rec.use_tsc))
+    return __rdtsc();
+#endif
+  return (uint64_t)monotonic_ns();
+}
+
+/* The TSC is used only where the kernel uses it as its own clock (so it is invariant and
+ * synchronised across cores); it is calibrated once against CLOCK_MONOTONIC. */
+static void choose_clock(void) {
+  rec.use_tsc = false;
+  rec.ns_per_tick = 1.0;
+#ifdef HAVE_TSC
+  char source[32] = "";
+  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (f) {
+    if (!fgets(source, sizeof source, f))
+      source[0] = '\0';
+    fclose(f);
+  }
+  if (strncmp(source, "tsc", 3) != 0)
+    return;
+  int64_t t0 = monotonic_ns();
+  uint64_t c0 = __rdtsc();
+  int64_t t1;
+  do
+    t1 = monotonic_ns();
+  while (t1 - t0 < 2000000);
+  uint64_t c1 = __rdtsc();
+  if (c1 > c0) {
+    rec.ns_per_tick = (double)(t1 - t0) / (double)(c1 - c0);
+    rec.use_tsc = true;
+  }
+#endif
+}
+
+static int64_t ticks_to_ns(uint64_t ticks) {
+  return ticks <= rec.ticks0 ? 0 : (int64_t)((double)(ticks - rec.ticks0) * rec.ns_per_tick);
+}
+
+/* ---- threads and chunks ---- */
+
+static void thread_exited(void *arg) {
+  rec_thread_t *t = arg;
+  pthread_mutex_lock(&rec.lock);
+  t->dead = true;
+  tls_thread = NULL; /* a later event of this thread (another destructor) registers anew */
+  pthread_mutex_unlock(&rec.lock);
+}
+
+static void init_once_fn(void) { pthread_key_create(&thread_key, thread_exited); }
+
+static chunk_t *take_chunk(void) { /* under rec.lock */
+  chunk_t *c = rec.free_chunks;
+  if (c)
+    rec.free_chunks = c->next;
+  else if (!(c = malloc(sizeof *c)))
+    return NULL;
+  c->next = NULL;
+  atomic_store_explicit(&c->committed, 0, memory_order_relaxed);
+  c->consumed = 0;
+  c->gen = atomic_load(&rec.gen);
+  return c;
+}
+
+static bool drained(const rec_thread_t *t) {
+  return !t->cur || t->cur->consumed == atomic_load(&t->cur->committed) ||
+         t->gen != atomic_load(&rec.gen);
+}
+
+/* A struct for the calling thread: a drained one of an exited thread, or a new one. */
+static rec_thread_t *register_thread(void) { /* under rec.lock */
+  rec_thread_t *t = rec.threads;
+  while (t && !(t->dead && drained(t)))
+    t = t->next;
+  if (!t) {
+    if (!(t = calloc(1, sizeof *t)))
+      return NULL;
+    t->next = rec.threads;
+    rec.threads = t;
+  }
+  t->dead = false;
+  t->describing = false;
+  t->gen = 0; /* forces a reset on first use */
+  pthread_setspecific(thread_key, t);
+  return t;
+}
+
+static void wake_writer(void) { pthread_cond_signal(&rec.wake); }
+static void collect_and_write(bool all, bool to_disk);
+
+/* The slow path of reserve(): first use, a new capture, or a full chunk. */
+static uint8_t *reserve_slow(size_t need) {
+  pthread_once(&init_once, init_once_fn);
+  pthread_mutex_lock(&rec.lock);
+  rec_thread_t *t = tls_thread;
+  if (!t && !(t = tls_thread = register_thread())) {
+    pthread_mutex_unlock(&rec.lock);
+    return NULL;
+  }
+  unsigned gen = atomic_load(&rec.gen);
+  bool help = false;
+  if (t->cur && t->gen != gen) { /* leftovers of an earlier capture: dropped */
+    t->cur->consumed = 0;
+    atomic_store_explicit(&t->cur->committed, 0, memory_order_relaxed);
+    t->cur->gen = gen;
+    t->pos = 0;
+  } else if (t->cur && t->pos + need > CHUNK_BYTES) {
+    chunk_t *full = t->cur;
+    full->next = NULL;
+    if (rec.queue_tail)
+      rec.queue_tail->next = full;
+    else
+      rec.queue_head = full;
+    rec.queue_tail = full;
+    rec.n_queued++;
+    t->cur = NULL;
+    help = rec.n_queued * CHUNK_BYTES > MAX_QUEUED_BYTES;
+    wake_writer();
+  }
+  t->gen = gen;
+  if (!t->cur) {
+    t->cur = take_chunk();
+    t->pos = 0;
+  }
+  pthread_mutex_unlock(&rec.lock);
+  if (help)
+    collect_and_write(false, false);
+  return t->cur ? t->cur->data + t->pos : NULL;
+}
+
+/* Room for `need` bytes in this thread's chunk (NULL: out of host memory, event dropped). */
+static inline uint8_t *reserve(size_t need) {
+  rec_thread_t *t = tls_thread;
+  if (HBM_LIKELY(t && t->gen == atomic_load_explicit(&rec.gen, memory_order_relaxed) &&
+                 t->pos + need <= CHUNK_BYTES))
+    return t->cur->data + t->pos;
+  return reserve_slow(need);
+}
+
+static inline void commit(size_t n) {
+  rec_thread_t *t = tls_thread;
+  t->pos += n;
+  atomic_store_explicit(&t->cur->committed, t->pos, memory_order_release);
+}
+
+static void drop_event(void) { atomic_fetch_add_explicit(&rec.dropped, 1, memory_order_relaxed); }
+
+/* ---- the hooks ---- */
+
+static size_t tag_length(const char *s) { return s ? strnlen(s, MAX_TAG_STRING) : 0; }
+
+void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
+                    const hbm_tag_t *tag) {
+  if (!hbm__rec_active())
+    return;
+  size_t lens[4] = {0}, need = sizeof(raw_alloc_t);
+  if (tag) {
+    const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
+    need += 4 * sizeof(uint16_t);
+    for (int i = 0; i < 4; i++)
+      need += (lens[i] = tag_length(s[i])) + 1;
+    need = (need + 7) & ~(size_t)7;
+  }
+  uint8_t *p = reserve(need);
+  if (HBM_UNLIKELY(!p))
+    return drop_event();
+  raw_alloc_t r = {
+      {RAW_ALLOC, (uint8_t)((tag ? RAW_TAGGED : 0) | (tls_thread->describing ? RAW_DESCRIBED : 0)),
+       (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
+      address,
+      size,
+      allocated};
+  memcpy(p, &r, sizeof r);
+  if (tag) {
+    const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
+    uint8_t *q = p + sizeof r + 4 * sizeof(uint16_t);
+    for (int i = 0; i < 4; i++) {
+      uint16_t n = (uint16_t)lens[i];
+      memcpy(p + sizeof r + i * sizeof n, &n, sizeof n);
+      if (n)
+        memcpy(q, s[i], n);
+      q[n] = '\0';
+      q += n + 1;
+    }
+  }
+  commit(need);
+}
+
+void hbm__rec_free(int id, uint64_t address) {
+  if (!hbm__rec_active())
+    return;
+  uint8_t *p = reserve(sizeof(raw_free_t));
+  if (HBM_UNLIKELY(!p))
+    return drop_event();
+  raw_free_t r = {{RAW_FREE, 0, 0, id, read_ticks()}, address};
+  memcpy(p, &r, sizeof r);
+  commit(sizeof r);
+}
+
+void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t size) {
+  if (!hbm__rec_active())
+    return;
+  uint8_t *p = reserve(sizeof(raw_reserve_t));
+  if (HBM_UNLIKELY(!p))
+    return drop_event();
+  raw_reserve_t r = {{RAW_RESERVE, 0, (uint16_t)op, id, read_ticks()}, address, size};
+  memcpy(p, &r, sizeof r);
+  commit(sizeof r);
+}
+
+/* ---- turning raw records into trace records (under write_lock) ---- */
+
+static int space_of(int id) { return id >= 0 && id < rec.cap_space_of ? rec.space_of[id] : -1; }
+
+/* Returns the bytes of the raw record at p (0 when malformed: the rest is skipped). */
+static size_t encode_raw(const uint8_t *p, size_t left) {
+  raw_head_t h;
+  if (left < sizeof h)
+    return 0;
+  memcpy(&h, p, sizeof h);
+  int space = space_of(h.device);
+  bool stale = h.ticks < rec.ticks0 || space < 0; /* from an earlier capture */
+  int64_t t = ticks_to_ns(h.ticks);
+  if (h.type == RAW_FREE) {
+    raw_free_t r;
+    memcpy(&r, p, sizeof r);
+    if (!stale)
+      hbm__tw_ev_free(rec.tw, t, space, r.address);
+    return sizeof r;
+  }
+  if (h.type == RAW_RESERVE) {
+    raw_reserve_t r;
+    memcpy(&r, p, sizeof r);
+    if (!stale)
+      hbm__tw_ev_reserve(rec.tw, t, space, (hbm_reserve_op_t)h.extra, r.address, r.size);
+    return sizeof r;
+  }
+  raw_alloc_t r;
+  memcpy(&r, p, sizeof r);
+  size_t n = sizeof r;
+  hbm_tag_t tag = {.category = (hbm_category_t)h.extra};
+  if (h.flags & RAW_TAGGED) {
+    const char **s[4] = {&tag.op, &tag.shape, &tag.group, &tag.source};
+    const uint8_t *q = p + n + 4 * sizeof(uint16_t);
+    for (int i = 0; i < 4; i++) {
+      uint16_t len;
+      memcpy(&len, p + n + i * sizeof len, sizeof len);
+      *s[i] = len ? (const char *)q : NULL;
+      q += len + 1;
+    }
+    n = ((size_t)(q - p) + 7) & ~(size_t)7;
+  }
+  if (!stale)
+    hbm__tw_ev_alloc(rec.tw, t, space, r.address, r.size, r.allocated,
+                     (h.flags & RAW_TAGGED) ? &tag : NULL,
+                     (h.flags & RAW_DESCRIBED) ? HBM_EV_PREEXISTING : 0);
+  return n;
+}
+
+static void encode_range(const uint8_t *p, size_t n) {
+  size_t off = 0;
+  while (off < n) {
+    size_t used = encode_raw(p + off, n - off);
+    if (!used)
+      break;
+    off += used;
+    rec.written_events++;
+  }
+  if (n)
+    rec.dirty = true;
+}
+
+static bool grow_scratch(size_t need) {
+  if (need <= rec.cap_scratch)
+    return true;
+  size_t cap = rec.cap_scratch ? rec.cap_scratch : CHUNK_BYTES;
+  while (cap < need)
+    cap *= 2;
+  uint8_t *grown = realloc(rec.scratch, cap);
+  if (!grown)
+    return false;
+  rec.scratch = grown;
+  rec.cap_scratch = cap;
+  return true;
+}
+
+/* Takes the queued chunks and (when all) the unread part of every thread's chunk.
+ * Under write_lock; takes rec.lock. Returns the list of queued chunks; copies go to
+ * rec.scratch (*copied bytes). */
+static chunk_t *collect(bool all, size_t *copied) {
+  *copied = 0;
+  pthread_mutex_lock(&rec.lock);
+  chunk_t *list = rec.queue_head;
+  rec.queue_head = rec.queue_tail = NULL;
+  rec.n_queued = 0;
+  unsigned gen = atomic_load(&rec.gen);
+  for (rec_thread_t *t = all ? rec.threads : NULL; t; t = t->next) {
+    if (!t->cur || t->gen != gen)
+      continue;
+    size_t end = atomic_load_explicit(&t->cur->committed, memory_order_acquire);
+    size_t n = end - t->cur->consumed;
+    if (n == 0 || !grow_scratch(*copied + n))
+      continue;
+    memcpy(rec.scratch + *copied, t->cur->data + t->cur->consumed, n);
+    *copied += n;
+    t->cur->consumed = end;
+  }
+  pthread_mutex_unlock(&rec.lock);
+  return list;
+}
+
+static void recycle(chunk_t *list) {
+  pthread_mutex_lock(&rec.lock);
+  while (list) {
+    chunk_t *next = list->next;
+    list->next = rec.free_chunks;
+    rec.free_chunks = list;
+    list = next;
+  }
+  pthread_mutex_unlock(&rec.lock);
+}
+
+/* Moves recorded events to the trace writer; to_disk also writes the partial block. Under
+ * write_lock. */
+static void collect_locked(bool all, bool to_disk) {
+  if (!rec.tw)
+    return;
+  size_t copied;
+  chunk_t *list = collect(all, &copied);
+  unsigned gen = atomic_load(&rec.gen);
+  for (chunk_t *c = list; c; c = c->next) {
+    size_t end = atomic_load_explicit(&c->committed, memory_order_acquire);
+    if (c->gen == gen)
+      encode_range(c->data + c->consumed, end - c->consumed);
+  }
+  encode_range(rec.scratch, copied);
+  recycle(list);
+  if (to_disk && rec.dirty) {
+    hbm__tw_flush(rec.tw);
+    rec.dirty = false;
+  }
+}
+
+static void collect_and_write(bool all, bool to_disk) {
+  pthread_mutex_lock(&rec.write_lock);
+  collect_locked(all, to_disk);
+  pthread_mutex_unlock(&rec.write_lock);
+}
+
+static void *writer_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&rec.lock);
+  while (!rec.stopping) {
+    bool periodic = false;
+    if (rec.n_queued == 0) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += FLUSH_PERIOD_S;
+      periodic = pthread_cond_timedwait(&rec.wake, &rec.lock, &until) != 0;
+    }
+    if (rec.stopping)
+      break;
+    pthread_mutex_unlock(&rec.lock);
+    collect_and_write(periodic, periodic);
+    pthread_mutex_lock(&rec.lock);
+  }
+  pthread_mutex_unlock(&rec.lock);
+  return NULL;
+}
+
+/* ---- devices ---- */
+
+/* The space of device `id` in the current capture, written on first use. Under write_lock. */
+static int assign_space(int id, const rec_device_t *d) {
+  if (id >= rec.cap_space_of) {
+    int cap = rec.cap_space_of ? rec.cap_space_of : 16;
+    while (cap <= id)
+      cap *= 2;
+    int *grown = realloc(rec.space_of, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return -1;
+    for (int i = rec.cap_space_of; i < cap; i++)
+      grown[i] = -1;
+    rec.space_of = grown;
+    rec.cap_space_of = cap;
+  }
+  /* A device closed and opened again with the same name and limit keeps its space. */
+  for (int s = 0; s < rec.n_spaces; s++)
+    if (!strcmp(rec.spaces[s].device, d->name) && rec.spaces[s].limit == d->limit)
+      return rec.space_of[id] = s;
+  if (rec.n_spaces == rec.cap_spaces) {
+    int cap = rec.cap_spaces ? rec.cap_spaces * 2 : 8;
+    space_slot_t *grown = realloc(rec.spaces, (size_t)cap * sizeof *grown);
+    if (!grown)
+      return -1;
+    rec.spaces = grown;
+    rec.cap_spaces = cap;
+  }
+  space_slot_t *slot = &rec.spaces[rec.n_spaces];
+  snprintf(slot->device, sizeof slot->device, "%s", d->name);
+  slot->limit = d->limit;
+  hbm__tw_space(rec.tw, rec.n_spaces, "HBM", d->name, 0, d->limit);
+  return rec.space_of[id] = rec.n_spaces++;
+}
 
 int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
                          void (*describe)(void *dev), void *dev) {
-  (void)name, (void)mode, (void)limit, (void)describe, (void)dev;
-  return atomic_fetch_add(&next_device_id, 1);
+  pthread_mutex_lock(&rec.devices_lock);
+  int id = -1;
+  if (rec.n_devices == rec.cap_devices) {
+    int cap = rec.cap_devices ? rec.cap_devices * 2 : 8;
+    rec_device_t *grown = realloc(rec.devices, (size_t)cap * sizeof *grown);
+    if (!grown)
+      goto out;
+    rec.devices = grown;
+    rec.cap_devices = cap;
+  }
+  id = rec.n_devices++;
+  rec_device_t *d = &rec.devices[id];
+  memset(d, 0, sizeof *d);
+  snprintf(d->name, sizeof d->name, "%s", name ? name : "device");
+  snprintf(d->mode, sizeof d->mode, "%s", mode ? mode : "");
+  d->limit = limit;
+  d->describe = describe;
+  d->dev = dev;
+  d->open = true;
+  if (hbm__rec_active()) { /* opened during a capture: nothing is live on it yet */
+    pthread_mutex_lock(&rec.write_lock);
+    if (rec.tw && assign_space(id, d) < 0)
+      drop_event();
+    pthread_mutex_unlock(&rec.write_lock);
+  }
+out:
+  pthread_mutex_unlock(&rec.devices_lock);
+  return id;
 }
-void hbm__rec_device_close(int id) { (void)id; }
-void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
-                    const hbm_tag_t *tag) {
-  (void)id, (void)address, (void)size, (void)allocated, (void)tag;
+
+void hbm__rec_device_close(int id) {
+  pthread_mutex_lock(&rec.devices_lock);
+  if (id >= 0 && id < rec.n_devices) {
+    rec.devices[id].open = false;
+    if (hbm__rec_active()) {
+      uint64_t now = read_ticks();
+      pthread_mutex_lock(&rec.write_lock);
+      collect_locked(true, false); /* its last frees go before the close */
+      if (rec.tw && space_of(id) >= 0)
+        hbm__tw_ev_close(rec.tw, ticks_to_ns(now), space_of(id));
+      pthread_mutex_unlock(&rec.write_lock);
+    }
+  }
+  pthread_mutex_unlock(&rec.devices_lock);
 }
-void hbm__rec_free(int id, uint64_t address) { (void)id, (void)address; }
-void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t size) {
-  (void)id, (void)op, (void)address, (void)size;
-}
+
 void hbm__rec_oom(int id, uint64_t requested, const char *message) {
-  (void)id, (void)requested, (void)message;
+  if (!hbm__rec_active())
+    return;
+  uint64_t now = read_ticks();
+  pthread_mutex_lock(&rec.write_lock);
+  collect_locked(true, false);
+  if (rec.tw && space_of(id) >= 0) {
+    hbm__tw_ev_oom(rec.tw, ticks_to_ns(now), space_of(id), requested, message);
+    rec.dirty = true;
+  }
+  collect_locked(false, true); /* the profile is on disk before the error reaches the user */
+  pthread_mutex_unlock(&rec.write_lock);
 }
+
+/* ---- the public profiler API ---- */
+
+static hbm_status_t add_marker(hbm_marker_kind_t kind, int64_t value, const char *text) {
+  if (!hbm__rec_active())
+    return hbm__error(HBM_ERR_INVALID, "no profile is being captured (hbm_profiler_start)");
+  uint64_t now = read_ticks();
+  pthread_mutex_lock(&rec.write_lock);
+  if (rec.tw) {
+    hbm__tw_ev_marker(rec.tw, ticks_to_ns(now), kind, value, text);
+    rec.dirty = true;
+  }
+  pthread_mutex_unlock(&rec.write_lock);
+  return HBM_OK;
+}
+
+hbm_status_t hbm_profiler_marker(const char *text) {
+  return add_marker(HBM_MARKER_TEXT, 0, text ? text : "");
+}
+
+hbm_status_t hbm_profiler_step_begin(int64_t step) {
+  char text[48];
+  snprintf(text, sizeof text, "step %lld", (long long)step);
+  return add_marker(HBM_MARKER_STEP_BEGIN, step, text);
+}
+
+hbm_status_t hbm_profiler_step_end(int64_t step) {
+  char text[48];
+  snprintf(text, sizeof text, "end of step %lld", (long long)step);
+  return add_marker(HBM_MARKER_STEP_END, step, text);
+}
+
+hbm_status_t hbm_profiler_flush(void) {
+  if (!hbm__rec_active())
+    return hbm__error(HBM_ERR_INVALID, "no profile is being captured (hbm_profiler_start)");
+  pthread_mutex_lock(&rec.write_lock);
+  collect_locked(true, true);
+  hbm_status_t s = rec.tw ? hbm__tw_flush(rec.tw) : HBM_OK;
+  pthread_mutex_unlock(&rec.write_lock);
+  return s;
+}
+
+const char *hbm_profiler_path(void) {
+  return hbm__rec_active() ? atomic_load(&current_path) : NULL;
+}
+
+static void free_old_paths(void) {
+  while (old_paths) {
+    old_path_t *next = old_paths->next;
+    free(old_paths->path);
+    free(old_paths);
+    old_paths = next;
+  }
+}
+
+static void stop_at_exit(void) {
+  if (hbm__rec_active())
+    hbm_profiler_stop();
+  free_old_paths();
+}
+
+/* After fork() the child has no writer thread: it does not record (its parent does). */
+static void before_fork(void) {
+  pthread_mutex_lock(&rec.devices_lock);
+  pthread_mutex_lock(&rec.write_lock);
+  pthread_mutex_lock(&rec.lock);
+}
+static void after_fork_parent(void) {
+  pthread_mutex_unlock(&rec.lock);
+  pthread_mutex_unlock(&rec.write_lock);
+  pthread_mutex_unlock(&rec.devices_lock);
+}
+static void after_fork_child(void) {
+  atomic_store(&hbm__rec_capturing, 0);
+  rec.writer_running = false;
+  rec.tw = NULL; /* the parent's; its memory is simply not used here */
+  after_fork_parent();
+}
+
+static void register_process_hooks(void) {
+  atexit(stop_at_exit);
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* "host.pid" and the header metadata of a new capture. */
+static void capture_meta(char *host, size_t host_cap, char (*values)[256]) {
+  if (gethostname(host, host_cap) != 0 || !host[0])
+    snprintf(host, host_cap, "localhost");
+  host[host_cap - 1] = '\0';
+  for (char *c = host; *c; c++)
+    if (*c == '/')
+      *c = '_';
+  snprintf(values[0], 256, "%s", host);
+  snprintf(values[1], 256, "%ld", (long)getpid());
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(values[2], 256, "%Y-%m-%dT%H:%M:%S%z", &tm);
+  snprintf(values[3], 256, "%s", rec.use_tsc ? "tsc" : "monotonic");
+  snprintf(values[4], 256, "%s", HBM_VERSION);
+  values[5][0] = values[6][0] = '\0';
+  for (int id = 0, n = 0; id < rec.n_devices; id++) { /* under devices_lock */
+    const rec_device_t *d = &rec.devices[id];
+    char limit[32];
+    if (d->open && n < 200)
+      n += snprintf(values[6] + n, (size_t)(256 - n), "%s%s: %s mode, limit %s", n ? "; " : "",
+                    d->name, d->mode, hbm_format_bytes(d->limit, limit, sizeof limit));
+  }
+  FILE *f = fopen("/proc/self/cmdline", "r");
+  if (f) {
+    size_t n = fread(values[5], 1, 255, f);
+    fclose(f);
+    values[5][n] = '\0';
+    for (size_t i = 0; i + 1 < n; i++)
+      if (!values[5][i])
+        values[5][i] = ' ';
+  }
+}
+
+static hbm_status_t open_trace(const char *logdir) {
+  static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+  pthread_once(&clock_once, choose_clock);
+  char run[4096], host[128], values[7][256];
+  hbm_status_t s = hbm_logdir_new_run(logdir, run, sizeof run);
+  if (s != HBM_OK)
+    return s;
+  capture_meta(host, sizeof host, values);
+  hbm_strbuf_t path;
+  hbm_strbuf_init(&path);
+  hbm_strbuf_printf(&path, "%s/%s.%ld.hbmtrace", run, host, (long)getpid());
+  const char *meta[][2] = {{"host", values[0]},        {"pid", values[1]},
+                           {"started", values[2]},     {"clock", values[3]},
+                           {"hbm_version", values[4]}, {"command", values[5]},
+                           {"devices", values[6]}};
+  char name[192];
+  snprintf(name, sizeof name, "%s.%ld", host, (long)getpid());
+  old_path_t *keep = calloc(1, sizeof *keep);
+  hbm_trace_writer_t *tw = path.failed || !keep
+                               ? NULL
+                               : hbm__tw_create(path.data, true, HBM_PROFILE_RUNTIME, name, meta,
+                                                HBM_ARRAY_LEN(meta), 1);
+  if (!tw) {
+    free(keep);
+    hbm_strbuf_free(&path);
+    return hbm_last_status() != HBM_OK ? hbm_last_status()
+                                       : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+  }
+  keep->path = path.data; /* ownership moves to the list */
+  keep->next = old_paths;
+  old_paths = keep;
+  atomic_store(&current_path, keep->path);
+  pthread_mutex_lock(&rec.write_lock);
+  rec.tw = tw;
+  rec.n_spaces = 0;
+  for (int i = 0; i < rec.cap_space_of; i++)
+    rec.space_of[i] = -1;
+  for (int id = 0; id < rec.n_devices; id++)
+    if (rec.devices[id].open)
+      assign_space(id, &rec.devices[id]);
+  rec.written_events = 0;
+  rec.dirty = true;
+  pthread_mutex_unlock(&rec.write_lock);
+  return HBM_OK;
+}
+
+/* Asks every open device for its live blocks (their ALLOC records are marked DESCRIBED). */
+static void describe_devices(void) {
+  rec_thread_t *t = tls_thread;
+  if (!t) { /* a record makes this thread known; reserve_slow registers it */
+    if (!reserve_slow(0))
+      return;
+    t = tls_thread;
+  }
+  t->describing = true;
+  for (int id = 0; id < rec.n_devices; id++)
+    if (rec.devices[id].open && rec.devices[id].describe)
+      rec.devices[id].describe(rec.devices[id].dev);
+  t->describing = false;
+}
+
 hbm_status_t hbm_profiler_start(const char *logdir) {
-  return hbm__error(HBM_ERR_UNAVAILABLE, "%s: profiling is not built yet", logdir);
+  static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+  if (!logdir || !*logdir)
+    return hbm__error(HBM_ERR_INVALID, "hbm_profiler_start: no log directory given");
+  pthread_mutex_lock(&rec.devices_lock);
+  hbm_status_t s = HBM_OK;
+  if (hbm__rec_active()) {
+    s = hbm__error(HBM_ERR_INVALID,
+                   "a profile is already being captured to %s; "
+                   "hbm_profiler_stop() it first",
+                   atomic_load(&current_path));
+    goto out;
+  }
+  pthread_once(&hooks_once, register_process_hooks);
+  pthread_mutex_lock(&rec.lock);
+  atomic_fetch_add(&rec.gen, 1);
+  chunk_t *stale = rec.queue_head; /* queued after the last capture stopped */
+  rec.queue_head = rec.queue_tail = NULL;
+  rec.n_queued = 0;
+  rec.stopping = false;
+  pthread_mutex_unlock(&rec.lock);
+  recycle(stale);
+  atomic_store(&rec.dropped, 0);
+  if ((s = open_trace(logdir)) != HBM_OK)
+    goto out;
+  rec.ticks0 = read_ticks();
+  atomic_store(&hbm__rec_capturing, 1);
+  rec.writer_running = pthread_create(&rec.writer, NULL, writer_main, NULL) == 0;
+  describe_devices();
+out:
+  pthread_mutex_unlock(&rec.devices_lock);
+  return s;
 }
-hbm_status_t hbm_profiler_stop(void) { return HBM_OK; }
-const char *hbm_profiler_path(void) { return NULL; }
-hbm_status_t hbm_profiler_marker(const char *text) { (void)text; return HBM_OK; }
-hbm_status_t hbm_profiler_step_begin(int64_t step) { (void)step; return HBM_OK; }
-hbm_status_t hbm_profiler_step_end(int64_t step) { (void)step; return HBM_OK; }
-hbm_status_t hbm_profiler_flush(void) { return HBM_OK; }
+
+hbm_status_t hbm_profiler_stop(void) {
+  pthread_mutex_lock(&rec.devices_lock);
+  if (!hbm__rec_active()) {
+    pthread_mutex_unlock(&rec.devices_lock);
+    return hbm__error(HBM_ERR_INVALID, "no profile is being captured (hbm_profiler_start)");
+  }
+  atomic_store(&hbm__rec_capturing, 0);
+  if (rec.writer_running) {
+    pthread_mutex_lock(&rec.lock);
+    rec.stopping = true;
+    pthread_cond_signal(&rec.wake);
+    pthread_mutex_unlock(&rec.lock);
+    pthread_join(rec.writer, NULL);
+    rec.writer_running = false;
+  }
+  pthread_mutex_lock(&rec.write_lock);
+  collect_locked(true, false);
+  unsigned long long dropped = atomic_load(&rec.dropped);
+  if (dropped) {
+    char text[128];
+    snprintf(text, sizeof text, "hbm: %llu events were not recorded (out of host memory)", dropped);
+    hbm__tw_ev_marker(rec.tw, ticks_to_ns(read_ticks()), HBM_MARKER_TEXT, 0, text);
+  }
+  hbm_status_t s = hbm__tw_close(rec.tw, true);
+  rec.tw = NULL;
+  pthread_mutex_unlock(&rec.write_lock);
+  if (s == HBM_OK && dropped)
+    s = hbm__error(HBM_ERR_HOST_MEMORY,
+                   "%s: %llu events were not recorded (out of host memory while capturing)",
+                   atomic_load(&current_path), dropped);
+  pthread_mutex_unlock(&rec.devices_lock);
+  return s;
+}

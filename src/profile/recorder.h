@@ -16,17 +16,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Non-zero while a profile is being captured. */
+/* Non-zero while a profile is being captured. The load is an acquire (a plain load on x86
+ * and ARMv8's LDAR): a hook that sees a capture running also sees how it was set up. */
 extern atomic_int hbm__rec_capturing;
 static inline bool hbm__rec_active(void) {
-  return atomic_load_explicit(&hbm__rec_capturing, memory_order_relaxed) != 0;
+  return atomic_load_explicit(&hbm__rec_capturing, memory_order_acquire) != 0;
 }
 
 /* Registers a device (called by hbm_open); returns an id for the other hooks (>= 0), or -1.
  * name: "sim0", "cuda:0"; mode: hbm_mode_name(); limit: the allocator's limit in bytes.
  * describe() lets the recorder, when a capture starts later, list the device's live blocks
  * (so a profile started mid-run knows what was already live): it must call
- * hbm__rec_alloc(id, ...) for each live block, under the device's own lock. */
+ * hbm__rec_alloc(id, ...) for each live block, under the device's own lock (and may call
+ * hbm__rec_reserve for the memory it holds, so reserved bytes are known too).
+ * Ordering: call the alloc/free/reserve/oom hooks while holding the device's lock, so that
+ * the order of a device's events in the profile is the order of its state changes. Call
+ * hbm__rec_device_open/close without holding it (close may wait for a capture starting on
+ * another thread, which takes the device's lock to describe it). Blocks still live at close
+ * are taken as released by the close. */
 int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
                          void (*describe)(void *dev), void *dev);
 void hbm__rec_device_close(int id);

@@ -1,0 +1,18 @@
+/* json_out.h — JSON text helpers shared by the report (report.c) and the Chrome export
+ * (export_chrome.c): profiles come from files and may hold any bytes, while JSON must be
+ * valid UTF-8, so every string goes through here. */
+#ifndef HBM_JSON_OUT_H
+#define HBM_JSON_OUT_H
+
+#include "base/base.h"
+
+#include <jansson.h>
+
+/* Appends s as a quoted JSON string ("null" for NULL); invalid UTF-8 becomes U+FFFD. */
+void hbm__json_quote(hbm_strbuf_t *sb, const char *s);
+/* A jansson string for s (json null for NULL), with invalid UTF-8 replaced. */
+json_t *hbm__json_string(const char *s);
+/* Writes `text` to out; HBM_ERR_IO if the stream failed. */
+hbm_status_t hbm__write_out(FILE *out, const char *text, size_t len, const char *what);
+
+#endif /* HBM_JSON_OUT_H */

@@ -1,0 +1,542 @@
+/* report.c — `hbm report`: what a profile says about memory, in the terminal (text with a
+ * Unicode timeline chart) or as JSON. Every number comes from hbm_analyze (analysis.c), the
+ * one module that computes peaks, so the report, the viewer and the export always agree.
+ *
+ * For each memory space: the peak in use and when, reserved memory, the limit, fragmentation
+ * at the peak, a timeline chart, the buffers live at the peak (largest first, with tags),
+ * totals by category and group, and every OOM event with its diagnosis. */
+#include "profile/json_out.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHART_ROWS 8
+#define TEXT_BUFFERS 20   /* buffers listed in the text report */
+#define JSON_TIMELINE 200 /* timeline points in the JSON report */
+
+/* ---- small formatting helpers ---- */
+
+static const char *bytes_text(uint64_t bytes, char *buf, size_t cap) {
+  return hbm_format_bytes(bytes, buf, cap);
+}
+
+static const char *time_text(int64_t ns, char *buf, size_t cap) {
+  double v = (double)ns;
+  if (ns < 0)
+    v = -v;
+  if (v < 1e3)
+    snprintf(buf, cap, "%lld ns", (long long)ns);
+  else if (v < 1e6)
+    snprintf(buf, cap, "%.2f us", (double)ns / 1e3);
+  else if (v < 1e9)
+    snprintf(buf, cap, "%.2f ms", (double)ns / 1e6);
+  else
+    snprintf(buf, cap, "%.3f s", (double)ns / 1e9);
+  return buf;
+}
+
+/* "at step 12 (t = 1.23 ms)" for runtime profiles, "at step 12 (fusion.3)" for plans. */
+static const char *when_text(const hbm_profile_t *p, int64_t step, char *buf, size_t cap) {
+  char t[32];
+  const char *label = hbm_profile_step_label(p, step);
+  if (hbm_profile_kind(p) == HBM_PROFILE_PLAN)
+    snprintf(buf, cap, "step %lld%s%s%s", (long long)step, label ? " (" : "", label ? label : "",
+             label ? ")" : "");
+  else
+    snprintf(buf, cap, "step %lld (t = %s)", (long long)step,
+             time_text(hbm_profile_step_time(p, step), t, sizeof t));
+  return buf;
+}
+
+static double percent(uint64_t part, uint64_t whole) {
+  return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* Copies s cut to `width` display columns (counting UTF-8 characters), "-" for NULL. */
+static const char *cell(const char *s, int width, char *buf, size_t cap) {
+  if (!s || !*s)
+    s = "-";
+  size_t out = 0;
+  int cols = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p && out + 5 < cap; p++) {
+    if ((*p & 0xc0) != 0x80 && ++cols > width) {
+      if (out >= 3 && width > 1) { /* mark the cut */
+        while (out > 0 && ((unsigned char)buf[out - 1] & 0xc0) == 0x80)
+          out--;
+        out--;
+        memcpy(buf + out, "\xe2\x80\xa6", 3); /* … */
+        out += 3;
+      }
+      break;
+    }
+    buf[out++] = (char)*p;
+  }
+  buf[out] = '\0';
+  return buf;
+}
+
+/* ---- the timeline chart ---- */
+
+typedef struct chart {
+  hbm_timeline_point_t *points;
+  size_t n;
+  int cols;
+  uint64_t top;
+  bool reserved;
+} chart_t;
+
+static int level_of(uint64_t v, uint64_t top) {
+  if (!top || !v)
+    return 0;
+  double x = (double)v / (double)top * (CHART_ROWS * 8);
+  int l = (int)(x + 0.999);
+  return l > CHART_ROWS * 8 ? CHART_ROWS * 8 : l;
+}
+
+static const hbm_timeline_point_t *point_of_column(const chart_t *c, int col) {
+  return &c->points[(size_t)col * c->n / (size_t)c->cols];
+}
+
+static void draw_row(FILE *out, const chart_t *c, int row) {
+  static const char *const eighths[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  int lo = row * 8, hi = lo + 8;
+  for (int col = 0; col < c->cols; col++) {
+    const hbm_timeline_point_t *pt = point_of_column(c, col);
+    int used = level_of(pt->bytes, c->top), reserved = level_of(pt->reserved, c->top);
+    if (used >= hi)
+      fputs(eighths[8], out);
+    else if (used > lo)
+      fputs(eighths[used - lo], out);
+    else if (c->reserved && reserved > lo && reserved <= hi)
+      fputs("·", out);
+    else
+      fputc(' ', out);
+  }
+  fputc('\n', out);
+}
+
+static void draw_axis(FILE *out, const hbm_profile_t *p, const chart_t *c, const hbm_summary_t *s) {
+  fprintf(out, "  %10s └", "");
+  for (int col = 0; col < c->cols; col++)
+    fputs("─", out);
+  fprintf(out, "\n  %10s  ", "");
+  int peak_col = -1;
+  for (int col = 0; col < c->cols && peak_col < 0; col++)
+    if (point_of_column(c, col)->step == s->peak_step)
+      peak_col = col;
+  for (int col = 0; col < c->cols; col++)
+    fputs(col == peak_col ? "▲" : " ", out);
+  char end[64], t[32];
+  if (hbm_profile_kind(p) == HBM_PROFILE_RUNTIME)
+    snprintf(end, sizeof end, "step %lld, %s", (long long)s->n_steps,
+             time_text(hbm_profile_step_time(p, s->n_steps - 1), t, sizeof t));
+  else
+    snprintf(end, sizeof end, "step %lld", (long long)s->n_steps);
+  fprintf(out, "\n  %10s  step 0%*s\n", "", c->cols - 6 > 0 ? c->cols - 6 : 0, end);
+}
+
+static void draw_chart(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *a, int width) {
+  const hbm_summary_t *s = hbm_analysis_summary(a);
+  chart_t c = {.cols = (width > 0 ? width : 100) - 16};
+  c.cols = c.cols < 20 ? 20 : c.cols > 1000 ? 1000 : c.cols;
+  if (s->n_steps == 0 || !(c.points = malloc((size_t)c.cols * sizeof *c.points)))
+    return;
+  c.n = hbm_analysis_timeline(a, 0, s->n_steps, (size_t)c.cols, c.points);
+  /* Scaled to what is in use; reserved memory far above it (a preallocated pool) would
+   * flatten the chart, so it is then only named. */
+  c.reserved = s->peak_reserved_bytes > 0;
+  c.top = s->peak_bytes;
+  bool reserved_above = (double)s->peak_reserved_bytes > 1.5 * (double)s->peak_bytes;
+  if (c.reserved && !reserved_above && s->peak_reserved_bytes > c.top)
+    c.top = s->peak_reserved_bytes;
+  if (c.top == 0)
+    c.top = s->peak_reserved_bytes;
+  if (c.n == 0 || c.top == 0) {
+    free(c.points);
+    return;
+  }
+  char reserved[32];
+  fprintf(out, "\n  memory in use (█)%s over %lld steps", c.reserved ? " and reserved (·)" : "",
+          (long long)s->n_steps);
+  if (c.reserved && reserved_above)
+    fprintf(out, "; reserved memory (up to %s) lies above the chart",
+            bytes_text(s->peak_reserved_bytes, reserved, sizeof reserved));
+  fputc('\n', out);
+  char label[32];
+  for (int row = CHART_ROWS - 1; row >= 0; row--) {
+    label[0] = '\0';
+    if (row == CHART_ROWS - 1)
+      bytes_text(c.top, label, sizeof label);
+    else if (row == CHART_ROWS / 2 - 1)
+      bytes_text(c.top / 2, label, sizeof label);
+    fprintf(out, "  %10s %s", label,
+            row == CHART_ROWS - 1 || row == CHART_ROWS / 2 - 1 ? "┤" : "│");
+    draw_row(out, &c, row);
+  }
+  draw_axis(out, p, &c, s);
+  free(c.points);
+}
+
+/* ---- text sections ---- */
+
+static void write_header(FILE *out, const hbm_profile_t *p) {
+  int64_t n = hbm_profile_step_count(p);
+  int spaces = hbm_profile_space_count(p);
+  fprintf(out, "profile: %s (%s, %lld steps, %lld buffers, %d memory space%s)\n",
+          hbm_profile_name(p), hbm_profile_kind(p) == HBM_PROFILE_PLAN ? "plan" : "runtime",
+          (long long)n, (long long)hbm_profile_buffer_count(p), spaces, spaces == 1 ? "" : "s");
+  static const char *const shown_meta[] = {"source_path", "format",  "module",  "host",
+                                           "pid",         "started", "command", "devices"};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(shown_meta); i++) {
+    const char *v = hbm_profile_meta(p, shown_meta[i]);
+    if (v && *v)
+      fprintf(out, "  %-12s %s\n", shown_meta[i], v);
+  }
+  const char *notes[] = {"lost", "unmatched_frees", "missing_frees"};
+  const char *what[] = {"", " frees of blocks the profile never saw allocated",
+                        " blocks allocated again without a recorded free"};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(notes); i++) {
+    const char *v = hbm_profile_meta(p, notes[i]);
+    if (v)
+      fprintf(out, "note: %s%s\n", v, what[i]);
+  }
+}
+
+static void write_numbers(FILE *out, const hbm_profile_t *p, const hbm_summary_t *s) {
+  char a[32], b[32], when[320];
+  fprintf(out, "  peak in use      %s at %s\n", bytes_text(s->peak_bytes, a, sizeof a),
+          s->peak_step >= 0 ? when_text(p, s->peak_step, when, sizeof when) : "-");
+  if (s->padding_bytes)
+    fprintf(out, "                   %s unpadded, %s padding\n",
+            bytes_text(s->peak_unpadded_bytes, a, sizeof a),
+            bytes_text(s->padding_bytes, b, sizeof b));
+  if (s->peak_reserved_bytes)
+    fprintf(out, "  peak reserved    %s (%s at the peak)\n",
+            bytes_text(s->peak_reserved_bytes, a, sizeof a),
+            bytes_text(s->reserved_at_peak, b, sizeof b));
+  else
+    fprintf(out, "  peak reserved    unknown (no reservation events)\n");
+  if (s->limit_bytes)
+    fprintf(out, "  limit            %s (the peak uses %.1f%%)\n",
+            bytes_text(s->limit_bytes, a, sizeof a), percent(s->peak_bytes, s->limit_bytes));
+  else
+    fprintf(out, "  limit            unknown\n");
+  if (s->reserved_at_peak > s->peak_bytes)
+    fprintf(out, "  fragmentation    %.1f%% at the peak (largest free block %s of %s free)\n",
+            100.0 * s->fragmentation_at_peak, bytes_text(s->largest_free_at_peak, a, sizeof a),
+            bytes_text(s->reserved_at_peak - s->peak_bytes, b, sizeof b));
+  fprintf(out, "  buffers          %lld in this space, %zu live at the peak\n",
+          (long long)s->n_buffers, s->n_buffers_at_peak);
+}
+
+static void write_buffer_row(FILE *out, const hbm_buffer_t *b, bool plan) {
+  char size[32], unpadded[32], c[5][160];
+  fprintf(out, "  %10s ", bytes_text(b->size, size, sizeof size));
+  if (plan)
+    fprintf(out, "%10s ", bytes_text(b->unpadded_size, unpadded, sizeof unpadded));
+  fprintf(out, "%-12s %-28s %-22s %-16s %s\n", hbm_category_name(b->category),
+          cell(b->op ? b->op : b->label, 28, c[0], sizeof c[0]),
+          cell(b->shape, 22, c[1], sizeof c[1]), cell(b->group, 16, c[2], sizeof c[2]),
+          cell(b->source, 40, c[3], sizeof c[3]));
+}
+
+static void write_buffers(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *a) {
+  size_t n;
+  const int64_t *idx = hbm_analysis_buffers_at_peak_by_size(a, &n);
+  if (n == 0)
+    return;
+  bool plan = hbm_profile_kind(p) == HBM_PROFILE_PLAN;
+  size_t shown = n < TEXT_BUFFERS ? n : TEXT_BUFFERS;
+  fprintf(out, "\n  buffers live at the peak, largest first (%zu%s)\n", n,
+          shown < n ? ", the largest 20 shown" : "");
+  fprintf(out, "  %10s ", "size");
+  if (plan)
+    fprintf(out, "%10s ", "unpadded");
+  fprintf(out, "%-12s %-28s %-22s %-16s %s\n", "category", "op", "shape", "group", "source");
+  for (size_t i = 0; i < shown; i++)
+    write_buffer_row(out, hbm_profile_buffer(p, idx[i]), plan);
+  if (shown < n) {
+    uint64_t rest = 0;
+    for (size_t i = shown; i < n; i++)
+      rest += hbm_profile_buffer(p, idx[i])->size;
+    char b[32];
+    fprintf(out, "  ... and %zu more, %s in total\n", n - shown, bytes_text(rest, b, sizeof b));
+  }
+}
+
+static bool is_category_name(const char *name) {
+  for (int c = 0; c < HBM_CAT_COUNT; c++)
+    if (!strcmp(name, hbm_category_name((hbm_category_t)c)))
+      return true;
+  return false;
+}
+
+static void write_totals(FILE *out, const hbm_analysis_t *a) {
+  const hbm_summary_t *s = hbm_analysis_summary(a);
+  char b[32];
+  if (s->peak_bytes == 0)
+    return;
+  fprintf(out, "\n  at the peak by category\n");
+  for (int c = 0; c < HBM_CAT_COUNT; c++)
+    if (s->category_bytes[c])
+      fprintf(out, "    %-14s %10s  %5.1f%%\n", hbm_category_name((hbm_category_t)c),
+              bytes_text(s->category_bytes[c], b, sizeof b),
+              percent(s->category_bytes[c], s->peak_bytes));
+  size_t n;
+  const hbm_group_total_t *g = hbm_analysis_groups(a, &n);
+  bool tagged = false;
+  for (size_t i = 0; i < n; i++)
+    tagged |= !is_category_name(g[i].name);
+  if (!tagged)
+    return;
+  fprintf(out, "\n  at the peak by group\n");
+  for (size_t i = 0; i < n; i++)
+    fprintf(out, "    %-24s %10s  %5.1f%%  (%zu buffers)\n", g[i].name,
+            bytes_text(g[i].bytes, b, sizeof b), percent(g[i].bytes, s->peak_bytes), g[i].count);
+}
+
+static void write_indented(FILE *out, const char *text, const char *indent) {
+  fputs(indent, out);
+  for (const char *c = text; *c; c++) {
+    fputc(*c, out);
+    if (*c == '\n' && c[1])
+      fputs(indent, out);
+  }
+  fputc('\n', out);
+}
+
+static void write_ooms(FILE *out, const hbm_profile_t *p, int space) {
+  size_t n = 0;
+  for (size_t i = 0; i < hbm_profile_oom_count(p); i++)
+    n += hbm_profile_oom(p, i)->space == space;
+  if (n == 0)
+    return;
+  fprintf(out, "\n  OOM events (%zu)\n", n);
+  for (size_t i = 0; i < hbm_profile_oom_count(p); i++) {
+    const hbm_oom_event_t *e = hbm_profile_oom(p, i);
+    if (e->space != space)
+      continue;
+    char req[32], when[320];
+    fprintf(out, "  - at %s: %s requested\n", when_text(p, e->step, when, sizeof when),
+            bytes_text(e->requested, req, sizeof req));
+    write_indented(out, e->message ? e->message : "", "      ");
+  }
+}
+
+static void write_markers(FILE *out, const hbm_profile_t *p) {
+  size_t n = hbm_profile_marker_count(p);
+  if (n == 0)
+    return;
+  fprintf(out, "\nmarkers (%zu%s)\n", n, n > 20 ? ", the first 20 shown" : "");
+  for (size_t i = 0; i < n && i < 20; i++) {
+    const hbm_marker_t *m = hbm_profile_marker(p, i);
+    fprintf(out, "  step %-8lld %s\n", (long long)m->step, m->text ? m->text : "");
+  }
+}
+
+static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int space, int width) {
+  hbm_analysis_t *a = hbm_analyze(p, space);
+  if (!a)
+    return hbm_last_status();
+  const hbm_space_info_t *info = hbm_profile_space(p, space);
+  fprintf(out, "\n== %s on %s ==\n", info->name,
+          info->device && *info->device ? info->device : "-");
+  write_numbers(out, p, hbm_analysis_summary(a));
+  draw_chart(out, p, a, width);
+  write_buffers(out, p, a);
+  write_totals(out, a);
+  write_ooms(out, p, space);
+  hbm_analysis_free(a);
+  return HBM_OK;
+}
+
+/* Spaces worth showing when the caller asked for all: those with buffers or OOMs. */
+static bool space_has_content(const hbm_profile_t *p, int space) {
+  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
+    if (hbm_profile_buffer(p, i)->space == space)
+      return true;
+  for (size_t i = 0; i < hbm_profile_oom_count(p); i++)
+    if (hbm_profile_oom(p, i)->space == space)
+      return true;
+  return false;
+}
+
+static hbm_status_t check_args(const hbm_profile_t *p, int space, FILE *out) {
+  if (!p || !out)
+    return hbm__error(HBM_ERR_INVALID, "report: NULL profile or stream");
+  if (space < -1 || space >= hbm_profile_space_count(p))
+    return hbm__error(HBM_ERR_INVALID, "memory space %d does not exist (the profile has %d)", space,
+                      hbm_profile_space_count(p));
+  return HBM_OK;
+}
+
+hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE *out) {
+  hbm_status_t s = check_args(p, space, out);
+  if (s != HBM_OK)
+    return s;
+  write_header(out, p);
+  int shown = 0;
+  for (int i = 0; i < hbm_profile_space_count(p) && s == HBM_OK; i++)
+    if (space == i || (space < 0 && space_has_content(p, i))) {
+      s = write_space_text(out, p, i, width);
+      shown++;
+    }
+  if (s == HBM_OK && shown == 0)
+    fprintf(out, "\nno buffers: nothing was allocated in this profile\n");
+  if (s == HBM_OK)
+    write_markers(out, p);
+  if (s == HBM_OK && ferror(out))
+    s = hbm__error(HBM_ERR_IO, "cannot write the report");
+  return s;
+}
+
+/* ---- JSON ---- */
+
+static json_t *buffer_json(const hbm_profile_t *p, int64_t idx) {
+  const hbm_buffer_t *b = hbm_profile_buffer(p, idx);
+  return json_pack(
+      "{s:I, s:I, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:I, s:I}", "index", (json_int_t)idx,
+      "size", (json_int_t)b->size, "unpadded_size", (json_int_t)b->unpadded_size, "address",
+      (json_int_t)b->address, "op", hbm__json_string(b->op), "shape", hbm__json_string(b->shape),
+      "category", hbm_category_name(b->category), "group", hbm__json_string(b->group), "source",
+      hbm__json_string(b->source), "opcode", hbm__json_string(b->opcode), "label",
+      hbm__json_string(b->label), "start", (json_int_t)b->start, "end", (json_int_t)b->end);
+}
+
+static json_t *oom_json(const hbm_profile_t *p, const hbm_oom_event_t *e) {
+  const hbm_space_info_t *info = hbm_profile_space(p, e->space);
+  return json_pack("{s:I, s:I, s:o, s:o, s:I, s:o}", "step", (json_int_t)e->step, "time_ns",
+                   (json_int_t)hbm_profile_step_time(p, e->step), "space",
+                   hbm__json_string(info ? info->name : NULL), "device",
+                   hbm__json_string(info ? info->device : NULL), "requested",
+                   (json_int_t)e->requested, "message", hbm__json_string(e->message));
+}
+
+static json_t *timeline_json(const hbm_analysis_t *a, int64_t n_steps) {
+  json_t *arr = json_array();
+  hbm_timeline_point_t pts[JSON_TIMELINE];
+  size_t n = hbm_analysis_timeline(a, 0, n_steps, JSON_TIMELINE, pts);
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(arr, json_pack("{s:I, s:I, s:I, s:I}", "step", (json_int_t)pts[i].step,
+                                         "bytes", (json_int_t)pts[i].bytes, "unpadded",
+                                         (json_int_t)pts[i].unpadded, "reserved",
+                                         (json_int_t)pts[i].reserved));
+  return arr;
+}
+
+static json_t *groups_json(const hbm_analysis_t *a) {
+  json_t *categories = json_object(), *groups = json_array();
+  const hbm_summary_t *s = hbm_analysis_summary(a);
+  for (int c = 0; c < HBM_CAT_COUNT; c++)
+    json_object_set_new(categories, hbm_category_name((hbm_category_t)c),
+                        json_integer((json_int_t)s->category_bytes[c]));
+  size_t n;
+  const hbm_group_total_t *g = hbm_analysis_groups(a, &n);
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(groups,
+                          json_pack("{s:o, s:I, s:I}", "name", hbm__json_string(g[i].name), "bytes",
+                                    (json_int_t)g[i].bytes, "count", (json_int_t)g[i].count));
+  return json_pack("{s:o, s:o}", "categories", categories, "groups", groups);
+}
+
+/* The numbers of one space; NULL (error set) when it cannot be analysed. */
+static json_t *space_json(const hbm_profile_t *p, int space) {
+  hbm_analysis_t *a = hbm_analyze(p, space);
+  if (!a)
+    return NULL;
+  const hbm_summary_t *s = hbm_analysis_summary(a);
+  const hbm_space_info_t *info = hbm_profile_space(p, space);
+  json_t *o = json_pack(
+      "{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I}",
+      "space", hbm__json_string(info->name), "device", hbm__json_string(info->device), "peak_bytes",
+      (json_int_t)s->peak_bytes, "peak_step", (json_int_t)s->peak_step, "peak_time_ns",
+      (json_int_t)s->peak_time_ns, "peak_unpadded_bytes", (json_int_t)s->peak_unpadded_bytes,
+      "padding_bytes", (json_int_t)s->padding_bytes, "peak_reserved_bytes",
+      (json_int_t)s->peak_reserved_bytes, "reserved_at_peak", (json_int_t)s->reserved_at_peak,
+      "limit_bytes", (json_int_t)s->limit_bytes, "largest_free_at_peak",
+      (json_int_t)s->largest_free_at_peak, "fragmentation_at_peak",
+      isfinite(s->fragmentation_at_peak) ? s->fragmentation_at_peak : 0.0, "indefinite_bytes",
+      (json_int_t)s->indefinite_bytes, "argument_bytes", (json_int_t)s->argument_bytes,
+      "output_bytes", (json_int_t)s->output_bytes, "temporary_bytes",
+      (json_int_t)s->temporary_bytes, "heap_bytes", (json_int_t)s->heap_bytes, "n_buffers",
+      (json_int_t)s->n_buffers);
+  size_t n;
+  const int64_t *idx = hbm_analysis_buffers_at_peak_by_size(a, &n);
+  json_t *buffers = json_array(), *ooms = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(buffers, buffer_json(p, idx[i]));
+  for (size_t i = 0; i < hbm_profile_oom_count(p); i++)
+    if (hbm_profile_oom(p, i)->space == space)
+      json_array_append_new(ooms, oom_json(p, hbm_profile_oom(p, i)));
+  json_object_set_new(o, "buffers_at_peak", buffers);
+  json_object_set_new(o, "oom_events", ooms);
+  json_object_set_new(o, "timeline", timeline_json(a, s->n_steps));
+  json_object_update_new(o, groups_json(a));
+  hbm_analysis_free(a);
+  return o;
+}
+
+static json_t *profile_json(const hbm_profile_t *p) {
+  json_t *meta = json_object(), *markers = json_array();
+  for (size_t i = 0; i < hbm_profile_meta_count(p); i++) {
+    const char *k = hbm_profile_meta_key(p, i);
+    json_object_set_new(meta, k, hbm__json_string(hbm_profile_meta(p, k)));
+  }
+  for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
+    const hbm_marker_t *m = hbm_profile_marker(p, i);
+    static const char *const kinds[] = {"text", "step_begin", "step_end"};
+    json_array_append_new(markers, json_pack("{s:I, s:s, s:I, s:o}", "step", (json_int_t)m->step,
+                                             "kind", kinds[m->kind], "value", (json_int_t)m->value,
+                                             "text", hbm__json_string(m->text)));
+  }
+  return json_pack(
+      "{s:o, s:s, s:I, s:I, s:o, s:o, s:o}", "profile", hbm__json_string(hbm_profile_name(p)),
+      "kind", hbm_profile_kind(p) == HBM_PROFILE_PLAN ? "plan" : "runtime", "steps",
+      (json_int_t)hbm_profile_step_count(p), "buffers", (json_int_t)hbm_profile_buffer_count(p),
+      "lost", hbm__json_string(hbm_profile_meta(p, "lost")), "meta", meta, "markers", markers);
+}
+
+hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
+  hbm_status_t s = check_args(p, space, out);
+  if (s != HBM_OK)
+    return s;
+  json_t *root = profile_json(p), *spaces = json_array();
+  json_t *primary = NULL;
+  uint64_t best = 0;
+  for (int i = 0; i < hbm_profile_space_count(p) && s == HBM_OK; i++) {
+    if (space >= 0 && i != space)
+      continue;
+    json_t *o = space_json(p, i);
+    if (!o) {
+      s = hbm_last_status() != HBM_OK ? hbm_last_status()
+                                      : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+      break;
+    }
+    uint64_t peak = (uint64_t)json_integer_value(json_object_get(o, "peak_bytes"));
+    if (!primary || peak > best)
+      primary = o, best = peak;
+    json_array_append_new(spaces, o);
+  }
+  /* The top level repeats the space with the highest peak (or the one asked for). */
+  if (primary)
+    json_object_update(root, primary);
+  else /* no memory space at all: the keys are still there */
+    json_object_update_new(root, json_pack("{s:I, s:I, s:I, s:I, s:[], s:[]}", "peak_bytes",
+                                           (json_int_t)0, "peak_step", (json_int_t)-1,
+                                           "peak_reserved_bytes", (json_int_t)0, "limit_bytes",
+                                           (json_int_t)0, "buffers_at_peak", "oom_events"));
+  json_object_set_new(root, "spaces", spaces);
+  char *text = s == HBM_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  if (s != HBM_OK)
+    return s;
+  if (!text)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory writing the JSON report");
+  s = hbm__write_out(out, text, strlen(text), "JSON report");
+  if (s == HBM_OK)
+    s = hbm__write_out(out, "\n", 1, "JSON report");
+  free(text);
+  return s;
+}

@@ -1,0 +1,596 @@
+/* trace_read.c — reads .hbmtrace files back into the profile model (format in
+ * docs/trace-format.md). Explicit records (a saved profile) are added as they come; event
+ * records (a recorded run) are collected, ordered by time — each thread of the recording
+ * process flushes its own buffer, so blocks interleave — and replayed: one step per alloc/free.
+ *
+ * The reader trusts nothing: every length is checked against the bytes that are really there,
+ * block sizes and the total decompressed size are capped, and a file cut short or damaged is
+ * read up to its last good block, with profile meta "lost" saying what was lost. */
+#include "profile/trace_format.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+typedef struct event {
+  int64_t time;
+  uint64_t seq; /* file order, to keep the sort stable */
+  uint64_t address;
+  uint64_t size; /* size / requested / reserve size */
+  int64_t value; /* marker value */
+  uint32_t str[4];
+  int32_t space;
+  uint8_t type, flags, op; /* op: category, reserve op or marker kind */
+} event_t;
+
+typedef struct reader {
+  const char *name;
+  hbm_profile_t *p;
+  hbm_intern_t *strings;
+  const char **string_of; /* id - 1 → string */
+  size_t n_strings, cap_strings;
+  event_t *events;
+  size_t n_events, cap_events;
+  int64_t last_time;
+  bool ended;
+  uint64_t block;  /* blocks read whole */
+  char error[512]; /* why the current block could not be read */
+} reader_t;
+
+/* A bounded cursor over a record body. */
+typedef struct cursor {
+  const uint8_t *p, *end;
+  bool bad;
+} cursor_t;
+
+static uint64_t get_u(cursor_t *c) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (c->p >= c->end) {
+      c->bad = true;
+      return 0;
+    }
+    uint8_t byte = *c->p++;
+    v |= (uint64_t)(byte & 0x7f) << shift;
+    if (!(byte & 0x80))
+      return v;
+  }
+  c->bad = true; /* more than 10 bytes */
+  return 0;
+}
+static int64_t get_s(cursor_t *c) { return hbm__unzigzag(get_u(c)); }
+
+static bool bad(reader_t *r, const char *fmt, ...) HBM_PRINTF(2, 3);
+static bool bad(reader_t *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->error, sizeof r->error, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* The string of an id (NULL for 0); false when the id was never defined. */
+static bool get_string(reader_t *r, cursor_t *c, const char **out) {
+  uint64_t id = get_u(c);
+  if (id > r->n_strings)
+    return bad(r, "string id %llu used before it was defined", (unsigned long long)id);
+  *out = id ? r->string_of[id - 1] : NULL;
+  return true;
+}
+
+static bool add_string(reader_t *r, const uint8_t *s, size_t n) {
+  if (r->n_strings == r->cap_strings) {
+    size_t cap = r->cap_strings ? r->cap_strings * 2 : 256;
+    const char **grown = realloc(r->string_of, cap * sizeof *grown);
+    if (!grown)
+      return bad(r, "out of host memory after %zu strings", r->n_strings);
+    r->string_of = grown;
+    r->cap_strings = cap;
+  }
+  const char *copy = hbm_intern_n(r->strings, (const char *)s, n);
+  if (!copy)
+    return bad(r, "out of host memory after %zu strings", r->n_strings);
+  r->string_of[r->n_strings++] = copy;
+  return true;
+}
+
+static bool profile_failed(reader_t *r) {
+  snprintf(r->error, sizeof r->error, "%s", hbm_last_error());
+  return false;
+}
+
+/* ---- explicit records ---- */
+
+static bool read_space(reader_t *r, cursor_t *c) {
+  uint64_t index = get_u(c);
+  const char *name = NULL, *device = NULL;
+  if (!get_string(r, c, &name) || !get_string(r, c, &device))
+    return false;
+  int64_t color = get_s(c);
+  uint64_t limit = get_u(c);
+  if (c->bad)
+    return bad(r, "a space record is cut short");
+  if (index != (uint64_t)hbm_profile_space_count(r->p))
+    return bad(r, "space %llu defined out of order", (unsigned long long)index);
+  if (color < INT32_MIN || color > INT32_MAX)
+    return bad(r, "space colour %lld out of range", (long long)color);
+  return hbm_profile_add_space(r->p, name ? name : "", device, (int)color, limit) >= 0 ||
+         profile_failed(r);
+}
+
+static bool read_step(reader_t *r, cursor_t *c) {
+  r->last_time = (int64_t)((uint64_t)r->last_time + (uint64_t)get_s(c));
+  const char *label = NULL;
+  if (!get_string(r, c, &label))
+    return false;
+  if (c->bad)
+    return bad(r, "a step record is cut short");
+  return hbm_profile_add_step(r->p, r->last_time, label) >= 0 || profile_failed(r);
+}
+
+static bool read_buffer(reader_t *r, cursor_t *c) {
+  hbm_buffer_t b = {0};
+  uint64_t space = get_u(c);
+  b.address = get_u(c);
+  b.size = get_u(c);
+  b.unpadded_size = b.size - (uint64_t)get_s(c);
+  b.start = get_s(c);
+  b.end = (int64_t)((uint64_t)b.start + (uint64_t)get_s(c));
+  uint64_t category = get_u(c), flags = get_u(c);
+  const char **strings[] = {&b.op, &b.shape, &b.group, &b.source, &b.opcode, &b.label};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(strings); i++)
+    if (!get_string(r, c, strings[i]))
+      return false;
+  if (c->bad)
+    return bad(r, "a buffer record is cut short");
+  if (space > INT32_MAX || category >= HBM_CAT_COUNT || flags > UINT32_MAX)
+    return bad(r, "a buffer record has a bad space, category or flags");
+  b.space = (int)space;
+  b.category = (hbm_category_t)category;
+  b.flags = (uint32_t)flags;
+  return hbm_profile_add_buffer(r->p, &b) >= 0 || profile_failed(r);
+}
+
+static bool read_reserve(reader_t *r, cursor_t *c) {
+  hbm_reserve_event_t e = {.step = get_s(c)};
+  uint64_t space = get_u(c), op = get_u(c);
+  e.address = get_u(c);
+  e.size = get_u(c);
+  if (c->bad || space > INT32_MAX || op > HBM_RESERVE_RELEASE)
+    return bad(r, "a reservation record is cut short or out of range (op %llu)",
+               (unsigned long long)op);
+  e.space = (int)space;
+  e.op = (hbm_reserve_op_t)op;
+  return hbm_profile_add_reserve(r->p, &e) == HBM_OK || profile_failed(r);
+}
+
+static bool read_oom(reader_t *r, cursor_t *c) {
+  hbm_oom_event_t e = {.step = get_s(c)};
+  uint64_t space = get_u(c);
+  e.requested = get_u(c);
+  if (!get_string(r, c, &e.message))
+    return false;
+  if (c->bad || space > INT32_MAX)
+    return bad(r, "an OOM record is cut short or out of range (space %llu)",
+               (unsigned long long)space);
+  e.space = (int)space;
+  return hbm_profile_add_oom(r->p, &e) == HBM_OK || profile_failed(r);
+}
+
+static bool read_marker(reader_t *r, cursor_t *c) {
+  hbm_marker_t m = {.step = get_s(c)};
+  uint64_t kind = get_u(c);
+  m.value = get_s(c);
+  if (!get_string(r, c, &m.text))
+    return false;
+  if (c->bad || kind > HBM_MARKER_STEP_END)
+    return bad(r, "a marker record is cut short or of unknown kind %llu", (unsigned long long)kind);
+  m.kind = (hbm_marker_kind_t)kind;
+  return hbm_profile_add_marker(r->p, &m) == HBM_OK || profile_failed(r);
+}
+
+/* ---- event records: collected here, replayed once the whole file is read ---- */
+
+static bool read_event(reader_t *r, int type, cursor_t *c) {
+  event_t e = {.type = (uint8_t)type, .seq = r->n_events};
+  r->last_time = (int64_t)((uint64_t)r->last_time + (uint64_t)get_s(c));
+  e.time = r->last_time;
+  uint64_t space = 0, op = 0;
+  if (type != HBM_REC_EV_MARKER)
+    space = get_u(c);
+  switch (type) {
+  case HBM_REC_EV_ALLOC:
+    e.address = get_u(c);
+    e.size = get_u(c);
+    get_s(c); /* allocated - size: kept in the file, not in the profile model */
+    op = get_u(c);
+    e.flags = (uint8_t)get_u(c);
+    for (int i = 0; i < 4; i++)
+      e.str[i] = (uint32_t)get_u(c);
+    break;
+  case HBM_REC_EV_FREE: e.address = get_u(c); break;
+  case HBM_REC_EV_RESERVE:
+    op = get_u(c);
+    e.address = get_u(c);
+    e.size = get_u(c);
+    break;
+  case HBM_REC_EV_OOM:
+    e.size = get_u(c);
+    e.str[0] = (uint32_t)get_u(c);
+    break;
+  case HBM_REC_EV_MARKER:
+    op = get_u(c);
+    e.value = get_s(c);
+    e.str[0] = (uint32_t)get_u(c);
+    break;
+  default: break; /* EV_CLOSE: the space only */
+  }
+  if (c->bad)
+    return bad(r, "an event record (type 0x%x) is cut short", (unsigned)type);
+  if (space > INT32_MAX || op > 255)
+    return bad(r, "an event record has a bad space or kind");
+  for (int i = 0; i < 4; i++)
+    if (e.str[i] > r->n_strings)
+      return bad(r, "string id %u used before it was defined", (unsigned)e.str[i]);
+  e.space = (int32_t)space;
+  e.op = (uint8_t)op;
+  if (r->n_events == r->cap_events) {
+    size_t cap = r->cap_events ? r->cap_events * 2 : 4096;
+    event_t *grown = realloc(r->events, cap * sizeof *grown);
+    if (!grown)
+      return bad(r, "out of host memory after %zu events", r->n_events);
+    r->events = grown;
+    r->cap_events = cap;
+  }
+  r->events[r->n_events++] = e;
+  return true;
+}
+
+static bool read_record(reader_t *r, int type, cursor_t *c) {
+  switch (type) {
+  case HBM_REC_STRING: return add_string(r, c->p, (size_t)(c->end - c->p));
+  case HBM_REC_SPACE: return read_space(r, c);
+  case HBM_REC_STEP: return read_step(r, c);
+  case HBM_REC_BUFFER: return read_buffer(r, c);
+  case HBM_REC_RESERVE: return read_reserve(r, c);
+  case HBM_REC_OOM: return read_oom(r, c);
+  case HBM_REC_MARKER: return read_marker(r, c);
+  case HBM_REC_EV_ALLOC:
+  case HBM_REC_EV_FREE:
+  case HBM_REC_EV_RESERVE:
+  case HBM_REC_EV_OOM:
+  case HBM_REC_EV_MARKER:
+  case HBM_REC_EV_CLOSE: return read_event(r, type, c);
+  case HBM_REC_END: r->ended = true; return true;
+  default: return true; /* a record type from a newer writer: skipped */
+  }
+}
+
+static bool read_records(reader_t *r, const uint8_t *data, size_t len) {
+  cursor_t all = {data, data + len, false};
+  r->last_time = 0;
+  while (all.p < all.end) {
+    size_t offset = (size_t)(all.p - data);
+    int type = *all.p++;
+    uint64_t n = get_u(&all);
+    if (all.bad || n > (uint64_t)(all.end - all.p))
+      return bad(r, "the record at offset %llu runs past the end of its block",
+                 (unsigned long long)offset);
+    cursor_t body = {all.p, all.p + n, false};
+    all.p += n;
+    if (!read_record(r, type, &body))
+      return false;
+  }
+  return true;
+}
+
+/* ---- replaying events ---- */
+
+static int event_order(const void *x, const void *y) {
+  const event_t *a = x, *b = y;
+  if (a->time != b->time)
+    return a->time < b->time ? -1 : 1;
+  return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+typedef struct replay {
+  hbm_u64map_t *live; /* per space: address → buffer index */
+  int n_spaces;
+  uint64_t unmatched_frees, missing_frees;
+} replay_t;
+
+static const char *str_of(const reader_t *r, uint32_t id) {
+  return id ? r->string_of[id - 1] : NULL;
+}
+
+static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
+  hbm_u64map_t *live = &rp->live[e->space];
+  uint64_t old;
+  if (hbm_u64map_get(live, e->address, &old)) {
+    if (e->flags & HBM_EV_PREEXISTING)
+      return HBM_OK; /* recorded after the capture began and listed again by describe */
+    rp->missing_frees++;
+    hbm_u64map_remove(live, e->address, NULL);
+    if (hbm_profile_end_buffer(r->p, (int64_t)old, hbm_profile_step_count(r->p)) != HBM_OK)
+      return hbm_last_status();
+  }
+  int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
+  hbm_buffer_t b = {.address = e->address,
+                    .size = e->size,
+                    .unpadded_size = e->size,
+                    .start = step,
+                    .end = -1,
+                    .space = e->space,
+                    .category = e->op < HBM_CAT_COUNT ? (hbm_category_t)e->op : HBM_CAT_UNKNOWN,
+                    .op = str_of(r, e->str[0]),
+                    .shape = str_of(r, e->str[1]),
+                    .group = str_of(r, e->str[2]),
+                    .source = str_of(r, e->str[3])};
+  int64_t idx = step < 0 ? -1 : hbm_profile_add_buffer(r->p, &b);
+  if (idx < 0)
+    return hbm_last_status();
+  if (!hbm_u64map_put(live, e->address, (uint64_t)idx))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
+  return HBM_OK;
+}
+
+static hbm_status_t replay_free(reader_t *r, replay_t *rp, const event_t *e) {
+  uint64_t idx;
+  if (!hbm_u64map_remove(&rp->live[e->space], e->address, &idx)) {
+    rp->unmatched_frees++; /* freed before describe listed it, or its alloc was lost */
+    return HBM_OK;
+  }
+  int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
+  if (step < 0)
+    return hbm_last_status();
+  return hbm_profile_end_buffer(r->p, (int64_t)idx, step);
+}
+
+/* A device closed: whatever it still held is released with it. */
+static hbm_status_t replay_close(reader_t *r, replay_t *rp, const event_t *e) {
+  hbm_u64map_t *live = &rp->live[e->space];
+  if (live->count == 0)
+    return HBM_OK;
+  int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
+  if (step < 0)
+    return hbm_last_status();
+  for (size_t i = 0; i < live->cap; i++)
+    if (live->used[i] == 1 && hbm_profile_end_buffer(r->p, (int64_t)live->values[i], step))
+      return hbm_last_status();
+  hbm_u64map_free(live);
+  hbm_u64map_init(live);
+  return HBM_OK;
+}
+
+static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
+  int64_t next_step = hbm_profile_step_count(r->p);
+  switch (e->type) {
+  case HBM_REC_EV_ALLOC: return replay_alloc(r, rp, e);
+  case HBM_REC_EV_FREE: return replay_free(r, rp, e);
+  case HBM_REC_EV_CLOSE: return replay_close(r, rp, e);
+  case HBM_REC_EV_RESERVE: {
+    /* Reserved memory changes before the next event (the alloc that needed it). */
+    hbm_reserve_event_t re = {next_step, e->space, (hbm_reserve_op_t)e->op, e->address, e->size};
+    return hbm_profile_add_reserve(r->p, &re);
+  }
+  case HBM_REC_EV_OOM: {
+    /* The failure happened with the memory of the last event in use. */
+    hbm_oom_event_t oe = {next_step > 0 ? next_step - 1 : 0, e->space, e->size,
+                          str_of(r, e->str[0])};
+    return hbm_profile_add_oom(r->p, &oe);
+  }
+  default: {
+    hbm_marker_t m = {next_step, (hbm_marker_kind_t)e->op, e->value, str_of(r, e->str[0])};
+    return hbm_profile_add_marker(r->p, &m);
+  }
+  }
+}
+
+static hbm_status_t replay_events(reader_t *r) {
+  if (r->n_events == 0)
+    return HBM_OK;
+  qsort(r->events, r->n_events, sizeof *r->events, event_order);
+  replay_t rp = {.n_spaces = hbm_profile_space_count(r->p)};
+  rp.live = calloc((size_t)rp.n_spaces + 1, sizeof *rp.live);
+  if (!rp.live)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
+  hbm_status_t s = HBM_OK;
+  for (size_t i = 0; i < r->n_events && s == HBM_OK; i++) {
+    const event_t *e = &r->events[i];
+    if (e->type != HBM_REC_EV_MARKER && (e->space < 0 || e->space >= rp.n_spaces))
+      s = hbm__error(HBM_ERR_PARSE,
+                     "%s: event %zu refers to memory space %d, which the file "
+                     "never defines",
+                     r->name, i, (int)e->space);
+    else
+      s = replay_event(r, &rp, e);
+  }
+  for (int i = 0; i < rp.n_spaces; i++)
+    hbm_u64map_free(&rp.live[i]);
+  free(rp.live);
+  char num[32];
+  if (s == HBM_OK && rp.unmatched_frees) {
+    snprintf(num, sizeof num, "%llu", (unsigned long long)rp.unmatched_frees);
+    s = hbm_profile_set_meta(r->p, "unmatched_frees", num);
+  }
+  if (s == HBM_OK && rp.missing_frees) {
+    snprintf(num, sizeof num, "%llu", (unsigned long long)rp.missing_frees);
+    s = hbm_profile_set_meta(r->p, "missing_frees", num);
+  }
+  return s;
+}
+
+/* ---- the file: header, then blocks ---- */
+
+static hbm_status_t read_header(reader_t *r, const uint8_t *data, size_t len, size_t *offset) {
+  if (len < HBM_TRACE_HEADER_FIXED || !hbm__trace_is(data, len))
+    return hbm__error(HBM_ERR_PARSE,
+                      "%s: not an .hbmtrace file (expected the magic '%s' and a "
+                      "%d-byte header)",
+                      r->name, HBM_TRACE_MAGIC, HBM_TRACE_HEADER_FIXED);
+  unsigned version = data[8] | (unsigned)data[9] << 8, kind = data[10] | (unsigned)data[11] << 8;
+  uint32_t body_len = hbm__get_le32(data + 12);
+  if (version != HBM_TRACE_VERSION)
+    return hbm__error(HBM_ERR_PARSE, "%s: format version %u; this hbm reads version %d", r->name,
+                      version, HBM_TRACE_VERSION);
+  if (kind > HBM_PROFILE_PLAN)
+    return hbm__error(HBM_ERR_PARSE, "%s: unknown profile kind %u (expected 0 runtime, 1 plan)",
+                      r->name, kind);
+  if (body_len > HBM_TRACE_HEADER_MAX || body_len > len - HBM_TRACE_HEADER_FIXED)
+    return hbm__error(HBM_ERR_PARSE, "%s: the header is cut short (%u bytes announced, %zu there)",
+                      r->name, body_len, len - HBM_TRACE_HEADER_FIXED);
+  const uint8_t *body = data + HBM_TRACE_HEADER_FIXED;
+  if (hbm__crc32(0, body, body_len) != hbm__get_le32(data + 16))
+    return hbm__error(HBM_ERR_PARSE, "%s: the header is damaged (checksum mismatch)", r->name);
+  cursor_t c = {body, body + body_len, false};
+  uint64_t name_len = get_u(&c);
+  if (c.bad || name_len > (uint64_t)(c.end - c.p))
+    return hbm__error(HBM_ERR_PARSE, "%s: the header's name runs past its end", r->name);
+  char *name = strndup((const char *)c.p, (size_t)name_len);
+  c.p += name_len;
+  r->p = name ? hbm_profile_new((hbm_profile_kind_t)kind, *name ? name : r->name) : NULL;
+  free(name);
+  if (!r->p)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading the header", r->name);
+  uint64_t n_meta = get_u(&c);
+  for (uint64_t i = 0; i < n_meta && !c.bad; i++) {
+    char *kv[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && !c.bad; k++) {
+      uint64_t n = get_u(&c);
+      if (c.bad || n > (uint64_t)(c.end - c.p))
+        c.bad = true;
+      else if ((kv[k] = strndup((const char *)c.p, (size_t)n)) != NULL)
+        c.p += n;
+    }
+    hbm_status_t s =
+        c.bad || !kv[0] || !kv[1] ? HBM_ERR_PARSE : hbm_profile_set_meta(r->p, kv[0], kv[1]);
+    free(kv[0]);
+    free(kv[1]);
+    if (s != HBM_OK)
+      return hbm__error(HBM_ERR_PARSE, "%s: the header's metadata entry %llu is malformed", r->name,
+                        (unsigned long long)i);
+  }
+  if (c.bad)
+    return hbm__error(HBM_ERR_PARSE, "%s: the header is malformed", r->name);
+  *offset = HBM_TRACE_HEADER_FIXED + body_len;
+  return HBM_OK;
+}
+
+/* Describes in profile meta "lost" what could not be read from `offset` on. */
+static hbm_status_t note_loss(reader_t *r, size_t len, size_t offset, const char *why) {
+  char where[64], text[768];
+  if (r->block)
+    snprintf(where, sizeof where, "after block %llu", (unsigned long long)r->block);
+  else
+    snprintf(where, sizeof where, "after the header");
+  snprintf(text, sizeof text, "lost %zu bytes %s (%s)", len - offset, where, why);
+  return hbm_profile_set_meta(r->p, "lost", text);
+}
+
+static uint8_t *grow_buffer(uint8_t *buf, size_t *cap, size_t need) {
+  if (need <= *cap)
+    return buf;
+  uint8_t *grown = realloc(buf, need);
+  if (grown)
+    *cap = need;
+  return grown;
+}
+
+/* Reads the blocks from offset on; sets "lost" when the file ends badly. */
+static hbm_status_t read_blocks(reader_t *r, const uint8_t *data, size_t len, size_t offset,
+                                uint64_t max_raw) {
+  uint8_t *raw = NULL;
+  size_t raw_cap = 0;
+  uint64_t raw_total = 0;
+  char why[640];
+  why[0] = '\0';
+  while (offset < len && !why[0]) {
+    const uint8_t *h = data + offset;
+    size_t left = len - offset;
+    if (left < HBM_TRACE_BLOCK_HEAD) {
+      snprintf(why, sizeof why, "file truncated");
+      break;
+    }
+    uint32_t clen = hbm__get_le32(h + 4), rlen = hbm__get_le32(h + 8);
+    if (memcmp(h, HBM_TRACE_BLOCK_MAGIC, 4) != 0 || rlen > HBM_TRACE_BLOCK_RAW_MAX ||
+        clen > ZSTD_compressBound(HBM_TRACE_BLOCK_RAW_MAX)) {
+      snprintf(why, sizeof why, "block %llu is damaged: bad block header",
+               (unsigned long long)r->block + 1);
+    } else if (clen > left - HBM_TRACE_BLOCK_HEAD) {
+      snprintf(why, sizeof why, "file truncated");
+    } else if (hbm__crc32(0, h + HBM_TRACE_BLOCK_HEAD, clen) != hbm__get_le32(h + 12)) {
+      snprintf(why, sizeof why, "block %llu is damaged: checksum mismatch",
+               (unsigned long long)r->block + 1);
+    } else if (raw_total + rlen > max_raw) {
+      snprintf(why, sizeof why, "the file decompresses to more than %llu bytes: not read further",
+               (unsigned long long)max_raw);
+    } else if (!(raw = grow_buffer(raw, &raw_cap, rlen ? rlen : 1))) {
+      return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading block %llu", r->name,
+                        (unsigned long long)r->block + 1);
+    } else {
+      size_t got = ZSTD_decompress(raw, rlen, h + HBM_TRACE_BLOCK_HEAD, clen);
+      if (ZSTD_isError(got) || got != rlen)
+        snprintf(why, sizeof why, "block %llu is damaged: %s", (unsigned long long)r->block + 1,
+                 ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong decompressed size");
+      else if (!read_records(r, raw, rlen))
+        snprintf(why, sizeof why, "block %llu is damaged: %s", (unsigned long long)r->block + 1,
+                 r->error);
+    }
+    if (why[0])
+      break;
+    raw_total += rlen;
+    r->block++;
+    offset += HBM_TRACE_BLOCK_HEAD + clen;
+  }
+  free(raw);
+  if (why[0])
+    return note_loss(r, len, offset, why);
+  if (!r->ended && hbm_profile_kind(r->p) == HBM_PROFILE_RUNTIME) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "the profile was not closed: events after block %llu (its last flush) are missing "
+             "(still being written, or its process died before hbm_profiler_stop)",
+             (unsigned long long)r->block);
+    return hbm_profile_set_meta(r->p, "lost", text);
+  }
+  return HBM_OK;
+}
+
+/* Puts "name: " before the last error message (the profile model's messages lack the file). */
+static void prefix_error(hbm_status_t s, const char *name) {
+  char *message = hbm__strdup(hbm_last_error());
+  if (message)
+    hbm__error(s, "%s: %s", name, message);
+  free(message);
+}
+
+bool hbm__trace_is(const void *data, size_t len) {
+  return len >= HBM_TRACE_MAGIC_LEN && memcmp(data, HBM_TRACE_MAGIC, HBM_TRACE_MAGIC_LEN) == 0;
+}
+
+hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
+                                uint64_t max_raw_bytes) {
+  reader_t r = {.name = name ? name : "profile"};
+  if (!max_raw_bytes)
+    max_raw_bytes = (256ull << 20) + 256ull * len;
+  size_t offset = 0;
+  hbm_status_t s = HBM_ERR_HOST_MEMORY;
+  if (!(r.strings = hbm_intern_new()))
+    goto done;
+  s = read_header(&r, data, len, &offset);
+  if (s == HBM_OK)
+    s = read_blocks(&r, data, len, offset, max_raw_bytes);
+  if (s == HBM_OK && ((s = replay_events(&r)) != HBM_OK || (s = hbm_profile_finish(r.p)) != HBM_OK))
+    prefix_error(s, r.name);
+done:
+  hbm_intern_free(r.strings);
+  free(r.string_of);
+  free(r.events);
+  if (s != HBM_OK) {
+    hbm_profile_free(r.p);
+    return NULL;
+  }
+  return r.p;
+}
