@@ -590,6 +590,8 @@ typedef struct hbm_plan_options {
   uint64_t reserved;     /* bytes reserved by the runtime (XLA's "reserved"), default 0 */
   int remat;             /* rematerialize to fit `memory` */
   int space_color;       /* memory colour to plan (0 = HBM) */
+  uint64_t alignment;    /* heap offsets are multiples of this (0 = 1) */
+  int top;               /* buffers listed in reports (0 = 10) */
 } hbm_plan_options_t;
 
 typedef struct hbm_plan_summary {
@@ -597,22 +599,34 @@ typedef struct hbm_plan_summary {
   uint64_t output_bytes;    /* output_size_in_bytes */
   uint64_t alias_bytes;     /* output bytes shared with arguments */
   uint64_t temp_bytes;      /* temp_size_in_bytes (heap size with fragmentation) */
-  uint64_t temp_unpadded_bytes;
-  uint64_t peak_bytes;      /* arguments + outputs not aliased + temp peak */
+  uint64_t temp_unpadded_bytes; /* unpadded bytes of the temporaries live at the peak */
+  uint64_t peak_bytes;      /* arguments + outputs not aliased + constants + temp peak */
   int64_t peak_step;
   const char *peak_instruction;
-  uint64_t fragmentation_bytes;
+  uint64_t fragmentation_bytes; /* temp_bytes - the temporaries live at the peak */
   size_t n_instructions;
   size_t n_buffers;
-  int fits;                 /* 1 if peak (plus reserved) <= memory or memory == 0 */
+  int fits;                 /* 1 if reserved + arguments + outputs + constants + temp_bytes
+                               <= memory, or memory == 0 */
   /* remat */
   uint64_t peak_before_remat;
   size_t n_remat;           /* instructions rematerialized */
-  uint64_t remat_extra_flops; /* estimated extra work */
+  uint64_t remat_extra_flops; /* estimated extra work: element-wise operations */
+  uint64_t remat_extra_bytes; /* and bytes read and written by the recomputations */
 } hbm_plan_summary_t;
 
+/* One rematerialized instruction: `clone` recomputes `instruction` (same opcode, same
+ * operands) right before its first use after the peak. */
+typedef struct hbm_remat_info {
+  const char *instruction;
+  const char *clone;
+  uint64_t bytes;   /* the buffer no longer live across the peak */
+  uint64_t flops;   /* estimated element-wise operations of one recomputation */
+} hbm_remat_info_t;
+
 /* Parses HLO text (or an XLA dump: buffer assignment / memory usage report) and plans it.
- * Parse errors: HBM_ERR_PARSE, "file:line:column: expected ...". */
+ * Parse errors: HBM_ERR_PARSE, "file:line:column: expected ...". A plan that does not fit
+ * opt->memory is still returned (summary.fits == 0). */
 hbm_plan_t *hbm_plan_file(const char *path, const hbm_plan_options_t *opt);
 hbm_plan_t *hbm_plan_text(const char *text, size_t len, const char *name,
                           const hbm_plan_options_t *opt);
@@ -620,8 +634,19 @@ void hbm_plan_free(hbm_plan_t *plan);
 const hbm_plan_summary_t *hbm_plan_get_summary(const hbm_plan_t *plan);
 /* The plan as a profile (kind HBM_PROFILE_PLAN); owned by the plan. */
 const hbm_profile_t *hbm_plan_profile(const hbm_plan_t *plan);
-/* XLA's E1000-style report (and, when it does not fit, the RESOURCE_EXHAUSTED line first). */
+/* Takes the profile out of the plan (the caller frees it); NULL if already taken. */
+hbm_profile_t *hbm_plan_take_profile(hbm_plan_t *plan);
+/* Rematerialized instructions (n = 0 when none). */
+const hbm_remat_info_t *hbm_plan_remats(const hbm_plan_t *plan, size_t *n);
+/* The module as HLO text including the rematerialized instructions (malloc'd; NULL for
+ * plans read from XLA dumps). */
+char *hbm_plan_module_text(const hbm_plan_t *plan);
+/* XLA's E1000-style report (and, when it does not fit, the RESOURCE_EXHAUSTED line first)
+ * followed by hbm's diagnosis. */
 hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out);
+/* JSON: argument_bytes, output_bytes, alias_bytes, temp_bytes, peak_bytes,
+ * peak_instruction, buffers_at_peak[{size, unpadded_size, op, shape, category, opcode,
+ * label, ...}], remat, fits, ... */
 hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out);
 
 #ifdef __cplusplus

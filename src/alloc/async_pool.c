@@ -39,7 +39,8 @@ typedef struct async_pool {
   uint64_t pending;
   /* native pool (CUDA) */
   void *native;
-  hbm_u64map_t native_live; /* address → bytes */
+  hbm_u64map_t native_live;    /* address → bytes */
+  hbm_u64map_t native_aligned; /* address → the driver's pointer, when they differ */
   uint64_t native_allocated;
 } async_pool_t;
 
@@ -180,10 +181,13 @@ static hbm_status_t release_stream_frees(async_pool_t *p, stream_frees_t *f) {
 
 /* ---- the native pool ---- */
 
-static hbm_status_t native_alloc(async_pool_t *p, uint64_t size, hbm_stream_t *stream,
-                                 hbm__block_t *out, hbm__failure_t *why) {
+/* The driver aligns pool blocks to 256 bytes; a stricter alignment takes slack, and the
+ * block's handle remembers the offset. */
+static hbm_status_t native_alloc(async_pool_t *p, uint64_t size, uint64_t alignment,
+                                 hbm_stream_t *stream, hbm__block_t *out, hbm__failure_t *why) {
   hbm__strategy_env_t *env = &p->base.env;
-  uint64_t bytes = hbm__round_up(size, HBM__MIN_BLOCK);
+  uint64_t slack = alignment > HBM__MIN_BLOCK ? alignment - HBM__MIN_BLOCK : 0;
+  uint64_t bytes = hbm__round_up(size, HBM__MIN_BLOCK) + slack;
   if (bytes > env->limit - p->native_allocated) {
     why->kind = HBM__FAIL_LIMIT;
     return HBM_ERR_NO_MEMORY;
@@ -194,15 +198,18 @@ static hbm_status_t native_alloc(async_pool_t *p, uint64_t size, hbm_stream_t *s
     refused(why, HBM__FAIL_DEVICE, bytes);
     return HBM_ERR_NO_MEMORY;
   }
-  if (!hbm_u64map_put(&p->native_live, (uint64_t)(uintptr_t)ptr, bytes)) {
+  uint64_t base = (uint64_t)(uintptr_t)ptr, addr = hbm__round_up(base, alignment);
+  if (!hbm_u64map_put(&p->native_live, addr, bytes) ||
+      (addr != base && !hbm_u64map_put(&p->native_aligned, addr, base))) {
+    hbm_u64map_remove(&p->native_live, addr, NULL);
     env->device->ops->pool_free(env->device, p->native, ptr, hbm__stream_native(stream));
     why->kind = HBM__FAIL_HOST;
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the async pool");
   }
   p->native_allocated += bytes;
-  out->addr = (uint64_t)(uintptr_t)ptr;
+  out->addr = addr;
   out->allocated = bytes;
-  out->handle = 0;
+  out->handle = addr - base;
   return HBM_OK;
 }
 
@@ -239,7 +246,7 @@ static hbm_status_t async_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alig
   }
   p->prefilled = true;
   if (p->native)
-    return native_alloc(p, size, stream, out, why);
+    return native_alloc(p, size, alignment, stream, out, why);
   return host_alloc(p, size, alignment, stream, out, why);
 }
 
@@ -249,8 +256,10 @@ static void async_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *
   if (p->native) {
     hbm__device_t *d = s->env.device;
     hbm_u64map_remove(&p->native_live, b->addr, NULL);
+    hbm_u64map_remove(&p->native_aligned, b->addr, NULL);
     p->native_allocated -= b->allocated;
-    d->ops->pool_free(d, p->native, (void *)(uintptr_t)b->addr, hbm__stream_native(stream));
+    d->ops->pool_free(d, p->native, (void *)(uintptr_t)(b->addr - b->handle),
+                      hbm__stream_native(stream));
     if (!ordered)
       d->ops->stream_sync(d, hbm__stream_native(stream));
     return;
@@ -364,12 +373,17 @@ static void async_destroy(hbm__strategy_t *s) {
   async_pool_t *p = pool_of(s);
   hbm__device_t *d = s->env.device;
   if (p->native) {
-    for (size_t i = 0; i < p->native_live.cap; i++)
-      if (p->native_live.used[i] == 1)
-        d->ops->pool_free(d, p->native, (void *)(uintptr_t)p->native_live.keys[i], NULL);
+    for (size_t i = 0; i < p->native_live.cap; i++) {
+      if (p->native_live.used[i] != 1)
+        continue;
+      uint64_t base = p->native_live.keys[i];
+      hbm_u64map_get(&p->native_aligned, base, &base);
+      d->ops->pool_free(d, p->native, (void *)(uintptr_t)base, NULL);
+    }
     d->ops->stream_sync(d, NULL);
     d->ops->pool_destroy(d, p->native);
     hbm_u64map_free(&p->native_live);
+    hbm_u64map_free(&p->native_aligned);
   } else {
     hbm__arena_for_each_region(p->arena, release_segment, &s->env);
     hbm__arena_delete(p->arena);
@@ -404,6 +418,7 @@ hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t *
   hbm_status_t st = HBM_OK;
   if (d->ops->pool_create) {
     hbm_u64map_init(&p->native_live);
+    hbm_u64map_init(&p->native_aligned);
     st = d->ops->pool_create(d, env->limit, &p->native);
   } else if (!(p->arena = hbm__arena_new())) {
     st = HBM_ERR_HOST_MEMORY;

@@ -57,6 +57,11 @@ typedef struct hbm__device_ops {
   /* Unmaps [addr, addr + size); the physical memory stays until phys_release. */
   hbm_status_t (*unmap)(hbm__device_t *d, void *addr, uint64_t size);
 
+  /* Copies between host memory and device memory (sim: memcpy; CUDA: cuMemcpyHtoD/DtoH).
+   * For checks and tests: the allocators themselves never touch device memory. */
+  hbm_status_t (*copy_to_device)(hbm__device_t *d, void *dst, const void *src, size_t n);
+  hbm_status_t (*copy_from_device)(hbm__device_t *d, void *dst, const void *src, size_t n);
+
   /* Streams: native handles (sim: a host stream object; CUDA: CUstream). */
   hbm_status_t (*stream_create)(hbm__device_t *d, void **native);
   hbm_status_t (*stream_sync)(hbm__device_t *d, void *native);

@@ -62,6 +62,48 @@ _Static_assert((int)HBMCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ==
                "constant");
 _Static_assert((int)HBMCU_MEMPOOL_ATTR_USED_MEM_CURRENT == (int)CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
                "constant");
+/* Each entry point has the prototype cuda_api_t below assumes (with cuda.h's own types, whose
+ * sizes match ours: the enums are passed as int). */
+#define SAME_PROTOTYPE(fn, type)                                                                   \
+  _Static_assert(_Generic(&fn, type : 1, default : 0), #fn " has the assumed prototype")
+SAME_PROTOTYPE(cuInit, CUresult (*)(unsigned));
+SAME_PROTOTYPE(cuGetErrorString, CUresult (*)(CUresult, const char **));
+SAME_PROTOTYPE(cuDeviceGetCount, CUresult (*)(int *));
+SAME_PROTOTYPE(cuDeviceGet, CUresult (*)(CUdevice *, int));
+SAME_PROTOTYPE(cuDeviceGetName, CUresult (*)(char *, int, CUdevice));
+SAME_PROTOTYPE(cuDevicePrimaryCtxRetain, CUresult (*)(CUcontext *, CUdevice));
+SAME_PROTOTYPE(cuDevicePrimaryCtxRelease_v2, CUresult (*)(CUdevice));
+SAME_PROTOTYPE(cuCtxSetCurrent, CUresult (*)(CUcontext));
+SAME_PROTOTYPE(cuMemGetInfo_v2, CUresult (*)(size_t *, size_t *));
+SAME_PROTOTYPE(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t));
+SAME_PROTOTYPE(cuMemFree_v2, CUresult (*)(CUdeviceptr));
+SAME_PROTOTYPE(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t));
+SAME_PROTOTYPE(cuMemcpyDtoH_v2, CUresult (*)(void *, CUdeviceptr, size_t));
+SAME_PROTOTYPE(cuStreamCreate, CUresult (*)(CUstream *, unsigned));
+SAME_PROTOTYPE(cuStreamSynchronize, CUresult (*)(CUstream));
+SAME_PROTOTYPE(cuStreamDestroy_v2, CUresult (*)(CUstream));
+SAME_PROTOTYPE(cuMemAddressReserve,
+               CUresult (*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
+SAME_PROTOTYPE(cuMemAddressFree, CUresult (*)(CUdeviceptr, size_t));
+SAME_PROTOTYPE(cuMemCreate, CUresult (*)(CUmemGenericAllocationHandle *, size_t,
+                                         const CUmemAllocationProp *, unsigned long long));
+SAME_PROTOTYPE(cuMemRelease, CUresult (*)(CUmemGenericAllocationHandle));
+SAME_PROTOTYPE(cuMemMap, CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                                      unsigned long long));
+SAME_PROTOTYPE(cuMemUnmap, CUresult (*)(CUdeviceptr, size_t));
+SAME_PROTOTYPE(cuMemSetAccess, CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+SAME_PROTOTYPE(cuMemGetAllocationGranularity, CUresult (*)(size_t *, const CUmemAllocationProp *,
+                                                           CUmemAllocationGranularity_flags));
+SAME_PROTOTYPE(cuMemPoolCreate, CUresult (*)(CUmemoryPool *, const CUmemPoolProps *));
+SAME_PROTOTYPE(cuMemPoolDestroy, CUresult (*)(CUmemoryPool));
+SAME_PROTOTYPE(cuMemPoolSetAttribute, CUresult (*)(CUmemoryPool, CUmemPool_attribute, void *));
+SAME_PROTOTYPE(cuMemPoolGetAttribute, CUresult (*)(CUmemoryPool, CUmemPool_attribute, void *));
+SAME_PROTOTYPE(cuMemPoolTrimTo, CUresult (*)(CUmemoryPool, size_t));
+SAME_PROTOTYPE(cuMemAllocFromPoolAsync,
+               CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+SAME_PROTOTYPE(cuMemFreeAsync, CUresult (*)(CUdeviceptr, CUstream));
+_Static_assert(sizeof(CUmemPool_attribute) == sizeof(int), "enums are passed as int");
+_Static_assert(sizeof(CUmemAllocationGranularity_flags) == sizeof(int), "enums are int");
 #endif
 
 typedef struct cuda_api {
@@ -77,6 +119,8 @@ typedef struct cuda_api {
   hbmcu_result_t (*mem_get_info)(size_t *free_bytes, size_t *total);
   hbmcu_result_t (*mem_alloc)(hbmcu_deviceptr_t *ptr, size_t size);
   hbmcu_result_t (*mem_free)(hbmcu_deviceptr_t ptr);
+  hbmcu_result_t (*memcpy_htod)(hbmcu_deviceptr_t dst, const void *src, size_t n);
+  hbmcu_result_t (*memcpy_dtoh)(void *dst, hbmcu_deviceptr_t src, size_t n);
   hbmcu_result_t (*stream_create)(hbmcu_stream_t *stream, unsigned flags);
   hbmcu_result_t (*stream_synchronize)(hbmcu_stream_t stream);
   hbmcu_result_t (*stream_destroy)(hbmcu_stream_t stream);
@@ -124,6 +168,8 @@ static const cuda_symbol_t cuda_symbols[] = {
     SYM(mem_get_info, "cuMemGetInfo_v2", true),
     SYM(mem_alloc, "cuMemAlloc_v2", true),
     SYM(mem_free, "cuMemFree_v2", true),
+    SYM(memcpy_htod, "cuMemcpyHtoD_v2", true),
+    SYM(memcpy_dtoh, "cuMemcpyDtoH_v2", true),
     SYM(stream_create, "cuStreamCreate", true),
     SYM(stream_synchronize, "cuStreamSynchronize", true),
     SYM(stream_destroy, "cuStreamDestroy_v2", true),
@@ -320,6 +366,24 @@ static hbm_status_t cuda_unmap(hbm__device_t *d, void *addr, uint64_t size) {
   return r == HBMCU_SUCCESS ? HBM_OK : cuda_fail(c, "cuMemUnmap", r, size);
 }
 
+static hbm_status_t cuda_copy_to_device(hbm__device_t *d, void *dst, const void *src, size_t n) {
+  cuda_device_t *c = cuda_of(d);
+  hbm_status_t st = enter(c);
+  if (st != HBM_OK)
+    return st;
+  hbmcu_result_t r = c->api.memcpy_htod((hbmcu_deviceptr_t)(uintptr_t)dst, src, n);
+  return r == HBMCU_SUCCESS ? HBM_OK : cuda_fail(c, "cuMemcpyHtoD", r, n);
+}
+
+static hbm_status_t cuda_copy_from_device(hbm__device_t *d, void *dst, const void *src, size_t n) {
+  cuda_device_t *c = cuda_of(d);
+  hbm_status_t st = enter(c);
+  if (st != HBM_OK)
+    return st;
+  hbmcu_result_t r = c->api.memcpy_dtoh(dst, (hbmcu_deviceptr_t)(uintptr_t)src, n);
+  return r == HBMCU_SUCCESS ? HBM_OK : cuda_fail(c, "cuMemcpyDtoH", r, n);
+}
+
 static hbm_status_t cuda_stream_create(hbm__device_t *d, void **native) {
   cuda_device_t *c = cuda_of(d);
   hbm_status_t st = enter(c);
@@ -482,6 +546,8 @@ static const hbm__device_ops_t cuda_ops = {
     .phys_release = cuda_phys_release,
     .map = cuda_map,
     .unmap = cuda_unmap,
+    .copy_to_device = cuda_copy_to_device,
+    .copy_from_device = cuda_copy_from_device,
     .stream_create = cuda_stream_create,
     .stream_sync = cuda_stream_sync,
     .stream_destroy = cuda_stream_destroy,

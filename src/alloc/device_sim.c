@@ -228,6 +228,12 @@ static hbm_status_t sim_unmap(hbm__device_t *d, void *addr, uint64_t size) {
   return HBM_OK;
 }
 
+static hbm_status_t sim_copy(hbm__device_t *d, void *dst, const void *src, size_t n) {
+  (void)d;
+  memcpy(dst, src, n);
+  return HBM_OK;
+}
+
 static hbm_status_t sim_stream_create(hbm__device_t *d, void **native) {
   sim_stream_t *s = calloc(1, sizeof *s);
   if (!s)
@@ -274,6 +280,8 @@ static const hbm__device_ops_t sim_ops = {
     .phys_release = sim_phys_release,
     .map = sim_map,
     .unmap = sim_unmap,
+    .copy_to_device = sim_copy,
+    .copy_from_device = sim_copy,
     .stream_create = sim_stream_create,
     .stream_sync = sim_stream_sync,
     .stream_destroy = sim_stream_destroy,

@@ -46,7 +46,7 @@ static const hbm_variable_t variables[] = {
     {"HBM_DEVICE_ORDINAL", HBM_CFG_ORDINAL, "an integer from 0 to 1023", "0",
      "which GPU (CUDA device ordinal)"},
     {"HBM_SIM_MEMORY", HBM_CFG_SIM_MEMORY,
-     "a size from 1MiB to 1PiB such as 16GiB, 80GB or 1073741824", "16GiB",
+     "a size from 1MiB to 1024TiB such as 16GiB, 80GB or 1073741824", "16GiB",
      "total memory of the simulated device"},
     {"HBM_SIM_NAME", HBM_CFG_SIM_NAME, "1 to 63 letters, digits, '.', '_' or '-'", "sim0",
      "name of the simulated device; processes using the same name share it (each sees what "
