@@ -190,8 +190,9 @@ static void test_timeline_keeps_the_peak(void **state) {
   }
   assert_int_equal(max, peak);
   assert_true(has_peak_step);
-  /* runtime steps name the buffer allocated or freed there */
-  assert_true(json_is_string(json_array_get(json_object_get(tl, "op"), 0)));
+  /* runtime steps name the buffer allocated or freed there (an index into "ops") */
+  json_t *op0 = json_array_get(json_object_get(tl, "op"), 0);
+  assert_true(json_is_string(json_array_get(json_object_get(tl, "ops"), json_integer_value(op0))));
   json_decref(tl);
   tl = getf(200, "/api/timeline?run=%s&profile=%s&from=10&to=20&points=1000", VF_RUN_TRAIN, train);
   assert_int_equal(json_array_size(json_object_get(tl, "step")), 10);
@@ -304,6 +305,9 @@ static void test_oom_events(void **state) {
   assert_non_null(strstr(jstr(e, "message"), "RESOURCE_EXHAUSTED: Out of memory"));
   assert_int_equal(jint(e, "requested"), VF_RUNTIME_LIMIT);
   assert_true(jint(e, "bytes_in_use") > 0);
+  assert_int_equal(json_array_size(json_object_get(root, "markers")), 0); /* not asked for */
+  json_decref(root);
+  root = getf(200, "/api/oom?run=%s&profile=%s&markers=1", VF_RUN_TRAIN, train);
   assert_true(json_array_size(json_object_get(root, "markers")) > 0);
   json_decref(root);
   root = getf(200, "/api/oom?run=%s&profile=%s&space=1", VF_RUN_TRAIN, train);

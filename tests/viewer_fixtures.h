@@ -9,7 +9,8 @@
  * scratch buffers), popped in reverse during the backward pass, gradients in between; a Host
  * space with a few pinned buffers; an OOM at the end when asked. The plan looks like a
  * compiled module: instructions in program order, temporaries with padding (tiled layouts),
- * opcodes, XLA labels and sources. Header-only (static functions) so each user compiles it. */
+ * opcodes, XLA labels and sources. Header-only (static inline functions, so a user that needs
+ * only some of them gets no unused-function warnings). */
 #ifndef HBM_VIEWER_FIXTURES_H
 #define HBM_VIEWER_FIXTURES_H
 
@@ -27,7 +28,7 @@
 #define VF_LAYERS 24
 #define VF_RUNTIME_LIMIT (12ull * 1024 * VF_MIB)
 
-static uint32_t vf_rand(uint32_t *state) {
+static inline uint32_t vf_rand(uint32_t *state) {
   *state = *state * 1664525u + 1013904223u;
   return *state >> 8;
 }
@@ -38,14 +39,14 @@ typedef struct vf_stack {
   int n;
 } vf_stack_t;
 
-static int64_t vf_step(hbm_profile_t *p, int64_t *t_ns) {
+static inline int64_t vf_step(hbm_profile_t *p, int64_t *t_ns) {
   *t_ns += 1000;
   return hbm_profile_add_step(p, *t_ns, NULL);
 }
 
 /* One event allocating size at the stack top; returns the address or 0 on failure. */
-static uint64_t vf_push(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t size,
-                        const hbm_tag_t *tag) {
+static inline uint64_t vf_push(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t size,
+                               const hbm_tag_t *tag) {
   int64_t step = vf_step(p, t);
   uint64_t addr = s->top;
   if (step < 0 || hbm_profile_alloc_at(p, step, 0, addr, size, tag) < 0)
@@ -54,12 +55,12 @@ static uint64_t vf_push(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t si
   return addr;
 }
 
-static bool vf_free(hbm_profile_t *p, int64_t *t, int space, uint64_t addr) {
+static inline bool vf_free(hbm_profile_t *p, int64_t *t, int space, uint64_t addr) {
   int64_t step = vf_step(p, t);
   return step >= 0 && hbm_profile_free_at(p, step, space, addr) == HBM_OK;
 }
 
-static bool vf_weights(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint32_t *rng) {
+static inline bool vf_weights(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint32_t *rng) {
   char op[96], shape[64];
   for (int i = 0; i < VF_LAYERS; i++) {
     uint64_t rows = 1024u << (vf_rand(rng) % 3), size = rows * 4096 * 4;
@@ -77,7 +78,8 @@ static bool vf_weights(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint32_t *rn
 }
 
 /* One training iteration: forward (activations + scratch), backward (gradients, pops). */
-static bool vf_iteration(hbm_profile_t *p, vf_stack_t *s, int64_t *t, int iter, uint32_t *rng) {
+static inline bool vf_iteration(hbm_profile_t *p, vf_stack_t *s, int64_t *t, int iter,
+                                uint32_t *rng) {
   char op[96], shape[64];
   hbm_marker_t begin = {hbm_profile_step_count(p), HBM_MARKER_STEP_BEGIN, iter, "train_step"};
   hbm_profile_add_marker(p, &begin);
@@ -115,7 +117,7 @@ static bool vf_iteration(hbm_profile_t *p, vf_stack_t *s, int64_t *t, int iter, 
   return true;
 }
 
-static void vf_oom(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t base) {
+static inline void vf_oom(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t base) {
   uint64_t in_use = s->top - base, want = VF_RUNTIME_LIMIT;
   char msg[1024];
   snprintf(msg, sizeof msg,
@@ -132,8 +134,8 @@ static void vf_oom(hbm_profile_t *p, vf_stack_t *s, int64_t *t, uint64_t base) {
 }
 
 /* A runtime profile of about n_events allocator events. */
-static hbm_profile_t *vf_runtime_profile(const char *name, int64_t n_events, uint32_t seed,
-                                         bool with_oom) {
+static inline hbm_profile_t *vf_runtime_profile(const char *name, int64_t n_events, uint32_t seed,
+                                                bool with_oom) {
   hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, name);
   if (!p)
     return NULL;
@@ -170,7 +172,7 @@ typedef struct vf_live {
 } vf_live_t;
 
 /* First-fit offset among the buffers still live at `step` (a toy heap simulator). */
-static uint64_t vf_place(vf_live_t *live, int n, int64_t step, uint64_t size) {
+static inline uint64_t vf_place(vf_live_t *live, int n, int64_t step, uint64_t size) {
   uint64_t off = 0;
   for (bool moved = true; moved;) {
     moved = false;
@@ -187,8 +189,8 @@ static const char *const vf_opcodes[] = {"fusion", "convolution", "dot",       "
                                          "copy",   "all-reduce",  "transpose", "broadcast"};
 
 /* A compile-time plan of n_instr instructions (steps labelled with instruction names). */
-static hbm_profile_t *vf_plan_profile(const char *module, int n_instr, uint32_t seed,
-                                      uint64_t scale) {
+static inline hbm_profile_t *vf_plan_profile(const char *module, int n_instr, uint32_t seed,
+                                             uint64_t scale) {
   hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_PLAN, module);
   if (!p)
     return NULL;
@@ -268,8 +270,8 @@ static hbm_profile_t *vf_plan_profile(const char *module, int n_instr, uint32_t 
 
 /* ---- logdirs ---- */
 
-static int vf_mkdirs(const char *path) {
-  char buf[4096];
+static inline int vf_mkdirs(const char *path) {
+  char buf[8192];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *s = buf + 1; *s; s++)
     if (*s == '/') {
@@ -280,8 +282,8 @@ static int vf_mkdirs(const char *path) {
   return mkdir(buf, 0755) == 0 || access(buf, F_OK) == 0 ? 0 : -1;
 }
 
-static int vf_save(hbm_profile_t *p, const char *dir, const char *file) {
-  char path[4096];
+static inline int vf_save(hbm_profile_t *p, const char *dir, const char *file) {
+  char path[8192];
   snprintf(path, sizeof path, "%s/%s", dir, file);
   int rc = p && hbm_profile_save(p, path) == HBM_OK ? 0 : -1;
   if (rc)
@@ -291,7 +293,7 @@ static int vf_save(hbm_profile_t *p, const char *dir, const char *file) {
 }
 
 /* Copies the first `keep` parts in 10 of src to dst: a trace cut short by a crash. */
-static int vf_truncated_copy(const char *src, const char *dst, int keep) {
+static inline int vf_truncated_copy(const char *src, const char *dst, int keep) {
   FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
   if (!in || !out) {
     if (in)
@@ -319,7 +321,7 @@ static int vf_truncated_copy(const char *src, const char *dst, int keep) {
 
 /* The standard test logdir: a run with two plans (two modules, the larger one the default),
  * a runtime run with an OOM, and a run with a corrupt and a truncated profile. */
-static int vf_write_logdir(const char *logdir, int64_t runtime_events) {
+static inline int vf_write_logdir(const char *logdir, int64_t runtime_events) {
   char plans[4096], train[4096], broken[4096], path[4200], cut[4200];
   snprintf(plans, sizeof plans, "%s/plugins/profile/%s", logdir, VF_RUN_PLANS);
   snprintf(train, sizeof train, "%s/plugins/profile/%s", logdir, VF_RUN_TRAIN);

@@ -396,26 +396,42 @@ void hbm__api_summary(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *
 
 /* The op shown at a point: the step's label (plans: the instruction), else the op of the
  * buffer the step allocated or freed (runtime). */
-static json_t *json_step_op(hbm__target_t *t, int64_t step, int *event) {
+static const char *step_op(hbm__target_t *t, int64_t step, int *event) {
   *event = 0;
   const char *label = hbm_profile_step_label(t->profile, step);
   if (label)
-    return hbm__json_text(label);
+    return label;
   bool is_free;
   int64_t idx = hbm__loaded_step_buffer(t->entry, step, &is_free);
   if (idx < 0)
-    return json_null();
+    return NULL;
   const hbm_buffer_t *b = hbm_profile_buffer(t->profile, idx);
   *event = is_free ? 2 : 1;
-  return hbm__json_text(b && b->op ? b->op : NULL);
+  return b ? b->op : NULL;
+}
+
+/* The index of s in the table `ops` (added when new; profile strings are interned, so the
+ * pointer identifies the text); -1 for none. */
+static json_t *op_index(hbm_u64map_t *seen, json_t *ops, const char *s) {
+  uint64_t k;
+  if (!s)
+    return json_integer(-1);
+  if (!hbm_u64map_get(seen, (uint64_t)(uintptr_t)s, &k)) {
+    k = json_array_size(ops);
+    json_array_append_new(ops, hbm__json_text(s));
+    hbm_u64map_put(seen, (uint64_t)(uintptr_t)s, k);
+  }
+  return json_integer((json_int_t)k);
 }
 
 static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, size_t n,
                              int64_t from, int64_t to) {
   bool runtime = hbm_profile_kind(t->profile) == HBM_PROFILE_RUNTIME;
   json_t *steps = json_array(), *bytes = json_array(), *unpadded = json_array();
-  json_t *reserved = json_array(), *times = json_array(), *ops = json_array();
-  json_t *events = json_array();
+  json_t *reserved = json_array(), *times = json_array(), *opi = json_array();
+  json_t *ops = json_array(), *events = json_array();
+  hbm_u64map_t seen;
+  hbm_u64map_init(&seen);
   for (size_t i = 0; i < n; i++) {
     json_array_append_new(steps, json_integer(pts[i].step));
     json_array_append_new(bytes, hbm__json_u64(pts[i].bytes));
@@ -423,9 +439,10 @@ static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, 
     json_array_append_new(reserved, hbm__json_u64(pts[i].reserved));
     json_array_append_new(times, json_integer(hbm_profile_step_time(t->profile, pts[i].step)));
     int event;
-    json_array_append_new(ops, json_step_op(t, pts[i].step, &event));
+    json_array_append_new(opi, op_index(&seen, ops, step_op(t, pts[i].step, &event)));
     json_array_append_new(events, json_integer(event));
   }
+  hbm_u64map_free(&seen);
   json_t *o = json_object();
   set_new(o, "from", json_integer(from));
   set_new(o, "to", json_integer(to));
@@ -438,7 +455,8 @@ static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, 
   set_new(o, "unpadded", unpadded);
   set_new(o, "reserved", reserved);
   set_new(o, "time_ns", times);
-  set_new(o, "op", ops);
+  set_new(o, "op", opi);
+  set_new(o, "ops", ops);
   set_new(o, "event", events);
   return o;
 }

@@ -401,7 +401,14 @@ void hbm__api_oom(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   set_new(root, "space", json_integer(t.space));
   set_new(root, "limit_bytes", hbm__json_u64(t.summary->limit_bytes));
   set_new(root, "events", events);
-  set_new(root, "markers", json_markers(t.profile));
+  int64_t with_markers;
+  if (!hbm__query_int(q, "markers", 0, 0, 1, &with_markers, r)) {
+    json_decref(root);
+    hbm__target_close(v, &t);
+    return;
+  }
+  /* markers are asked for separately: a long run has thousands the page need not parse */
+  set_new(root, "markers", with_markers ? json_markers(t.profile) : json_array());
   set_new(root, "n_markers", json_integer((json_int_t)hbm_profile_marker_count(t.profile)));
   hbm__respond_json(r, 200, root);
   hbm__target_close(v, &t);

@@ -23,9 +23,20 @@ hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir) {
   return HBM_OK;
 }
 
+static void free_answers(hbm__cached_answer_t *a) {
+  while (a) {
+    hbm__cached_answer_t *next = a->next;
+    free(a->key);
+    free(a->body);
+    free(a);
+    a = next;
+  }
+}
+
 static void entry_free(hbm__loaded_t *e) {
   if (!e)
     return;
+  free_answers(e->answers);
   for (int i = 0; e->analyses && i < e->n_spaces; i++)
     hbm_analysis_free(e->analyses[i]);
   free(e->analyses);
@@ -461,4 +472,52 @@ int64_t hbm__loaded_step_buffer(hbm__loaded_t *e, int64_t step, bool *is_free) {
   *is_free = e->step_is_free && e->step_is_free[step];
   pthread_mutex_unlock(&e->lock);
   return idx;
+}
+
+/* ---- answers ---- */
+
+bool hbm__loaded_answer(hbm__loaded_t *e, const char *key, char **body, size_t *len) {
+  bool found = false;
+  pthread_mutex_lock(&e->lock);
+  for (hbm__cached_answer_t *a = e->answers; a && !found; a = a->next) {
+    if (strcmp(a->key, key))
+      continue;
+    *body = malloc(a->len + 1);
+    if (*body) {
+      memcpy(*body, a->body, a->len + 1);
+      *len = a->len;
+      found = true;
+    }
+  }
+  pthread_mutex_unlock(&e->lock);
+  return found;
+}
+
+void hbm__loaded_keep_answer(hbm__loaded_t *e, const char *key, const char *body, size_t len) {
+  if (len > HBM__ANSWER_BYTES_MAX / 4)
+    return;
+  hbm__cached_answer_t *a = calloc(1, sizeof *a);
+  char *k = strdup(key), *b = malloc(len + 1);
+  if (!a || !k || !b) {
+    free(a);
+    free(k);
+    free(b);
+    return;
+  }
+  memcpy(b, body, len);
+  b[len] = '\0';
+  *a = (hbm__cached_answer_t){k, b, len, NULL};
+  pthread_mutex_lock(&e->lock);
+  a->next = e->answers; /* newest first: past the limits, the tail (the oldest) goes */
+  e->answers = a;
+  size_t n = 0, bytes = 0;
+  for (hbm__cached_answer_t **p = &e->answers; *p; p = &(*p)->next) {
+    bytes += (*p)->len;
+    if (++n > HBM__ANSWERS_MAX || bytes > HBM__ANSWER_BYTES_MAX) {
+      free_answers(*p);
+      *p = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&e->lock);
 }

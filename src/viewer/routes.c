@@ -11,14 +11,20 @@
 typedef struct endpoint {
   const char *path;
   hbm__endpoint_fn fn;
+  bool about_one_profile; /* its answers depend on one profile's file: kept per profile */
 } endpoint_t;
 
 static const endpoint_t endpoints[] = {
-    {"/api/runs", hbm__api_runs},         {"/api/profiles", hbm__api_profiles},
-    {"/api/profile", hbm__api_profile},   {"/api/summary", hbm__api_summary},
-    {"/api/timeline", hbm__api_timeline}, {"/api/buffers_at_peak", hbm__api_buffers_at_peak},
-    {"/api/buffer", hbm__api_buffer},     {"/api/allocations", hbm__api_allocations},
-    {"/api/oom", hbm__api_oom},           {"/api/compare", hbm__api_compare},
+    {"/api/runs", hbm__api_runs, false},
+    {"/api/profiles", hbm__api_profiles, false},
+    {"/api/profile", hbm__api_profile, true},
+    {"/api/summary", hbm__api_summary, true},
+    {"/api/timeline", hbm__api_timeline, true},
+    {"/api/buffers_at_peak", hbm__api_buffers_at_peak, true},
+    {"/api/buffer", hbm__api_buffer, true},
+    {"/api/allocations", hbm__api_allocations, true},
+    {"/api/oom", hbm__api_oom, true},
+    {"/api/compare", hbm__api_compare, false},
 };
 
 hbm__viewer_t *hbm__viewer_new(const char *logdir) {
@@ -93,6 +99,56 @@ static void respond_html_error(hbm__response_t *r, int status, const char *title
   r->owned = true;
 }
 
+static int cmp_index_by_key(const void *a, const void *b, void *ctx) {
+  const hbm__query_t *q = ctx;
+  return strcmp(q->key[*(const size_t *)a], q->key[*(const size_t *)b]);
+}
+
+/* The request with its arguments sorted, each with its length, so equal requests have equal
+ * keys and no value can forge a separator. */
+static char *canonical_request(const char *path, const hbm__query_t *q) {
+  size_t order[HBM__QUERY_MAX];
+  for (size_t i = 0; i < q->n; i++)
+    order[i] = i;
+  qsort_r(order, q->n, sizeof order[0], cmp_index_by_key, (void *)q);
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_puts(&sb, path);
+  for (size_t i = 0; i < q->n; i++)
+    hbm_strbuf_printf(&sb, "&%zu:%s=%zu:%s", strlen(q->key[order[i]]), q->key[order[i]],
+                      strlen(q->value[order[i]]), q->value[order[i]]);
+  if (sb.failed) {
+    hbm_strbuf_free(&sb);
+    return NULL;
+  }
+  return sb.data;
+}
+
+/* Answers a request about one profile from the answers kept for its current version, or
+ * computes the answer and keeps it. The entry is looked up as the endpoint does (the same
+ * version check), so a changed file is never answered from the old one's answers. */
+static void answer_about_profile(hbm__viewer_t *v, const endpoint_t *ep, const hbm__query_t *q,
+                                 hbm__response_t *out) {
+  const char *run = hbm__query_get(q, "run"), *file = hbm__query_get(q, "profile");
+  hbm__loaded_t *e = run && file ? hbm__cache_get(&v->cache, run, file) : NULL;
+  char *key = e && e->profile ? canonical_request(ep->path, q) : NULL;
+  char *body;
+  size_t len;
+  if (key && hbm__loaded_answer(e, key, &body, &len)) {
+    out->status = 200;
+    out->content_type = "application/json";
+    out->body = body;
+    out->len = len;
+    out->owned = true;
+  } else {
+    ep->fn(v, q, out);
+    if (key && out->status == 200)
+      hbm__loaded_keep_answer(e, key, out->body, out->len);
+  }
+  free(key);
+  hbm__cache_release(&v->cache, e);
+}
+
 static const hbm__asset_t *find_asset(const char *path) {
   if (!strcmp(path, "/index.html"))
     path = "/";
@@ -118,7 +174,10 @@ void hbm__viewer_handle(hbm__viewer_t *v, const char *method, const char *path,
   if (api) {
     for (size_t i = 0; i < HBM_ARRAY_LEN(endpoints); i++)
       if (!strcmp(endpoints[i].path, path)) {
-        endpoints[i].fn(v, q, out);
+        if (endpoints[i].about_one_profile)
+          answer_about_profile(v, &endpoints[i], q, out);
+        else
+          endpoints[i].fn(v, q, out);
         return;
       }
     hbm__respond_error(out, 404, "unknown API endpoint (see docs/viewer.md)");

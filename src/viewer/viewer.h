@@ -113,7 +113,26 @@ typedef struct hbm__loaded {
   bool extents_ready;
   int64_t *step_buffer; /* per step: the buffer born there, else the one freed there */
   int8_t *step_is_free; /* per step: 1 when step_buffer[] died there */
+  /* Answers already given about this version of the file, by canonical request. */
+  struct hbm__cached_answer *answers;
 } hbm__loaded_t;
+
+/* Answers kept per loaded profile: a view asked again (switching back to a memory type,
+ * reloading the page, "reset zoom") is answered without recomputing. */
+#define HBM__ANSWERS_MAX 48
+#define HBM__ANSWER_BYTES_MAX (24u << 20)
+
+typedef struct hbm__cached_answer {
+  char *key;
+  char *body;
+  size_t len;
+  struct hbm__cached_answer *next;
+} hbm__cached_answer_t;
+
+/* The answer kept for key (a malloc'd copy in *body), or false. */
+bool hbm__loaded_answer(hbm__loaded_t *e, const char *key, char **body, size_t *len);
+/* Keeps a copy of an answer (the oldest ones go past the limits). */
+void hbm__loaded_keep_answer(hbm__loaded_t *e, const char *key, const char *body, size_t len);
 
 typedef struct hbm__cache {
   char *logdir;

@@ -36,25 +36,33 @@ export class AllocView {
     this.matches = null;
     this.query = '';
     this.ooms = [];
-    this.markers = [];
     this.ticket = 0;
     this.matchTicket = 0;
     this.drag = null;
     this.bind();
   }
 
-  // A fresh profile/space.
-  async show(summary, kind, ooms, markers) {
+  // The request for a whole space, so a view can ask for it while other requests run.
+  fetchAll() {
+    this.resize();
+    return this.api.fetchRects(this.firstArgs());
+  }
+
+  firstArgs() {
+    return { limit: LIMIT, cols: Math.round(this.plotW() / 2), rows: Math.round(this.plotH() / 2) };
+  }
+
+  // A fresh profile/space (data: the answer of fetchAll, when already asked).
+  async show(summary, kind, ooms, data) {
     this.summary = summary;
     this.kind = kind;
     this.ooms = ooms || [];
-    this.markers = (markers || []).filter((m) => m.kind === 'text' || m.kind === 'step_begin');
     this.rects = null;
     this.matches = null;
     this.extent = 0;
     this.view = { x0: 0, x1: Math.max(1, summary.n_steps), y0: 0, y1: 1 };
     this.resize();
-    await this.fetch(true);
+    await this.fetch(true, data);
     if (this.query) await this.search(this.query);
   }
 
@@ -106,13 +114,11 @@ export class AllocView {
     };
   }
 
-  async fetch(first) {
+  async fetch(first, ready) {
     const ticket = ++this.ticket;
-    const args = first
-      ? { limit: LIMIT, cols: Math.round(this.plotW() / 2), rows: Math.round(this.plotH() / 2) }
-      : { ...this.windowArgs(), limit: LIMIT };
+    const args = first ? this.firstArgs() : { ...this.windowArgs(), limit: LIMIT };
     const t0 = performance.now();
-    const data = await this.api.fetchRects(args);
+    const data = ready ? await ready : await this.api.fetchRects(args);
     if (ticket !== this.ticket) return;
     if (first) {
       this.extent = Math.max(1, data.extent);

@@ -198,6 +198,11 @@ async function selectSpace(space) {
   state.pinned = null;
   setStatus('loading…');
   let summary, program, bySize, byPadding, oom;
+  // Everything is asked at once (the server answers in parallel); the two timelines' data
+  // is handed to them when the summary is in.
+  showContent();
+  const timelineData = views.timeline.fetchAll();
+  const allocData = views.alloc.fetchAll();
   try {
     [summary, program, bySize, byPadding, oom] = await Promise.all([
       api('summary', args()),
@@ -205,6 +210,8 @@ async function selectSpace(space) {
       api('buffers_at_peak', args({ order: 'size' })),
       api('buffers_at_peak', args({ order: 'padding' })),
       api('oom', args()),
+      timelineData,
+      allocData,
     ]);
   } catch (err) {
     if (seq === state.loadSeq) {
@@ -215,6 +222,8 @@ async function selectSpace(space) {
     return;
   }
   if (seq !== state.loadSeq) return;
+  const fetched = performance.now();
+  timings.lastFetchMs = fetched - started;
   state.summary = summary;
   state.bars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
   state.oom = oom;
@@ -224,13 +233,13 @@ async function selectSpace(space) {
   renderCard($('buffer-card'), null);
   renderOoms(oom);
   await Promise.all([
-    views.timeline.show(summary, state.info.kind),
-    views.alloc.show(summary, state.info.kind, oom.events, oom.markers),
+    views.timeline.show(summary, state.info.kind, timelineData),
+    views.alloc.show(summary, state.info.kind, oom.events, allocData),
   ]);
   if (seq !== state.loadSeq) return;
   setStatus('');
-  const ms = performance.now() - started;
-  timings.lastLoadMs = ms;
+  timings.lastLoadMs = performance.now() - started;
+  timings.lastRenderMs = performance.now() - fetched;
   if (timings.firstViewMs == null) timings.firstViewMs = performance.now() - t0;
   settled();
   if ($('compare-select').value) runCompare();

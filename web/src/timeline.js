@@ -23,25 +23,35 @@ export class Timeline {
     window.addEventListener('resize', this.onResize);
   }
 
-  // A fresh profile/space: full range.
-  async show(summary, kind) {
+  // The request for a whole space, so a view can ask for it while other requests run.
+  fetchAll() {
+    return this.fetchWindow(undefined, undefined, this.points());
+  }
+
+  // A fresh profile/space: full range (data: the answer of fetchAll, when already asked).
+  async show(summary, kind, data) {
     this.summary = summary;
     this.kind = kind;
     this.nSteps = summary.n_steps;
-    await this.load(0, this.nSteps, true);
+    await this.load(0, this.nSteps, true, data);
   }
 
   width() {
     return Math.max(300, this.el.clientWidth || 800);
   }
 
-  async load(from, to, rebuild) {
+  points() {
+    return Math.min(4000, this.width());
+  }
+
+  async load(from, to, rebuild, ready) {
     const ticket = ++this.pending;
-    const data = await this.fetchWindow(from, to, Math.min(4000, this.width()));
+    const data = ready ? await ready : await this.fetchWindow(from, to, this.points());
     if (ticket !== this.pending) return; // a newer zoom superseded this one
     this.data = data;
     this.range = [from, to];
-    if (rebuild || !this.plot) this.build();
+    // A new profile of another kind has other series: build anew; else new data will do.
+    if (!this.plot || (rebuild && this.builtKind !== this.kind)) this.build();
     else this.update();
   }
 
@@ -54,6 +64,7 @@ export class Timeline {
 
   build() {
     if (this.plot) this.plot.destroy();
+    this.builtKind = this.kind;
     this.el.innerHTML = '';
     const runtime = this.kind === 'runtime';
     const series = [
@@ -148,7 +159,7 @@ export class Timeline {
       this.hoverEl.innerHTML = '&nbsp;';
       return;
     }
-    const op = d.op[i];
+    const op = d.op[i] >= 0 ? d.ops[d.op[i]] : null;
     const ev = d.event[i] === 1 ? 'alloc' : d.event[i] === 2 ? 'free' : '';
     const parts = [
       `<b>${this.kind === 'runtime' ? 'event' : 'step'} ${d.step[i]}</b>`,
