@@ -1,0 +1,372 @@
+/* hlo.h — internal header of the compile-time planner (src/hlo). The planner reads XLA HLO
+ * text into a module (lexer.c, parser.c, shape.c, module.c), decides which instructions
+ * define buffers and which alias them (alias.c), gives every buffer a live range over the
+ * flattened schedule (liveness.c), places the temporaries with XLA's global decreasing-size
+ * best-fit heap (heap_sim.c), optionally rematerializes values to fit a memory limit
+ * (remat.c), and turns the result into a profile of the one memory model (plan.c), reported
+ * in XLA's E1000 form (e1000.c). XLA's own dumps are read by xla_dump.c.
+ *
+ * Memory: the module owns a copy of the text; every name in the IR is a slice of it, and all
+ * IR nodes live in one arena freed with the module, so memory grows with the input. */
+#ifndef HBM_HLO_H
+#define HBM_HLO_H
+
+#include "base/base.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- arena (arena.c): bump allocation, freed all at once ---- */
+
+typedef struct hlo_arena_block hlo_arena_block_t;
+typedef struct hlo_arena {
+  hlo_arena_block_t *head;
+  char *cur, *end;
+  size_t total; /* bytes taken from malloc */
+} hlo_arena_t;
+
+void hbm__hlo_arena_init(hlo_arena_t *a);
+void hbm__hlo_arena_free(hlo_arena_t *a);
+/* n bytes aligned to 8, zeroed; NULL (with an error set) when memory ran out. */
+void *hbm__hlo_arena_alloc(hlo_arena_t *a, size_t n);
+/* A NUL-terminated copy of s[0..n). */
+char *hbm__hlo_arena_strndup(hlo_arena_t *a, const char *s, size_t n);
+
+/* A growable array of pointer-sized or fixed-size items on malloc (vec.c-free: inline). */
+typedef struct hlo_vec {
+  void *data;
+  size_t len, cap, item;
+} hlo_vec_t;
+void hbm__hlo_vec_init(hlo_vec_t *v, size_t item_size);
+void hbm__hlo_vec_free(hlo_vec_t *v);
+/* Appends one item (copied from `item`); false when memory ran out. */
+bool hbm__hlo_vec_push(hlo_vec_t *v, const void *item);
+#define HLO_VEC_AT(v, type, i) (((type *)(v)->data)[i])
+
+/* A slice of the module text. */
+typedef struct hlo_str {
+  const char *p;
+  uint32_t n;
+} hlo_str_t;
+
+bool hbm__hlo_str_eq(hlo_str_t s, const char *lit);
+
+/* ---- element types and shapes (shape.c) ---- */
+
+typedef enum hlo_etype {
+  HLO_T_INVALID = 0,
+  HLO_T_PRED,
+  HLO_T_S1,
+  HLO_T_S2,
+  HLO_T_S4,
+  HLO_T_S8,
+  HLO_T_S16,
+  HLO_T_S32,
+  HLO_T_S64,
+  HLO_T_U1,
+  HLO_T_U2,
+  HLO_T_U4,
+  HLO_T_U8,
+  HLO_T_U16,
+  HLO_T_U32,
+  HLO_T_U64,
+  HLO_T_F16,
+  HLO_T_BF16,
+  HLO_T_F32,
+  HLO_T_F64,
+  HLO_T_C64,
+  HLO_T_C128,
+  HLO_T_F8E5M2,
+  HLO_T_F8E4M3,
+  HLO_T_F8E4M3FN,
+  HLO_T_F8E4M3B11FNUZ,
+  HLO_T_F8E5M2FNUZ,
+  HLO_T_F8E4M3FNUZ,
+  HLO_T_F8E3M4,
+  HLO_T_F8E8M0FNU,
+  HLO_T_F4E2M1FN,
+  HLO_T_TOKEN,
+  HLO_T_OPAQUE,
+  HLO_T_TUPLE,
+  HLO_T_COUNT
+} hlo_etype_t;
+
+/* The type named by s[0..n), HLO_T_INVALID if none ("tuple" is not a name in the text). */
+hlo_etype_t hbm__etype_lookup(const char *s, size_t n);
+const char *hbm__etype_name(hlo_etype_t t);
+/* Storage bits of one element (sub-byte types: their width; pred: 8; token: 0;
+ * opaque: 64, a pointer). */
+int hbm__etype_bits(hlo_etype_t t);
+
+#define HLO_MAX_RANK 64
+#define HLO_MAX_TILES 8
+#define HLO_TILE_COMBINE (-1) /* a '*' tile dimension */
+
+typedef struct hlo_tile {
+  uint8_t rank;
+  int64_t *dims;
+} hlo_tile_t;
+
+typedef struct hlo_layout {
+  uint16_t n_minor_to_major;
+  uint8_t n_tiles;
+  int64_t *minor_to_major;
+  hlo_tile_t *tiles;
+  int64_t element_bits; /* E(n), 0 = the type's width */
+  int64_t memory_space; /* S(n), 0 = default (HBM) */
+  int64_t tail_align;   /* L(n), elements; 1 = none */
+} hlo_layout_t;
+
+typedef struct hlo_shape hlo_shape_t;
+struct hlo_shape {
+  uint8_t etype;           /* hlo_etype_t */
+  uint8_t is_dynamic;      /* some dimension is '<=' bounded or '?' */
+  uint16_t rank;           /* arrays: number of dimensions; tuples: number of elements */
+  int64_t *dims;           /* arrays: sizes (bounds for dynamic dims, 0 for '?') */
+  hlo_layout_t *layout;    /* NULL: default (major-to-minor, no tiles) */
+  hlo_shape_t **elems;     /* tuples */
+  uint32_t *elem_offsets;  /* tuples: pre-order index of each element */
+  uint32_t n_subshapes;    /* this shape and every nested one, pre-order */
+  uint64_t bytes;          /* padded: as laid out (tuples: the 8-byte pointer table) */
+  uint64_t unpadded_bytes; /* in the default layout, sub-byte types packed */
+  hlo_str_t text;          /* as written, with layout */
+};
+
+/* Sizes of an array shape from its dims/type/layout; false on overflow. Tuples: 8 bytes per
+ * element for the table. */
+bool hbm__shape_compute_sizes(hlo_shape_t *s);
+/* The subshape at pre-order index k (0 = the shape itself), or NULL. */
+const hlo_shape_t *hbm__shape_subshape(const hlo_shape_t *s, uint32_t k);
+/* Pre-order index of tuple element `i` of s (a tuple), or UINT32_MAX. */
+uint32_t hbm__shape_elem_offset(const hlo_shape_t *s, int64_t i);
+/* Pre-order index of the subshape at the index path idx[0..n), or UINT32_MAX. */
+uint32_t hbm__shape_index_offset(const hlo_shape_t *s, const int64_t *idx, size_t n);
+/* Writes the ShapeIndex text "{0,1}" of pre-order index k into buf. */
+void hbm__shape_index_text(const hlo_shape_t *s, uint32_t k, char *buf, size_t cap);
+/* Number of elements of an array shape (dynamic dims at their bound); saturates. */
+uint64_t hbm__shape_elements(const hlo_shape_t *s);
+/* Memory space (colour) of an array shape, 0 for tuples. */
+int hbm__shape_color(const hlo_shape_t *s);
+
+/* ---- opcodes (opcode.c) ---- */
+
+typedef enum hlo_opcode {
+#define HLO_OP(id, name, flags) HLO_OP_##id,
+#include "opcodes.def"
+#undef HLO_OP
+  HLO_OP_COUNT
+} hlo_opcode_t;
+
+/* Opcode properties. */
+#define HLO_F_ELEMENTWISE 0x01u /* output element i depends on operand elements i only */
+#define HLO_F_CHEAP 0x02u       /* cheap to recompute (data movement, broadcast, iota) */
+#define HLO_F_SIDE_EFFECT 0x04u /* must not be duplicated (rng, I/O, collectives) */
+#define HLO_F_CONTROL 0x08u     /* while / conditional / call */
+#define HLO_F_TRANSCENDENTAL 0x10u
+
+hlo_opcode_t hbm__opcode_lookup(const char *s, size_t n);
+const char *hbm__opcode_name(hlo_opcode_t op);
+unsigned hbm__opcode_flags(hlo_opcode_t op);
+
+/* ---- the module IR (module.c, parser.c) ---- */
+
+typedef struct hlo_comp hlo_comp_t;
+typedef struct hlo_instr hlo_instr_t;
+
+/* Roles of called computations, by the attribute that names them. */
+typedef enum hlo_call_role {
+  HLO_CALL_TO_APPLY = 0,
+  HLO_CALL_CALLS,
+  HLO_CALL_CONDITION,
+  HLO_CALL_BODY,
+  HLO_CALL_BRANCH,
+  HLO_CALL_SELECT,
+  HLO_CALL_SCATTER,
+  HLO_CALL_CALLED
+} hlo_call_role_t;
+
+typedef struct hlo_callref {
+  hlo_str_t name;
+  uint8_t role;
+  hlo_comp_t *comp; /* resolved after the whole module is read */
+} hlo_callref_t;
+
+/* One entry of output_to_operand_aliasing / input_output_alias: output index `out` shares
+ * the buffer of operand (or entry parameter) `operand` at index `in`. */
+typedef struct hlo_alias_pair {
+  int64_t *out;
+  int64_t *in;
+  uint8_t n_out, n_in;
+  uint8_t must_alias;
+  int64_t operand;
+} hlo_alias_pair_t;
+
+typedef struct hlo_span {
+  uint32_t start, len;
+} hlo_span_t;
+
+struct hlo_instr {
+  hlo_str_t name; /* without '%' */
+  const hlo_shape_t *shape;
+  uint16_t opcode; /* hlo_opcode_t */
+  uint8_t is_root;
+  uint8_t fusion_kind;   /* 'L'oop, 'I'nput, 'O'utput, 'C'ustom, 0 */
+  hlo_str_t opcode_text; /* as written (unknown opcodes keep their name) */
+  uint32_t n_operands;
+  hlo_instr_t **operands;
+  hlo_span_t *operand_spans; /* where each operand's name is in the text (for printing) */
+  uint32_t n_called;
+  hlo_callref_t *called;
+  int64_t index; /* get-tuple-element index, parameter number; -1 */
+  hlo_str_t op_name, op_type, source_file, custom_call_target;
+  int64_t source_line; /* 0 = none */
+  uint32_t n_aliasing; /* output_to_operand_aliasing */
+  hlo_alias_pair_t *aliasing;
+  hlo_span_t text;       /* the instruction's text, from its name to its last attribute */
+  hlo_span_t name_span;  /* the name token, '%' included */
+  uint32_t operands_end; /* offset just past the ')' of the operand list */
+  hlo_comp_t *parent;
+  uint32_t id;                 /* position in parent->instrs */
+  const hlo_instr_t *remat_of; /* remat.c: the instruction this one recomputes */
+};
+
+typedef enum hlo_comp_kind {
+  HLO_COMP_UNREACHABLE = 0,
+  HLO_COMP_SEQUENTIAL, /* entry, and bodies of while / conditional / call: scheduled */
+  HLO_COMP_EMBEDDED,   /* to_apply of reduce, sort, map, ...: thread-local values */
+  HLO_COMP_FUSED       /* fusion and async bodies: no buffers of their own */
+} hlo_comp_kind_t;
+
+struct hlo_comp {
+  hlo_str_t name;
+  hlo_instr_t **instrs;
+  uint32_t n_instrs;
+  hlo_instr_t *root;
+  hlo_instr_t **params; /* by parameter number; may have holes (NULL) */
+  uint32_t n_params;
+  uint8_t is_entry;
+  uint8_t kind; /* hlo_comp_kind_t */
+  uint32_t id;
+  hlo_span_t body; /* text between the braces, for printing */
+};
+
+typedef struct hlo_module {
+  char *text;
+  size_t len;
+  char *filename;
+  hlo_str_t name;
+  hlo_arena_t arena;
+  hlo_comp_t **comps;
+  uint32_t n_comps;
+  hlo_comp_t *entry;
+  bool is_scheduled;
+  uint32_t n_io_alias;
+  hlo_alias_pair_t *io_alias; /* operand = parameter number */
+  uint32_t n_donors;
+  hlo_alias_pair_t *donors;  /* buffer_donor: operand = parameter number, in = index */
+  size_t n_instrs;           /* in every computation */
+  uint32_t n_remat;          /* clones added by remat.c (for unique names) */
+  hlo_instr_t **entry_owned; /* remat.c: the entry's instruction array once it grows */
+  size_t entry_cap;
+} hlo_module_t;
+
+/* Parses HLO text (copied). name is used in error messages ("file:line:col: ..."). */
+hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name);
+/* Sets every computation's kind from how it is called; an error if the call graph has a
+ * cycle. hbm__hlo_parse calls it. */
+hbm_status_t hbm__hlo_classify(hlo_module_t *m);
+void hbm__hlo_free(hlo_module_t *m);
+/* line and column (1-based) of a text offset. */
+void hbm__hlo_text_position(const char *text, size_t offset, int *line, int *col);
+/* Prints the module as HLO text (the original text, with remat.c's changes) into sb. */
+void hbm__hlo_print(const hlo_module_t *m, hbm_strbuf_t *sb);
+/* Writes the instruction's text (name and operands as they are now) into sb. */
+void hbm__instr_print(const hlo_module_t *m, const hlo_instr_t *in, hbm_strbuf_t *sb);
+/* "%name = shape opcode(operands)", at most max_len characters ("..." when shortened). */
+void hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len,
+                      hbm_strbuf_t *sb);
+
+/* ---- buffers: dataflow, aliasing and live ranges (alias.c, liveness.c) ---- */
+
+/* Value flags */
+#define HLO_V_PARAM 0x001u    /* an entry parameter (leaf or tuple table) */
+#define HLO_V_CONST 0x002u    /* a constant */
+#define HLO_V_OUTPUT 0x004u   /* lives out of the entry computation */
+#define HLO_V_THREAD 0x008u   /* defined in an embedded computation: thread-local */
+#define HLO_V_WRITABLE 0x010u /* an entry parameter donated (input_output_alias/buffer_donor) */
+#define HLO_V_LOOP 0x020u     /* a while loop's carried buffer */
+#define HLO_V_BRANCH 0x040u   /* a conditional's result */
+#define HLO_V_ALIASED 0x080u  /* an output sharing an entry parameter's buffer */
+#define HLO_V_COPY 0x100u     /* an implicit copy (as XLA's copy insertion would add) */
+
+/* A value: one subshape of one instruction instance in the flattened schedule. */
+typedef struct hlo_value {
+  const hlo_instr_t *instr;
+  const hlo_shape_t *shape; /* the subshape */
+  uint32_t subshape;        /* pre-order index in instr->shape */
+  uint32_t def_step;
+  uint32_t last_use; /* step of the last use, >= def_step */
+  uint32_t flags;
+  uint64_t bytes, unpadded_bytes;
+  int color;
+} hlo_value_t;
+
+/* A logical buffer: a set of values that must share memory (XLA's HloBuffer). */
+typedef struct hlo_buffer {
+  uint32_t value; /* the representative (defining) value: smallest def_step */
+  uint32_t n_values;
+  uint32_t flags;      /* union of the values' flags */
+  uint32_t start, end; /* live range [start, end) over steps */
+  uint64_t bytes, unpadded_bytes;
+  int color;
+  uint32_t share_group; /* buffers sharing one heap chunk (in-place reuse); own index if none */
+  uint64_t offset;      /* heap offset (temporaries) */
+  int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
+} hlo_buffer_t;
+
+typedef struct hlo_step {
+  const hlo_instr_t *instr;
+} hlo_step_t;
+
+typedef struct hlo_plan_opts {
+  uint64_t alignment; /* heap offsets are multiples of this (>= 1) */
+} hlo_plan_opts_t;
+
+/* The result of planning one module. */
+typedef struct hlo_assignment {
+  hlo_step_t *steps;
+  uint32_t n_steps;
+  hlo_value_t *values;
+  uint32_t n_values;
+  uint32_t *value_buffer; /* value → buffer */
+  uint32_t *entry_value;  /* entry instruction id → its value at subshape {} */
+  hlo_buffer_t *buffers;
+  uint32_t n_buffers;
+  /* per colour (index = colour) after heap simulation */
+  int n_colors;
+  uint64_t *heap_bytes;     /* temp heap size with fragmentation */
+  uint64_t *temp_peak;      /* max over steps of live temp bytes */
+  uint32_t *temp_peak_step; /* first step reaching it */
+} hlo_assignment_t;
+
+/* Dataflow + aliasing + live ranges: fills steps, values, buffers. */
+hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *out);
+/* Heap simulation of the temporaries of every colour (offsets, heap sizes) and the live peak
+ * of temporaries per colour. */
+hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t *opt);
+void hbm__hlo_assignment_free(hlo_assignment_t *as);
+
+/* ---- heap simulator (heap_sim.c): XLA's GlobalDecreasingSizeBestFitHeap ---- */
+
+typedef struct hlo_interval {
+  uint32_t start, end; /* [start, end) */
+  uint64_t size;
+  uint64_t offset; /* out */
+} hlo_interval_t;
+
+/* Places every interval (sorted internally by size, then duration, then index), each at the
+ * smallest free gap among the intervals overlapping it in time, or on top. Returns the heap
+ * size in *heap. */
+hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap);
+
+#endif /* HBM_HLO_H */

@@ -1,0 +1,306 @@
+/* lexer.c — the cursor that parser.c and xla_dump.c read text with. It works on characters,
+ * not a token stream, because HLO attribute values come in many small grammars (windows,
+ * dim labels, sharding, replica groups, JSON backend configs) that the planner never needs:
+ * they are skipped whole. Errors carry the position: "file:line:column: expected ...". */
+#include "lexer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void hbm__hlo_lex_init(hlo_lexer_t *lx, const char *text, size_t len, const char *filename) {
+  memset(lx, 0, sizeof *lx);
+  lx->text = text;
+  lx->len = len;
+  lx->filename = filename ? filename : "<input>";
+}
+
+void hbm__hlo_text_position(const char *text, size_t offset, int *line, int *col) {
+  int l = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < offset; i++)
+    if (text[i] == '\n') {
+      l++;
+      line_start = i + 1;
+    }
+  *line = l;
+  *col = (int)(offset - line_start) + 1;
+}
+
+bool hbm__hlo_lex_error_at(hlo_lexer_t *lx, size_t at, const char *fmt, ...) {
+  if (lx->failed)
+    return false;
+  lx->failed = true;
+  if (at > lx->len)
+    at = lx->len;
+  int line, col;
+  hbm__hlo_text_position(lx->text, at, &line, &col);
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  hbm__error(HBM_ERR_PARSE, "%s:%d:%d: %s", lx->filename, line, col, msg);
+  return false;
+}
+
+static bool is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool is_ident_char(char c) {
+  return is_ident_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
+}
+
+bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->pos >= lx->len)
+    return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found the end of the input", what);
+  /* Show the token (or character) found, printable characters only. */
+  char found[40];
+  size_t n = 0, p = lx->pos;
+  if (is_ident_char(lx->text[p]) || lx->text[p] == '%') {
+    while (p < lx->len && n + 1 < sizeof found &&
+           (is_ident_char(lx->text[p]) || (p == lx->pos && lx->text[p] == '%')))
+      found[n++] = lx->text[p++];
+  } else {
+    unsigned char c = (unsigned char)lx->text[p];
+    if (c >= 0x20 && c < 0x7f)
+      found[n++] = (char)c;
+  }
+  found[n] = '\0';
+  if (n == 0)
+    return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found byte 0x%02x", what,
+                                 (unsigned char)lx->text[lx->pos]);
+  return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found '%s'", what, found);
+}
+
+void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
+  const char *t = lx->text;
+  size_t p = lx->pos, n = lx->len;
+  while (p < n) {
+    char c = t[p];
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      p++;
+    } else if (c == '/' && p + 1 < n && t[p + 1] == '*') {
+      const char *close = NULL;
+      for (size_t q = p + 2; q + 1 < n; q++)
+        if (t[q] == '*' && t[q + 1] == '/') {
+          close = t + q;
+          break;
+        }
+      if (!close) {
+        lx->pos = p;
+        hbm__hlo_lex_error_at(lx, p, "unterminated comment: expected '*/'");
+        lx->pos = n;
+        return;
+      }
+      p = (size_t)(close - t) + 2;
+    } else if (c == '/' && p + 1 < n && t[p + 1] == '/') {
+      while (p < n && t[p] != '\n')
+        p++;
+    } else {
+      break;
+    }
+  }
+  lx->pos = p;
+}
+
+bool hbm__hlo_lex_at_end(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  return lx->failed || lx->pos >= lx->len;
+}
+
+char hbm__hlo_lex_peek(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  return lx->failed || lx->pos >= lx->len ? '\0' : lx->text[lx->pos];
+}
+
+bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c) {
+  if (hbm__hlo_lex_peek(lx) != c || c == '\0')
+    return false;
+  lx->pos++;
+  return true;
+}
+
+bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c) {
+  if (hbm__hlo_lex_accept(lx, c))
+    return true;
+  char what[8] = {'\'', c, '\'', '\0'};
+  return hbm__hlo_lex_expected(lx, what);
+}
+
+bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed || lx->pos + 1 >= lx->len || lx->text[lx->pos] != two[0] ||
+      lx->text[lx->pos + 1] != two[1])
+    return false;
+  lx->pos += 2;
+  return true;
+}
+
+bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed || lx->pos >= lx->len || !is_ident_start(lx->text[lx->pos]))
+    return false;
+  size_t start = lx->pos;
+  while (lx->pos < lx->len && is_ident_char(lx->text[lx->pos]))
+    lx->pos++;
+  out->p = lx->text + start;
+  out->n = (uint32_t)(lx->pos - start);
+  return true;
+}
+
+bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out) {
+  hbm__hlo_lex_skip_ws(lx);
+  size_t save = lx->pos;
+  if (!lx->failed && lx->pos < lx->len && lx->text[lx->pos] == '%')
+    lx->pos++;
+  if (lx->pos < lx->len && lx->pos > save && !is_ident_start(lx->text[lx->pos])) {
+    lx->pos = save;
+    return false;
+  }
+  if (!hbm__hlo_lex_ident(lx, out)) {
+    lx->pos = save;
+    return false;
+  }
+  return true;
+}
+
+bool hbm__hlo_lex_at_word(hlo_lexer_t *lx, const char *word) {
+  hbm__hlo_lex_skip_ws(lx);
+  size_t n = strlen(word);
+  if (lx->failed || lx->pos + n > lx->len || memcmp(lx->text + lx->pos, word, n) != 0)
+    return false;
+  return lx->pos + n == lx->len || !is_ident_char(lx->text[lx->pos + n]);
+}
+
+bool hbm__hlo_lex_accept_word(hlo_lexer_t *lx, const char *word) {
+  if (!hbm__hlo_lex_at_word(lx, word))
+    return false;
+  lx->pos += strlen(word);
+  return true;
+}
+
+bool hbm__hlo_lex_int(hlo_lexer_t *lx, int64_t *out) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed)
+    return false;
+  size_t p = lx->pos;
+  bool neg = false;
+  if (p < lx->len && lx->text[p] == '-') {
+    neg = true;
+    p++;
+  }
+  if (p >= lx->len || lx->text[p] < '0' || lx->text[p] > '9')
+    return false;
+  uint64_t v = 0;
+  while (p < lx->len && lx->text[p] >= '0' && lx->text[p] <= '9') {
+    uint64_t d = (uint64_t)(lx->text[p] - '0');
+    if (v > (UINT64_MAX - d) / 10 || v * 10 + d > (uint64_t)INT64_MAX + (neg ? 1u : 0u))
+      return hbm__hlo_lex_error_at(lx, lx->pos, "integer out of range");
+    v = v * 10 + d;
+    p++;
+  }
+  lx->pos = p;
+  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+  return true;
+}
+
+bool hbm__hlo_lex_string(hlo_lexer_t *lx, hlo_str_t *out) {
+  char q = hbm__hlo_lex_peek(lx);
+  if (q != '"' && q != '\'')
+    return false;
+  size_t start = lx->pos++;
+  while (lx->pos < lx->len && lx->text[lx->pos] != q) {
+    if (lx->text[lx->pos] == '\\' && lx->pos + 1 < lx->len)
+      lx->pos++;
+    lx->pos++;
+  }
+  if (lx->pos >= lx->len)
+    return hbm__hlo_lex_error_at(lx, start, "unterminated string: expected a closing %c", q);
+  out->p = lx->text + start + 1;
+  out->n = (uint32_t)(lx->pos - start - 1);
+  lx->pos++;
+  return true;
+}
+
+/* Skips from an opening bracket to its match, over nested groups and strings. Depth is a
+ * counter, not recursion, so deeply nested input cannot exhaust the stack; the opening and
+ * closing kinds are only checked for the outermost pair. */
+bool hbm__hlo_lex_skip_group(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed || lx->pos >= lx->len)
+    return hbm__hlo_lex_expected(lx, "'{', '[' or '('");
+  size_t start = lx->pos;
+  const char *t = lx->text;
+  char open = t[start];
+  char close = open == '{' ? '}' : open == '[' ? ']' : open == '(' ? ')' : 0;
+  if (!close)
+    return hbm__hlo_lex_expected(lx, "'{', '[' or '('");
+  size_t depth = 0;
+  size_t p = start;
+  while (p < lx->len) {
+    char c = t[p];
+    if (c == '"' || c == '\'') {
+      lx->pos = p;
+      hlo_str_t s;
+      if (!hbm__hlo_lex_string(lx, &s))
+        return false;
+      p = lx->pos;
+      continue;
+    }
+    if (c == '/' && p + 1 < lx->len && (t[p + 1] == '*' || t[p + 1] == '/')) {
+      lx->pos = p;
+      hbm__hlo_lex_skip_ws(lx);
+      if (lx->failed)
+        return false;
+      p = lx->pos;
+      continue;
+    }
+    if (c == '{' || c == '[' || c == '(') {
+      depth++;
+    } else if (c == '}' || c == ']' || c == ')') {
+      depth--;
+      if (depth == 0) {
+        if (c != close)
+          return hbm__hlo_lex_error_at(lx, p, "expected '%c' to close the '%c' at offset %zu",
+                                       close, open, start);
+        lx->pos = p + 1;
+        return true;
+      }
+    }
+    p++;
+  }
+  return hbm__hlo_lex_error_at(lx, start, "expected '%c' to close this '%c'", close, open);
+}
+
+bool hbm__hlo_lex_skip_value(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed)
+    return false;
+  size_t start = lx->pos;
+  const char *t = lx->text;
+  while (lx->pos < lx->len) {
+    char c = t[lx->pos];
+    if (c == '{' || c == '[' || c == '(') {
+      if (!hbm__hlo_lex_skip_group(lx))
+        return false;
+    } else if (c == '"' || c == '\'') {
+      hlo_str_t s;
+      if (!hbm__hlo_lex_string(lx, &s))
+        return false;
+    } else if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '}' ||
+               c == ']' || c == ')') {
+      break;
+    } else if (c == '/' && lx->pos + 1 < lx->len &&
+               (t[lx->pos + 1] == '*' || t[lx->pos + 1] == '/')) {
+      break;
+    } else {
+      lx->pos++;
+    }
+  }
+  if (lx->pos == start)
+    return hbm__hlo_lex_expected(lx, "an attribute value");
+  return true;
+}

@@ -1,0 +1,53 @@
+/* lexer.h — character-level scanning of HLO text and XLA dumps, shared by parser.c and
+ * xla_dump.c. A lexer is a cursor over the text; every function skips leading whitespace
+ * and comments (XLA's  / * ... * /  and  //  forms). The first error is kept with its position
+ * ("file:line:column: expected ..."); after it every call fails quickly. */
+#ifndef HBM_HLO_LEXER_H
+#define HBM_HLO_LEXER_H
+
+#include "hlo.h"
+
+typedef struct hlo_lexer {
+  const char *text;
+  size_t len;
+  size_t pos;
+  const char *filename;
+  bool failed;
+} hlo_lexer_t;
+
+void hbm__hlo_lex_init(hlo_lexer_t *lx, const char *text, size_t len, const char *filename);
+/* Records an error at offset `at` (the first one wins); always returns false. */
+bool hbm__hlo_lex_error_at(hlo_lexer_t *lx, size_t at, const char *fmt, ...) HBM_PRINTF(3, 4);
+/* "expected X" at the current token, showing what is there instead. */
+bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what);
+void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx);
+/* The next significant character ('\0' at the end). */
+char hbm__hlo_lex_peek(hlo_lexer_t *lx);
+bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c);
+bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c);
+/* Accepts a two-character punctuation ("->", "<="). */
+bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two);
+/* [A-Za-z_][A-Za-z0-9_.-]* */
+bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out);
+/* An identifier with an optional '%' in front (the '%' is not part of *out). */
+bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out);
+/* True when the next token is the identifier `word` (not consumed). */
+bool hbm__hlo_lex_at_word(hlo_lexer_t *lx, const char *word);
+bool hbm__hlo_lex_accept_word(hlo_lexer_t *lx, const char *word);
+/* A decimal integer, optionally negative. */
+bool hbm__hlo_lex_int(hlo_lexer_t *lx, int64_t *out);
+/* A double- or single-quoted string; *out is the raw text between the quotes. */
+bool hbm__hlo_lex_string(hlo_lexer_t *lx, hlo_str_t *out);
+/* Skips one attribute value: a run of characters without top-level whitespace, where
+ * bracket groups ({...}, [...], (...)) and strings are taken whole. */
+bool hbm__hlo_lex_skip_value(hlo_lexer_t *lx);
+/* Skips a balanced group starting at the opening bracket under the cursor. */
+bool hbm__hlo_lex_skip_group(hlo_lexer_t *lx);
+bool hbm__hlo_lex_at_end(hlo_lexer_t *lx);
+
+/* Shapes (parser.c): parses one shape into the arena. */
+const hlo_shape_t *hbm__parse_shape(hlo_lexer_t *lx, hlo_arena_t *arena);
+/* A ShapeIndex "{0,1}" into the arena. */
+bool hbm__parse_shape_index(hlo_lexer_t *lx, hlo_arena_t *arena, int64_t **idx, uint8_t *n);
+
+#endif /* HBM_HLO_LEXER_H */

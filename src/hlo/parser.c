@@ -1,0 +1,810 @@
+/* parser.c — HLO text (as XLA's HloModule::ToString prints it, the grammar of XLA's
+ * hlo_parser) into the planner's module IR: the HloModule header (is_scheduled,
+ * input_output_alias, buffer_donor), computations, instructions with their shapes and
+ * layouts, operands, called computations, metadata and output_to_operand_aliasing.
+ * Attributes the planner does not need are skipped whole, so unknown attributes and
+ * opcodes are tolerated; malformed text is an error "file:line:column: expected ...".
+ * Recursion is bounded (nested tuple shapes) so hostile input cannot exhaust the stack. */
+#include "lexer.h"
+#include "namemap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SHAPE_DEPTH 64
+
+/* ------------------------------------------------------------------------------------------ */
+/* Shapes                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool at_layout_start(hlo_lexer_t *lx) {
+  if (hbm__hlo_lex_peek(lx) != '{')
+    return false;
+  size_t save = lx->pos;
+  lx->pos++;
+  char c = hbm__hlo_lex_peek(lx);
+  lx->pos = save;
+  return (c >= '0' && c <= '9') || c == ':' || c == '}';
+}
+
+static bool parse_tile(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_tile_t *tile) {
+  int64_t dims[8];
+  size_t n = 0;
+  if (!hbm__hlo_lex_expect(lx, '('))
+    return false;
+  if (!hbm__hlo_lex_accept(lx, ')')) {
+    do {
+      if (n == HBM_ARRAY_LEN(dims))
+        return hbm__hlo_lex_error_at(lx, lx->pos, "a tile has at most %zu dimensions",
+                                     HBM_ARRAY_LEN(dims));
+      int64_t d;
+      if (hbm__hlo_lex_accept(lx, '*') || hbm__hlo_lex_accept(lx, '?')) {
+        d = HLO_TILE_COMBINE;
+      } else if (!hbm__hlo_lex_int(lx, &d) || d <= 0) {
+        return hbm__hlo_lex_expected(lx, "a positive tile dimension or '*'");
+      }
+      dims[n++] = d;
+    } while (hbm__hlo_lex_accept(lx, ','));
+    if (!hbm__hlo_lex_expect(lx, ')'))
+      return false;
+  }
+  tile->rank = (uint8_t)n;
+  tile->dims = hbm__hlo_arena_alloc(arena, (n ? n : 1) * sizeof(int64_t));
+  if (!tile->dims)
+    return false;
+  memcpy(tile->dims, dims, n * sizeof(int64_t));
+  return true;
+}
+
+static bool parse_paren_int(hlo_lexer_t *lx, int64_t *out, const char *what) {
+  if (!hbm__hlo_lex_expect(lx, '('))
+    return false;
+  if (!hbm__hlo_lex_int(lx, out) || *out < 0)
+    return hbm__hlo_lex_expected(lx, what);
+  return hbm__hlo_lex_expect(lx, ')');
+}
+
+/* The part after ':' in a layout: T(..)(..) L(n) E(n) S(n) and others we skip. */
+static bool parse_layout_attrs(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_layout_t *lay) {
+  hlo_tile_t tiles[HLO_MAX_TILES];
+  size_t n_tiles = 0;
+  while (!lx->failed && hbm__hlo_lex_peek(lx) != '}') {
+    size_t at = lx->pos;
+    char tag[4] = {0};
+    size_t n = 0;
+    while (lx->pos < lx->len && n < 3 &&
+           ((lx->text[lx->pos] >= 'A' && lx->text[lx->pos] <= 'Z') ||
+            (n == 0 && (lx->text[lx->pos] == '#' || lx->text[lx->pos] == '*'))))
+      tag[n++] = lx->text[lx->pos++];
+    if (n == 0 || hbm__hlo_lex_peek(lx) != '(') {
+      lx->pos = at;
+      return hbm__hlo_lex_expected(lx, "a layout attribute such as T(8,128), E(4) or S(1)");
+    }
+    if (!strcmp(tag, "T")) {
+      while (hbm__hlo_lex_peek(lx) == '(') {
+        if (n_tiles == HLO_MAX_TILES)
+          return hbm__hlo_lex_error_at(lx, lx->pos, "a layout has at most %d tiles", HLO_MAX_TILES);
+        if (!parse_tile(lx, arena, &tiles[n_tiles++]))
+          return false;
+      }
+    } else if (!strcmp(tag, "E")) {
+      if (!parse_paren_int(lx, &lay->element_bits, "an element size in bits"))
+        return false;
+      if (lay->element_bits > 1024)
+        return hbm__hlo_lex_error_at(lx, at, "element size E(%lld) is out of range",
+                                     (long long)lay->element_bits);
+    } else if (!strcmp(tag, "S")) {
+      if (!parse_paren_int(lx, &lay->memory_space, "a memory space number"))
+        return false;
+    } else if (!strcmp(tag, "L")) {
+      if (!parse_paren_int(lx, &lay->tail_align, "a tail padding alignment"))
+        return false;
+    } else { /* D(...), SC(...)(...), P(shape), M(n), #(type), *(type): not needed */
+      while (hbm__hlo_lex_peek(lx) == '(')
+        if (!hbm__hlo_lex_skip_group(lx))
+          return false;
+    }
+  }
+  lay->n_tiles = (uint8_t)n_tiles;
+  if (n_tiles) {
+    lay->tiles = hbm__hlo_arena_alloc(arena, n_tiles * sizeof *lay->tiles);
+    if (!lay->tiles)
+      return false;
+    memcpy(lay->tiles, tiles, n_tiles * sizeof *tiles);
+  }
+  return !lx->failed;
+}
+
+static bool parse_layout(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_shape_t *s) {
+  hlo_layout_t *lay = hbm__hlo_arena_alloc(arena, sizeof *lay);
+  if (!lay || !hbm__hlo_lex_expect(lx, '{'))
+    return false;
+  lay->tail_align = 1;
+  int64_t m2m[HLO_MAX_RANK];
+  size_t n = 0;
+  int64_t v;
+  if (hbm__hlo_lex_int(lx, &v)) {
+    do {
+      if (n == HLO_MAX_RANK)
+        return hbm__hlo_lex_error_at(lx, lx->pos, "a layout has at most %d dimensions",
+                                     HLO_MAX_RANK);
+      if (n > 0 && !hbm__hlo_lex_int(lx, &v))
+        return hbm__hlo_lex_expected(lx, "a dimension number");
+      if (v < 0 || v >= s->rank)
+        return hbm__hlo_lex_error_at(lx, lx->pos,
+                                     "layout dimension %lld is out of range for a "
+                                     "shape of rank %u",
+                                     (long long)v, s->rank);
+      m2m[n++] = v;
+    } while (hbm__hlo_lex_accept(lx, ','));
+  }
+  if (hbm__hlo_lex_accept(lx, ':') && !parse_layout_attrs(lx, arena, lay))
+    return false;
+  if (!hbm__hlo_lex_expect(lx, '}'))
+    return false;
+  lay->n_minor_to_major = (uint16_t)n;
+  lay->minor_to_major = hbm__hlo_arena_alloc(arena, (n ? n : 1) * sizeof(int64_t));
+  if (!lay->minor_to_major)
+    return false;
+  memcpy(lay->minor_to_major, m2m, n * sizeof(int64_t));
+  s->layout = lay;
+  return true;
+}
+
+static bool parse_array_dims(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_shape_t *s) {
+  int64_t dims[HLO_MAX_RANK];
+  size_t n = 0;
+  if (!hbm__hlo_lex_expect(lx, '['))
+    return false;
+  if (!hbm__hlo_lex_accept(lx, ']')) {
+    do {
+      if (n == HLO_MAX_RANK)
+        return hbm__hlo_lex_error_at(lx, lx->pos, "a shape has at most %d dimensions",
+                                     HLO_MAX_RANK);
+      int64_t d;
+      if (hbm__hlo_lex_accept(lx, '?')) {
+        d = 0; /* unbounded dynamic: no size known at compile time */
+        s->is_dynamic = 1;
+      } else {
+        if (hbm__hlo_lex_accept2(lx, "<="))
+          s->is_dynamic = 1;
+        if (!hbm__hlo_lex_int(lx, &d) || d < 0)
+          return hbm__hlo_lex_expected(lx, "a dimension size");
+      }
+      dims[n++] = d;
+    } while (hbm__hlo_lex_accept(lx, ','));
+    if (!hbm__hlo_lex_expect(lx, ']'))
+      return false;
+  }
+  s->rank = (uint16_t)n;
+  s->dims = hbm__hlo_arena_alloc(arena, (n ? n : 1) * sizeof(int64_t));
+  if (!s->dims)
+    return false;
+  memcpy(s->dims, dims, n * sizeof(int64_t));
+  return true;
+}
+
+static const hlo_shape_t *parse_shape_rec(hlo_lexer_t *lx, hlo_arena_t *arena, int depth);
+
+static bool parse_tuple_shape(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_shape_t *s, int depth) {
+  hlo_vec_t elems;
+  hbm__hlo_vec_init(&elems, sizeof(hlo_shape_t *));
+  bool ok = hbm__hlo_lex_expect(lx, '(');
+  if (ok && !hbm__hlo_lex_accept(lx, ')')) {
+    do {
+      const hlo_shape_t *e = parse_shape_rec(lx, arena, depth + 1);
+      ok = e && hbm__hlo_vec_push(&elems, &e);
+    } while (ok && hbm__hlo_lex_accept(lx, ','));
+    ok = ok && hbm__hlo_lex_expect(lx, ')');
+  }
+  if (ok && elems.len > UINT16_MAX)
+    ok = hbm__hlo_lex_error_at(lx, lx->pos, "a tuple has at most %u elements", UINT16_MAX);
+  if (ok) {
+    s->etype = HLO_T_TUPLE;
+    s->rank = (uint16_t)elems.len;
+    s->elems = hbm__hlo_arena_alloc(arena, (elems.len + 1) * sizeof *s->elems);
+    s->elem_offsets = hbm__hlo_arena_alloc(arena, (elems.len + 1) * sizeof *s->elem_offsets);
+    ok = s->elems && s->elem_offsets;
+  }
+  if (ok) {
+    uint64_t count = 1;
+    for (size_t i = 0; i < elems.len; i++) {
+      s->elems[i] = HLO_VEC_AT(&elems, hlo_shape_t *, i);
+      s->elem_offsets[i] = (uint32_t)count;
+      count += s->elems[i]->n_subshapes;
+    }
+    if (count > UINT32_MAX / 2)
+      ok = hbm__hlo_lex_error_at(lx, lx->pos, "tuple shape has too many subshapes");
+    s->n_subshapes = (uint32_t)count;
+  }
+  hbm__hlo_vec_free(&elems);
+  return ok;
+}
+
+static const hlo_shape_t *parse_shape_rec(hlo_lexer_t *lx, hlo_arena_t *arena, int depth) {
+  if (depth > MAX_SHAPE_DEPTH) {
+    hbm__hlo_lex_error_at(lx, lx->pos, "shape nested more than %d levels deep", MAX_SHAPE_DEPTH);
+    return NULL;
+  }
+  hlo_shape_t *s = hbm__hlo_arena_alloc(arena, sizeof *s);
+  if (!s)
+    return NULL;
+  char c = hbm__hlo_lex_peek(lx);
+  size_t start = lx->pos;
+  if (c == '(') {
+    if (!parse_tuple_shape(lx, arena, s, depth))
+      return NULL;
+  } else {
+    hlo_str_t type;
+    if (!hbm__hlo_lex_ident(lx, &type)) {
+      hbm__hlo_lex_expected(lx, "a shape such as f32[8,128]{1,0} or (s32[], f32[4])");
+      return NULL;
+    }
+    hlo_etype_t t = hbm__etype_lookup(type.p, type.n);
+    if (t == HLO_T_INVALID) {
+      lx->pos = start;
+      hbm__hlo_lex_expected(lx, "an element type (pred, s8, s32, bf16, f32, ..., token)");
+      return NULL;
+    }
+    s->etype = (uint8_t)t;
+    s->n_subshapes = 1;
+    if (hbm__hlo_lex_peek(lx) == '[') {
+      if (!parse_array_dims(lx, arena, s))
+        return NULL;
+    } else if (t != HLO_T_TOKEN && t != HLO_T_OPAQUE) {
+      hbm__hlo_lex_expected(lx, "'[' and the dimensions of the shape");
+      return NULL;
+    }
+    if (at_layout_start(lx) && !parse_layout(lx, arena, s))
+      return NULL;
+  }
+  s->text.p = lx->text + start;
+  s->text.n = (uint32_t)(lx->pos - start);
+  if (!hbm__shape_compute_sizes(s)) {
+    hbm__hlo_lex_error_at(lx, start, "shape %.*s is too large (more than 2^64 bytes)",
+                          (int)(s->text.n < 80 ? s->text.n : 80), s->text.p);
+    return NULL;
+  }
+  return s;
+}
+
+const hlo_shape_t *hbm__parse_shape(hlo_lexer_t *lx, hlo_arena_t *arena) {
+  return parse_shape_rec(lx, arena, 0);
+}
+
+bool hbm__parse_shape_index(hlo_lexer_t *lx, hlo_arena_t *arena, int64_t **idx, uint8_t *n) {
+  int64_t v[64];
+  size_t k = 0;
+  if (!hbm__hlo_lex_expect(lx, '{'))
+    return false;
+  if (!hbm__hlo_lex_accept(lx, '}')) {
+    do {
+      if (k == HBM_ARRAY_LEN(v))
+        return hbm__hlo_lex_error_at(lx, lx->pos, "shape index deeper than 64");
+      if (!hbm__hlo_lex_int(lx, &v[k]) || v[k] < 0)
+        return hbm__hlo_lex_expected(lx, "a tuple index");
+      k++;
+    } while (hbm__hlo_lex_accept(lx, ','));
+    if (!hbm__hlo_lex_expect(lx, '}'))
+      return false;
+  }
+  *idx = hbm__hlo_arena_alloc(arena, (k ? k : 1) * sizeof(int64_t));
+  if (!*idx)
+    return false;
+  memcpy(*idx, v, k * sizeof(int64_t));
+  *n = (uint8_t)k;
+  return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Module, computations, instructions                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct parser {
+  hlo_lexer_t lx;
+  hlo_module_t *m;
+  hlo_namemap_t instr_names; /* scope: computation id */
+  hlo_namemap_t comp_names;  /* scope 0 */
+  hlo_vec_t comps;           /* hlo_comp_t * */
+  hlo_vec_t instrs;          /* hlo_instr_t *, of the computation being read */
+  hlo_vec_t operands;        /* hlo_instr_t * */
+  hlo_vec_t spans;           /* hlo_span_t */
+  hlo_vec_t calls;           /* hlo_callref_t */
+  hlo_vec_t pairs;           /* hlo_alias_pair_t */
+} parser_t;
+
+static void *copy_vec(parser_t *ps, const hlo_vec_t *v) {
+  void *d = hbm__hlo_arena_alloc(&ps->m->arena, (v->len ? v->len : 1) * v->item);
+  if (d && v->len)
+    memcpy(d, v->data, v->len * v->item);
+  return d;
+}
+
+/* "{out}: (operand, {in}[, may-alias|must-alias])" lists, used by input_output_alias and
+ * output_to_operand_aliasing. With donor = true: "(param, {index})" (buffer_donor). */
+static bool parse_alias_list(parser_t *ps, bool donor, hlo_alias_pair_t **out, uint32_t *n) {
+  hlo_lexer_t *lx = &ps->lx;
+  ps->pairs.len = 0;
+  if (!hbm__hlo_lex_expect(lx, '{'))
+    return false;
+  while (!lx->failed && !hbm__hlo_lex_accept(lx, '}')) {
+    hlo_alias_pair_t p = {0};
+    if (!donor) {
+      if (!hbm__parse_shape_index(lx, &ps->m->arena, &p.out, &p.n_out) ||
+          !hbm__hlo_lex_expect(lx, ':'))
+        return false;
+    }
+    if (!hbm__hlo_lex_expect(lx, '('))
+      return false;
+    if (!hbm__hlo_lex_int(lx, &p.operand) || p.operand < 0)
+      return hbm__hlo_lex_expected(lx, "a parameter or operand number");
+    if (!hbm__hlo_lex_expect(lx, ',') || !hbm__parse_shape_index(lx, &ps->m->arena, &p.in, &p.n_in))
+      return false;
+    if (hbm__hlo_lex_accept(lx, ',')) {
+      hlo_str_t kind;
+      if (!hbm__hlo_lex_ident(lx, &kind))
+        return hbm__hlo_lex_expected(lx, "may-alias or must-alias");
+      p.must_alias = hbm__hlo_str_eq(kind, "must-alias");
+    }
+    if (!hbm__hlo_lex_expect(lx, ')') || !hbm__hlo_vec_push(&ps->pairs, &p))
+      return false;
+    if (!hbm__hlo_lex_accept(lx, ',') && hbm__hlo_lex_peek(lx) != '}')
+      return hbm__hlo_lex_expected(lx, "',' or '}'");
+  }
+  if (lx->failed)
+    return false;
+  *n = (uint32_t)ps->pairs.len;
+  *out = copy_vec(ps, &ps->pairs);
+  return *out != NULL;
+}
+
+static bool parse_module_header(parser_t *ps) {
+  hlo_lexer_t *lx = &ps->lx;
+  hlo_module_t *m = ps->m;
+  if (!hbm__hlo_lex_accept_word(lx, "HloModule")) {
+    /* XLA also reads bare computations; the module is then named after the entry. */
+    return true;
+  }
+  if (!hbm__hlo_lex_name(lx, &m->name))
+    return hbm__hlo_lex_expected(lx, "the module name after 'HloModule'");
+  while (hbm__hlo_lex_accept(lx, ',')) {
+    hlo_str_t key;
+    if (!hbm__hlo_lex_ident(lx, &key))
+      return hbm__hlo_lex_expected(lx, "a module attribute name");
+    if (!hbm__hlo_lex_expect(lx, '='))
+      return false;
+    if (hbm__hlo_str_eq(key, "is_scheduled")) {
+      hlo_str_t v;
+      if (!hbm__hlo_lex_ident(lx, &v))
+        return hbm__hlo_lex_expected(lx, "true or false");
+      m->is_scheduled = hbm__hlo_str_eq(v, "true");
+    } else if (hbm__hlo_str_eq(key, "input_output_alias")) {
+      if (!parse_alias_list(ps, false, &m->io_alias, &m->n_io_alias))
+        return false;
+    } else if (hbm__hlo_str_eq(key, "buffer_donor")) {
+      if (!parse_alias_list(ps, true, &m->donors, &m->n_donors))
+        return false;
+    } else if (!hbm__hlo_lex_skip_value(lx)) {
+      return false;
+    }
+  }
+  return !lx->failed;
+}
+
+static bool push_callref(parser_t *ps, hlo_call_role_t role) {
+  hlo_callref_t c = {.role = (uint8_t)role};
+  if (!hbm__hlo_lex_name(&ps->lx, &c.name))
+    return hbm__hlo_lex_expected(&ps->lx, "a computation name");
+  return hbm__hlo_vec_push(&ps->calls, &c);
+}
+
+static bool parse_callref_list(parser_t *ps, hlo_call_role_t role) {
+  hlo_lexer_t *lx = &ps->lx;
+  if (!hbm__hlo_lex_accept(lx, '{'))
+    return push_callref(ps, role);
+  if (hbm__hlo_lex_accept(lx, '}'))
+    return true;
+  do {
+    if (!push_callref(ps, role))
+      return false;
+  } while (hbm__hlo_lex_accept(lx, ','));
+  return hbm__hlo_lex_expect(lx, '}');
+}
+
+/* metadata={op_type="..." op_name="..." source_file="..." source_line=N ...} */
+static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
+  hlo_lexer_t *lx = &ps->lx;
+  if (!hbm__hlo_lex_expect(lx, '{'))
+    return false;
+  while (!lx->failed && !hbm__hlo_lex_accept(lx, '}')) {
+    hlo_str_t key;
+    if (!hbm__hlo_lex_ident(lx, &key))
+      return hbm__hlo_lex_expected(lx, "a metadata field such as op_name=\"...\"");
+    if (!hbm__hlo_lex_expect(lx, '='))
+      return false;
+    hlo_str_t *dst = hbm__hlo_str_eq(key, "op_name")       ? &in->op_name
+                     : hbm__hlo_str_eq(key, "op_type")     ? &in->op_type
+                     : hbm__hlo_str_eq(key, "source_file") ? &in->source_file
+                                                           : NULL;
+    if (dst) {
+      if (!hbm__hlo_lex_string(lx, dst))
+        return hbm__hlo_lex_expected(lx, "a quoted string");
+    } else if (hbm__hlo_str_eq(key, "source_line")) {
+      if (!hbm__hlo_lex_int(lx, &in->source_line))
+        return hbm__hlo_lex_expected(lx, "a line number");
+    } else if (!hbm__hlo_lex_skip_value(lx)) {
+      return false;
+    }
+    hbm__hlo_lex_accept(lx, ','); /* older printers separate fields with commas */
+  }
+  return !lx->failed;
+}
+
+static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
+  hlo_lexer_t *lx = &ps->lx;
+  hlo_str_t key;
+  if (!hbm__hlo_lex_ident(lx, &key))
+    return hbm__hlo_lex_expected(lx, "an attribute name");
+  if (!hbm__hlo_lex_expect(lx, '='))
+    return false;
+  static const struct {
+    const char *name;
+    hlo_call_role_t role;
+  } call_attrs[] = {
+      {"to_apply", HLO_CALL_TO_APPLY},
+      {"calls", HLO_CALL_CALLS},
+      {"condition", HLO_CALL_CONDITION},
+      {"body", HLO_CALL_BODY},
+      {"select", HLO_CALL_SELECT},
+      {"scatter", HLO_CALL_SCATTER},
+      {"called_computations", HLO_CALL_CALLED},
+      {"branch_computations", HLO_CALL_BRANCH},
+      {"true_computation", HLO_CALL_BRANCH},
+      {"false_computation", HLO_CALL_BRANCH},
+  };
+  for (size_t i = 0; i < HBM_ARRAY_LEN(call_attrs); i++)
+    if (hbm__hlo_str_eq(key, call_attrs[i].name))
+      return parse_callref_list(ps, call_attrs[i].role);
+  if (hbm__hlo_str_eq(key, "index") || hbm__hlo_str_eq(key, "tuple_index")) {
+    if (!hbm__hlo_lex_int(lx, &in->index) || in->index < 0)
+      return hbm__hlo_lex_expected(lx, "a tuple index");
+    return true;
+  }
+  if (hbm__hlo_str_eq(key, "metadata"))
+    return parse_metadata(ps, in);
+  if (hbm__hlo_str_eq(key, "output_to_operand_aliasing"))
+    return parse_alias_list(ps, false, &in->aliasing, &in->n_aliasing);
+  if (hbm__hlo_str_eq(key, "custom_call_target"))
+    return hbm__hlo_lex_string(lx, &in->custom_call_target) ||
+           hbm__hlo_lex_expected(lx, "a quoted custom-call target");
+  if (hbm__hlo_str_eq(key, "kind")) {
+    hlo_str_t kind;
+    if (!hbm__hlo_lex_ident(lx, &kind))
+      return hbm__hlo_lex_expected(lx, "a fusion kind such as kLoop");
+    in->fusion_kind = kind.n > 1 && kind.p[0] == 'k' ? (uint8_t)kind.p[1] : 0;
+    return true;
+  }
+  return hbm__hlo_lex_skip_value(lx);
+}
+
+/* True when the cursor is at a shape written before an operand name (older printers:
+ * "add(f32[] %x, f32[] %y)"). */
+static bool at_operand_shape(hlo_lexer_t *lx) {
+  char c = hbm__hlo_lex_peek(lx);
+  if (c == '(')
+    return true;
+  size_t save = lx->pos;
+  hlo_str_t id;
+  bool is_shape = false;
+  if (hbm__hlo_lex_ident(lx, &id) && hbm__etype_lookup(id.p, id.n) != HLO_T_INVALID) {
+    char next = lx->pos < lx->len ? lx->text[lx->pos] : '\0';
+    is_shape = next == '[';
+  }
+  lx->pos = save;
+  return is_shape;
+}
+
+static bool parse_operands(parser_t *ps, hlo_comp_t *comp, hlo_instr_t *in) {
+  hlo_lexer_t *lx = &ps->lx;
+  ps->operands.len = ps->spans.len = 0;
+  if (!hbm__hlo_lex_expect(lx, '('))
+    return false;
+  if (hbm__hlo_lex_accept(lx, ')'))
+    return true;
+  do {
+    if (at_operand_shape(lx) && !hbm__parse_shape(lx, &ps->m->arena))
+      return false;
+    hbm__hlo_lex_skip_ws(lx);
+    size_t at = lx->pos;
+    hlo_str_t name;
+    if (!hbm__hlo_lex_name(lx, &name))
+      return hbm__hlo_lex_expected(lx, "an operand name");
+    hlo_instr_t *op = hbm__hlo_namemap_get(&ps->instr_names, comp->id, name);
+    if (!op)
+      return hbm__hlo_lex_error_at(lx, at,
+                                   "expected an instruction defined earlier in "
+                                   "computation '%.*s'; '%.*s' is not",
+                                   (int)comp->name.n, comp->name.p, (int)name.n, name.p);
+    hlo_span_t span = {(uint32_t)at, (uint32_t)(lx->pos - at)};
+    if (!hbm__hlo_vec_push(&ps->operands, &op) || !hbm__hlo_vec_push(&ps->spans, &span))
+      return false;
+  } while (hbm__hlo_lex_accept(lx, ','));
+  if (!hbm__hlo_lex_expect(lx, ')'))
+    return false;
+  in->n_operands = (uint32_t)ps->operands.len;
+  in->operands = copy_vec(ps, &ps->operands);
+  in->operand_spans = copy_vec(ps, &ps->spans);
+  return in->operands && in->operand_spans;
+}
+
+static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_root) {
+  hlo_lexer_t *lx = &ps->lx;
+  hlo_module_t *m = ps->m;
+  *is_root = hbm__hlo_lex_accept_word(lx, "ROOT");
+  hbm__hlo_lex_skip_ws(lx);
+  size_t start = lx->pos;
+  hlo_instr_t *in = hbm__hlo_arena_alloc(&m->arena, sizeof *in);
+  if (!in)
+    return NULL;
+  in->index = -1;
+  in->parent = comp;
+  if (!hbm__hlo_lex_name(lx, &in->name)) {
+    hbm__hlo_lex_expected(lx, "an instruction name, ROOT or '}'");
+    return NULL;
+  }
+  in->name_span = (hlo_span_t){(uint32_t)start, (uint32_t)(lx->pos - start)};
+  if (!hbm__hlo_lex_expect(lx, '=') || !(in->shape = hbm__parse_shape(lx, &m->arena)))
+    return NULL;
+  if (!hbm__hlo_lex_ident(lx, &in->opcode_text)) {
+    hbm__hlo_lex_expected(lx, "an opcode such as add, fusion or custom-call");
+    return NULL;
+  }
+  in->opcode = (uint16_t)hbm__opcode_lookup(in->opcode_text.p, in->opcode_text.n);
+  if (hbm__hlo_lex_peek(lx) != '(') {
+    hbm__hlo_lex_expected(lx, "'(' and the operands");
+    return NULL;
+  }
+  if (in->opcode == HLO_OP_CONSTANT) {
+    if (!hbm__hlo_lex_skip_group(lx)) /* the literal */
+      return NULL;
+  } else if (in->opcode == HLO_OP_PARAMETER) {
+    lx->pos++;
+    if (!hbm__hlo_lex_int(lx, &in->index) || in->index < 0) {
+      hbm__hlo_lex_expected(lx, "a parameter number");
+      return NULL;
+    }
+    if (!hbm__hlo_lex_expect(lx, ')'))
+      return NULL;
+  } else if (!parse_operands(ps, comp, in)) {
+    return NULL;
+  }
+  in->operands_end = (uint32_t)lx->pos;
+  ps->calls.len = 0;
+  while (hbm__hlo_lex_accept(lx, ','))
+    if (!parse_attribute(ps, in))
+      return NULL;
+  if (lx->failed)
+    return NULL;
+  if (ps->calls.len) {
+    in->n_called = (uint32_t)ps->calls.len;
+    if (!(in->called = copy_vec(ps, &ps->calls)))
+      return NULL;
+  }
+  in->text = (hlo_span_t){(uint32_t)start, (uint32_t)(lx->pos - start)};
+  return in;
+}
+
+static bool finish_parameters(parser_t *ps, hlo_comp_t *c) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < c->n_instrs; i++)
+    n += c->instrs[i]->opcode == HLO_OP_PARAMETER;
+  c->n_params = n;
+  c->params = hbm__hlo_arena_alloc(&ps->m->arena, (n ? n : 1) * sizeof *c->params);
+  if (!c->params)
+    return false;
+  for (uint32_t i = 0; i < c->n_instrs; i++) {
+    hlo_instr_t *in = c->instrs[i];
+    if (in->opcode != HLO_OP_PARAMETER)
+      continue;
+    if (in->index >= (int64_t)n || c->params[in->index])
+      return hbm__hlo_lex_error_at(&ps->lx, in->text.start,
+                                   "expected parameter numbers 0..%u "
+                                   "once each in computation '%.*s'; parameter(%lld) is not",
+                                   n ? n - 1 : 0, (int)c->name.n, c->name.p, (long long)in->index);
+    c->params[in->index] = in;
+  }
+  return true;
+}
+
+static hlo_comp_t *parse_computation(parser_t *ps) {
+  hlo_lexer_t *lx = &ps->lx;
+  hlo_module_t *m = ps->m;
+  hlo_comp_t *c = hbm__hlo_arena_alloc(&m->arena, sizeof *c);
+  if (!c)
+    return NULL;
+  c->id = (uint32_t)ps->comps.len + 1;
+  c->is_entry = hbm__hlo_lex_accept_word(lx, "ENTRY");
+  hbm__hlo_lex_skip_ws(lx);
+  size_t at = lx->pos;
+  if (!hbm__hlo_lex_name(lx, &c->name)) {
+    hbm__hlo_lex_expected(lx, "a computation name or ENTRY");
+    return NULL;
+  }
+  int put = hbm__hlo_namemap_put(&ps->comp_names, 0, c->name, c);
+  if (put <= 0) {
+    if (put == 0)
+      hbm__hlo_lex_error_at(lx, at, "computation '%.*s' is defined twice", (int)c->name.n,
+                            c->name.p);
+    return NULL;
+  }
+  if (hbm__hlo_lex_peek(lx) == '(' && !hbm__hlo_lex_skip_group(lx)) /* parameters, repeated below */
+    return NULL;
+  if (hbm__hlo_lex_accept2(lx, "->") && !hbm__parse_shape(lx, &m->arena))
+    return NULL;
+  if (!hbm__hlo_lex_expect(lx, '{'))
+    return NULL;
+  c->body.start = (uint32_t)lx->pos;
+  ps->instrs.len = 0;
+  hlo_instr_t *root = NULL;
+  while (!lx->failed && hbm__hlo_lex_peek(lx) != '}') {
+    if (hbm__hlo_lex_at_end(lx)) {
+      hbm__hlo_lex_expected(lx, "'}' to close the computation");
+      return NULL;
+    }
+    bool is_root;
+    hlo_instr_t *in = parse_instruction(ps, c, &is_root);
+    if (!in)
+      return NULL;
+    put = hbm__hlo_namemap_put(&ps->instr_names, c->id, in->name, in);
+    if (put <= 0) {
+      if (put == 0)
+        hbm__hlo_lex_error_at(lx, in->name_span.start, "instruction '%.*s' is defined twice",
+                              (int)in->name.n, in->name.p);
+      return NULL;
+    }
+    in->id = (uint32_t)ps->instrs.len;
+    if (!hbm__hlo_vec_push(&ps->instrs, &in))
+      return NULL;
+    if (is_root) {
+      if (root) {
+        hbm__hlo_lex_error_at(lx, in->name_span.start, "computation '%.*s' has two ROOTs",
+                              (int)c->name.n, c->name.p);
+        return NULL;
+      }
+      root = in;
+    }
+  }
+  if (lx->failed)
+    return NULL;
+  c->body.len = (uint32_t)(lx->pos - c->body.start);
+  lx->pos++; /* '}' */
+  if (ps->instrs.len == 0) {
+    hbm__hlo_lex_error_at(lx, at, "computation '%.*s' has no instructions", (int)c->name.n,
+                          c->name.p);
+    return NULL;
+  }
+  c->n_instrs = (uint32_t)ps->instrs.len;
+  if (!(c->instrs = copy_vec(ps, &ps->instrs)))
+    return NULL;
+  c->root = root ? root : c->instrs[c->n_instrs - 1];
+  c->root->is_root = 1;
+  m->n_instrs += c->n_instrs;
+  /* ", execution_thread=..." after the closing brace */
+  while (hbm__hlo_lex_accept(lx, ',')) {
+    hlo_str_t key;
+    if (!hbm__hlo_lex_ident(lx, &key) || !hbm__hlo_lex_expect(lx, '=') ||
+        !hbm__hlo_lex_skip_value(lx)) {
+      if (!lx->failed)
+        hbm__hlo_lex_expected(lx, "a computation attribute");
+      return NULL;
+    }
+  }
+  return finish_parameters(ps, c) ? c : NULL;
+}
+
+static bool at_stack_frame_tables(hlo_lexer_t *lx) {
+  return hbm__hlo_lex_at_word(lx, "FileNames") || hbm__hlo_lex_at_word(lx, "FunctionNames") ||
+         hbm__hlo_lex_at_word(lx, "FileLocations") || hbm__hlo_lex_at_word(lx, "StackFrames");
+}
+
+static bool resolve_calls(parser_t *ps) {
+  hlo_module_t *m = ps->m;
+  for (uint32_t c = 0; c < m->n_comps; c++)
+    for (uint32_t i = 0; i < m->comps[c]->n_instrs; i++) {
+      hlo_instr_t *in = m->comps[c]->instrs[i];
+      for (uint32_t k = 0; k < in->n_called; k++) {
+        hlo_callref_t *ref = &in->called[k];
+        ref->comp = hbm__hlo_namemap_get(&ps->comp_names, 0, ref->name);
+        if (!ref->comp)
+          return hbm__hlo_lex_error_at(&ps->lx, (size_t)(ref->name.p - m->text),
+                                       "expected the name of a computation of this module; "
+                                       "'%.*s' is not one",
+                                       (int)ref->name.n, ref->name.p);
+      }
+    }
+  return true;
+}
+
+static bool parse_module(parser_t *ps) {
+  hlo_lexer_t *lx = &ps->lx;
+  hlo_module_t *m = ps->m;
+  if (!parse_module_header(ps))
+    return false;
+  while (!hbm__hlo_lex_at_end(lx) && !at_stack_frame_tables(lx)) {
+    hlo_comp_t *c = parse_computation(ps);
+    if (!c || !hbm__hlo_vec_push(&ps->comps, &c))
+      return false;
+    if (c->is_entry) {
+      if (m->entry)
+        return hbm__hlo_lex_error_at(lx, (size_t)(c->name.p - m->text),
+                                     "a module has one ENTRY computation; '%.*s' is a second one",
+                                     (int)c->name.n, c->name.p);
+      m->entry = c;
+    }
+  }
+  if (lx->failed)
+    return false;
+  if (ps->comps.len == 0)
+    return hbm__hlo_lex_expected(lx, "a computation");
+  m->n_comps = (uint32_t)ps->comps.len;
+  if (!(m->comps = copy_vec(ps, &ps->comps)))
+    return false;
+  if (!m->entry) { /* XLA: the last computation is the entry */
+    m->entry = m->comps[m->n_comps - 1];
+    m->entry->is_entry = 1;
+  }
+  if (!m->name.n)
+    m->name = m->entry->name;
+  return resolve_calls(ps);
+}
+
+hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
+  if (len >= UINT32_MAX) {
+    hbm__error(HBM_ERR_INVALID, "%s: HLO text larger than 4 GiB is not supported",
+               name ? name : "<input>");
+    return NULL;
+  }
+  hlo_module_t *m = calloc(1, sizeof *m);
+  if (!m) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  hbm__hlo_arena_init(&m->arena);
+  m->text = malloc(len + 1);
+  m->filename = hbm__strdup(name ? name : "<input>");
+  if (!m->text || !m->filename) {
+    hbm__hlo_free(m);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  memcpy(m->text, text, len);
+  m->text[len] = '\0';
+  m->len = len;
+  parser_t ps = {.m = m};
+  hbm__hlo_lex_init(&ps.lx, m->text, len, m->filename);
+  hbm__hlo_namemap_init(&ps.instr_names);
+  hbm__hlo_namemap_init(&ps.comp_names);
+  hbm__hlo_vec_init(&ps.comps, sizeof(hlo_comp_t *));
+  hbm__hlo_vec_init(&ps.instrs, sizeof(hlo_instr_t *));
+  hbm__hlo_vec_init(&ps.operands, sizeof(hlo_instr_t *));
+  hbm__hlo_vec_init(&ps.spans, sizeof(hlo_span_t));
+  hbm__hlo_vec_init(&ps.calls, sizeof(hlo_callref_t));
+  hbm__hlo_vec_init(&ps.pairs, sizeof(hlo_alias_pair_t));
+  bool ok = parse_module(&ps);
+  if (!ok && !ps.lx.failed && hbm_last_status() != HBM_ERR_HOST_MEMORY)
+    hbm__hlo_lex_error_at(&ps.lx, ps.lx.pos, "could not parse the module");
+  ok = ok && hbm__hlo_classify(m) == HBM_OK;
+  hbm__hlo_namemap_free(&ps.instr_names);
+  hbm__hlo_namemap_free(&ps.comp_names);
+  hbm__hlo_vec_free(&ps.comps);
+  hbm__hlo_vec_free(&ps.instrs);
+  hbm__hlo_vec_free(&ps.operands);
+  hbm__hlo_vec_free(&ps.spans);
+  hbm__hlo_vec_free(&ps.calls);
+  hbm__hlo_vec_free(&ps.pairs);
+  if (!ok) {
+    hbm__hlo_free(m);
+    return NULL;
+  }
+  return m;
+}

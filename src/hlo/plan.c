@@ -1,0 +1,424 @@
+/* plan.c — the public face of the planner (hbm_plan_*): reads a module (or an XLA dump),
+ * plans it (alias.c → liveness.c → heap_sim.c, with remat.c when asked), and turns the
+ * result into a profile of the one memory model: one space per memory colour, one step per
+ * instruction of the flattened schedule (labelled with its name), one buffer per logical
+ * buffer with its padded and unpadded size, heap offset, live range, category and tags.
+ * Peaks and buffers at the peak are then read back through hbm_analyze, like every other
+ * profile. */
+#include "plan_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *hbm__hlo_color_name(int color, char *buf, size_t cap) {
+  static const char *names[] = {"HBM", "VMEM", "SFlag", "SMEM", "CMEM", "Host", "SparseCore"};
+  if (color >= 0 && (size_t)color < HBM_ARRAY_LEN(names))
+    return names[color];
+  snprintf(buf, cap, "S(%d)", color);
+  return buf;
+}
+
+static hbm_category_t category_of(uint32_t flags) {
+  if (flags & HLO_V_PARAM)
+    return HBM_CAT_PARAMETER;
+  if (flags & HLO_V_OUTPUT)
+    return HBM_CAT_OUTPUT;
+  if (flags & HLO_V_THREAD)
+    return HBM_CAT_THREAD_LOCAL;
+  if (flags & HLO_V_CONST)
+    return HBM_CAT_CONSTANT;
+  return HBM_CAT_TEMPORARY;
+}
+
+/* ---- the profile ---- */
+
+typedef struct buffer_order {
+  uint32_t start, index;
+} buffer_order_t;
+
+static int by_definition(const void *x, const void *y) {
+  const buffer_order_t *a = x, *b = y;
+  if (a->start != b->start)
+    return a->start < b->start ? -1 : 1;
+  return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/* Tags of one buffer, from its defining value. */
+static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int space,
+                               hbm_strbuf_t *scratch) {
+  const hlo_module_t *m = plan->module;
+  const hlo_value_t *v = &plan->as.values[hb->value];
+  const hlo_instr_t *in = v->instr;
+  hbm_buffer_t b = {0};
+  b.address = hb->indefinite ? 0 : hb->offset;
+  b.size = hb->bytes;
+  b.unpadded_size = hb->unpadded_bytes;
+  b.start = hb->start;
+  b.end = hb->end;
+  b.space = space;
+  b.category = category_of(hb->flags);
+  if (hb->indefinite)
+    b.flags |= HBM_BUF_INDEFINITE;
+  if (hb->flags & HLO_V_OUTPUT)
+    b.flags |= HBM_BUF_LIVE_OUT;
+  /* Strings go into one scratch buffer, NUL-separated; the profile copies them. */
+  scratch->len = 0;
+  size_t op_at = scratch->len;
+  if (in->op_name.n)
+    hbm_strbuf_append(scratch, in->op_name.p, in->op_name.n);
+  else
+    hbm_strbuf_append(scratch, in->name.p, in->name.n);
+  hbm_strbuf_append(scratch, "", 1);
+  size_t shape_at = scratch->len;
+  hbm_strbuf_append(scratch, v->shape->text.p, v->shape->text.n);
+  hbm_strbuf_append(scratch, "", 1);
+  size_t opcode_at = scratch->len;
+  if (in->opcode == HLO_OP_UNKNOWN)
+    hbm_strbuf_append(scratch, in->opcode_text.p, in->opcode_text.n);
+  else
+    hbm_strbuf_puts(scratch, hbm__opcode_name((hlo_opcode_t)in->opcode));
+  hbm_strbuf_append(scratch, "", 1);
+  size_t label_at = scratch->len;
+  hbm__instr_label(m, in, 160, scratch);
+  if (v->subshape && in->shape->etype == HLO_T_TUPLE) {
+    char idx[64];
+    hbm__shape_index_text(in->shape, v->subshape, idx, sizeof idx);
+    hbm_strbuf_printf(scratch, " @%s", idx);
+  }
+  hbm_strbuf_append(scratch, "", 1);
+  size_t source_at = SIZE_MAX;
+  if (in->source_file.n) {
+    source_at = scratch->len;
+    hbm_strbuf_append(scratch, in->source_file.p, in->source_file.n);
+    if (in->source_line > 0)
+      hbm_strbuf_printf(scratch, ":%lld", (long long)in->source_line);
+    hbm_strbuf_append(scratch, "", 1);
+  }
+  if (scratch->failed)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory") == HBM_OK;
+  const char *base = scratch->data;
+  b.op = base + op_at;
+  b.shape = base + shape_at;
+  b.opcode = base + opcode_at;
+  b.label = base + label_at;
+  b.source = source_at == SIZE_MAX ? NULL : base + source_at;
+  if (hb->flags & HLO_V_COPY)
+    b.group = "copy";
+  return hbm_profile_add_buffer(plan->profile, &b) >= 0;
+}
+
+static hbm_status_t build_profile(hbm_plan_t *plan) {
+  const hlo_module_t *m = plan->module;
+  hlo_assignment_t *as = &plan->as;
+  plan->profile = hbm_profile_new(HBM_PROFILE_PLAN, plan->name);
+  if (!plan->profile)
+    return hbm_last_status();
+  hbm_profile_t *p = plan->profile;
+  hbm_profile_set_meta(p, "module", plan->name);
+  hbm_profile_set_meta(p, "source_path", plan->path);
+  hbm_profile_set_meta(p, "planner", "hbm plan (XLA GlobalDecreasingSizeBestFitHeap)");
+  hbm_profile_set_meta(p, "scheduled", m->is_scheduled ? "true" : "false (printed order)");
+  /* Spaces: the planned colour first, then every other colour with buffers. */
+  int *space_of = calloc((size_t)as->n_colors + 1, sizeof *space_of);
+  uint8_t *used = calloc((size_t)as->n_colors + 1, 1);
+  if (!space_of || !used) {
+    free(space_of);
+    free(used);
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+  }
+  for (uint32_t i = 0; i < as->n_buffers; i++)
+    used[as->buffers[i].color] = 1;
+  int planned = plan->opt.space_color;
+  char cbuf[32];
+  plan->space = hbm_profile_add_space(p, hbm__hlo_color_name(planned, cbuf, sizeof cbuf), "hlo",
+                                      planned, plan->opt.memory);
+  for (int c = 0; c < as->n_colors; c++) {
+    if (c == planned)
+      space_of[c] = plan->space;
+    else if (used[c])
+      space_of[c] =
+          hbm_profile_add_space(p, hbm__hlo_color_name(c, cbuf, sizeof cbuf), "hlo", c, 0);
+  }
+  free(used);
+  hbm_status_t st = plan->space < 0 ? hbm_last_status() : HBM_OK;
+  for (uint32_t s = 0; st == HBM_OK && s < as->n_steps; s++) {
+    const hlo_instr_t *in = as->steps[s].instr;
+    char name[256];
+    size_t n = in->name.n < sizeof name - 1 ? in->name.n : sizeof name - 1;
+    memcpy(name, in->name.p, n);
+    name[n] = '\0';
+    if (hbm_profile_add_step(p, (int64_t)s, name) < 0)
+      st = hbm_last_status();
+  }
+  buffer_order_t *order = malloc(((size_t)as->n_buffers + 1) * sizeof *order);
+  plan->buffer_index = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->buffer_index);
+  plan->profile_hlo = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->profile_hlo);
+  if (st == HBM_OK && (!order || !plan->buffer_index || !plan->profile_hlo))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+  if (st == HBM_OK) {
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      order[i] = (buffer_order_t){as->values[as->buffers[i].value].def_step, i};
+    qsort(order, as->n_buffers, sizeof *order, by_definition);
+    hbm_strbuf_t scratch;
+    hbm_strbuf_init(&scratch);
+    for (uint32_t k = 0; st == HBM_OK && k < as->n_buffers; k++) {
+      const hlo_buffer_t *hb = &as->buffers[order[k].index];
+      plan->buffer_index[order[k].index] = k;
+      plan->profile_hlo[k] = order[k].index;
+      if (!add_profile_buffer(plan, hb, space_of[hb->color], &scratch))
+        st = hbm_last_status();
+    }
+    hbm_strbuf_free(&scratch);
+  }
+  free(order);
+  free(space_of);
+  if (st == HBM_OK)
+    st = hbm_profile_finish(p);
+  return st;
+}
+
+/* ---- summary ---- */
+
+hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
+  hbm_plan_summary_t *sum = &plan->summary;
+  const hbm_profile_t *p = plan->profile;
+  int64_t nb = hbm_profile_buffer_count(p);
+  sum->argument_bytes = sum->output_bytes = sum->alias_bytes = 0;
+  plan->constant_bytes = plan->thread_local_bytes = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+    if (b->space != plan->space)
+      continue;
+    switch (b->category) {
+    case HBM_CAT_PARAMETER:
+      sum->argument_bytes += b->size;
+      if (b->flags & HBM_BUF_LIVE_OUT) { /* an output living in a donated parameter */
+        sum->output_bytes += b->size;
+        sum->alias_bytes += b->size;
+      }
+      break;
+    case HBM_CAT_OUTPUT: sum->output_bytes += b->size; break;
+    case HBM_CAT_CONSTANT: plan->constant_bytes += b->size; break;
+    case HBM_CAT_THREAD_LOCAL: plan->thread_local_bytes += b->size; break;
+    default: break;
+    }
+  }
+  plan->indefinite_bytes = sum->argument_bytes + sum->output_bytes - sum->alias_bytes +
+                           plan->constant_bytes + plan->thread_local_bytes;
+  hbm_analysis_free(plan->analysis);
+  plan->analysis = hbm_analyze(p, plan->space);
+  if (!plan->analysis)
+    return hbm_last_status();
+  const hbm_summary_t *as = hbm_analysis_summary(plan->analysis);
+  sum->peak_bytes = as->peak_bytes;
+  sum->peak_step = as->peak_step;
+  plan->temp_peak =
+      as->peak_bytes > plan->indefinite_bytes ? as->peak_bytes - plan->indefinite_bytes : 0;
+  /* Unpadded bytes of the temporaries at the peak. */
+  uint64_t unpadded_indefinite = 0;
+  size_t n_at;
+  const int64_t *at = hbm_analysis_buffers_at_peak(plan->analysis, &n_at);
+  uint64_t temp_unpadded = 0;
+  for (size_t k = 0; k < n_at; k++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, at[k]);
+    if (b->flags & HBM_BUF_INDEFINITE)
+      unpadded_indefinite += b->unpadded_size;
+    else
+      temp_unpadded += b->unpadded_size;
+  }
+  (void)unpadded_indefinite;
+  sum->temp_unpadded_bytes = temp_unpadded;
+  sum->temp_bytes = plan->heap_bytes;
+  sum->fragmentation_bytes =
+      plan->heap_bytes > plan->temp_peak ? plan->heap_bytes - plan->temp_peak : 0;
+  free(plan->peak_instruction);
+  plan->peak_instruction = NULL;
+  if (sum->peak_step >= 0) {
+    const char *label = hbm_profile_step_label(p, sum->peak_step);
+    plan->peak_instruction = hbm__strdup(label ? label : "");
+  }
+  sum->peak_instruction = plan->peak_instruction;
+  sum->n_buffers = (size_t)nb;
+  plan->used_bytes = plan->opt.reserved + plan->indefinite_bytes + plan->heap_bytes;
+  sum->fits = plan->opt.memory == 0 || plan->used_bytes <= plan->opt.memory;
+  sum->n_remat = plan->n_remats;
+  sum->remat_extra_bytes = plan->remat_extra_bytes;
+  /* The first buffer (in program order) that no arrangement could fit. */
+  plan->oversized = -1;
+  uint64_t avail =
+      plan->opt.memory > plan->opt.reserved ? plan->opt.memory - plan->opt.reserved : 0;
+  if (plan->opt.memory)
+    for (int64_t i = 0; i < nb && plan->oversized < 0; i++) {
+      const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+      if (b->space == plan->space && b->size > avail)
+        plan->oversized = i;
+    }
+  return HBM_OK;
+}
+
+/* ---- planning ---- */
+
+static hbm_status_t plan_module(hbm_plan_t *plan) {
+  hlo_plan_opts_t o = {plan->opt.alignment ? plan->opt.alignment : 1};
+  hbm__hlo_assignment_free(&plan->as);
+  free(plan->buffer_index);
+  free(plan->profile_hlo);
+  plan->buffer_index = plan->profile_hlo = NULL;
+  hbm_profile_free(plan->profile);
+  plan->profile = NULL;
+  hbm_status_t st = hbm__hlo_assign(plan->module, &plan->as);
+  if (st == HBM_OK)
+    st = hbm__hlo_simulate_heap(&plan->as, &o);
+  if (st != HBM_OK)
+    return st;
+  int c = plan->opt.space_color;
+  plan->heap_bytes = c < plan->as.n_colors ? plan->as.heap_bytes[c] : 0;
+  st = build_profile(plan);
+  return st == HBM_OK ? hbm__plan_finish(plan) : st;
+}
+
+static hbm_plan_t *plan_new(const char *name, const hbm_plan_options_t *opt) {
+  hbm_plan_t *plan = calloc(1, sizeof *plan);
+  if (!plan) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  if (opt)
+    plan->opt = *opt;
+  if (plan->opt.space_color < 0 || plan->opt.space_color > 255)
+    plan->opt.space_color = 0;
+  plan->path = hbm__strdup(name ? name : "<input>");
+  plan->oversized = -1;
+  if (!plan->path) {
+    free(plan);
+    return NULL;
+  }
+  return plan;
+}
+
+hbm_plan_t *hbm_plan_text(const char *text, size_t len, const char *name,
+                          const hbm_plan_options_t *opt) {
+  if (!text) {
+    hbm__error(HBM_ERR_INVALID, "hbm_plan_text: no text");
+    return NULL;
+  }
+  hbm_plan_t *plan = plan_new(name, opt);
+  if (!plan)
+    return NULL;
+  hbm_status_t st;
+  plan_source_t kind;
+  if (hbm__xla_dump_kind(text, len, &kind)) {
+    plan->source = kind;
+    st = hbm__plan_from_dump(plan, text, len, kind);
+  } else {
+    plan->source = PLAN_FROM_HLO;
+    plan->module = hbm__hlo_parse(text, len, plan->path);
+    st = plan->module ? HBM_OK : hbm_last_status();
+    if (st == HBM_OK) {
+      plan->name = malloc(plan->module->name.n + 1u);
+      if (plan->name) {
+        memcpy(plan->name, plan->module->name.p, plan->module->name.n);
+        plan->name[plan->module->name.n] = '\0';
+      } else {
+        hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+      }
+      st = plan->name ? plan_module(plan) : hbm_last_status();
+    }
+    plan->summary.peak_before_remat = plan->summary.peak_bytes;
+    if (st == HBM_OK && plan->opt.remat && plan->opt.memory && !plan->summary.fits) {
+      hlo_plan_opts_t o = {plan->opt.alignment ? plan->opt.alignment : 1};
+      uint64_t before = plan->summary.peak_bytes;
+      st = hbm__plan_remat(plan, &o);
+      if (st == HBM_OK)
+        st = plan_module(plan);
+      plan->summary.peak_before_remat = before;
+      plan->remat_ran = true;
+      plan->remat_short_by = plan->summary.fits || plan->used_bytes <= plan->opt.memory
+                                 ? 0
+                                 : plan->used_bytes - plan->opt.memory;
+    }
+    if (plan->module)
+      plan->summary.n_instructions = plan->module->n_instrs;
+  }
+  if (st != HBM_OK) {
+    hbm_status_t keep = hbm_last_status();
+    char *msg = hbm__strdup(hbm_last_error());
+    hbm_plan_free(plan);
+    if (msg) {
+      hbm__error_text(keep != HBM_OK ? keep : st, msg);
+      free(msg);
+    }
+    return NULL;
+  }
+  return plan;
+}
+
+hbm_plan_t *hbm_plan_file(const char *path, const hbm_plan_options_t *opt) {
+  char *data;
+  size_t len;
+  if (!path)
+    return hbm__error(HBM_ERR_INVALID, "hbm_plan_file: no path"), NULL;
+  if (hbm__read_file(path, &data, &len) != HBM_OK)
+    return NULL;
+  hbm_plan_t *plan = hbm_plan_text(data, len, path, opt);
+  free(data);
+  return plan;
+}
+
+void hbm_plan_free(hbm_plan_t *plan) {
+  if (!plan)
+    return;
+  hbm_analysis_free(plan->analysis);
+  hbm_profile_free(plan->profile);
+  hbm__hlo_assignment_free(&plan->as);
+  hbm__hlo_free(plan->module);
+  free(plan->buffer_index);
+  free(plan->profile_hlo);
+  free(plan->peak_instruction);
+  free(plan->remats);
+  free(plan->name);
+  free(plan->path);
+  free(plan);
+}
+
+const hbm_plan_summary_t *hbm_plan_get_summary(const hbm_plan_t *plan) {
+  return plan ? &plan->summary : NULL;
+}
+
+const hbm_profile_t *hbm_plan_profile(const hbm_plan_t *plan) {
+  return plan ? plan->profile : NULL;
+}
+
+hbm_profile_t *hbm_plan_take_profile(hbm_plan_t *plan) {
+  if (!plan || !plan->profile)
+    return NULL;
+  hbm_analysis_free(plan->analysis);
+  plan->analysis = NULL;
+  hbm_profile_t *p = plan->profile;
+  plan->profile = NULL;
+  return p;
+}
+
+const hbm_remat_info_t *hbm_plan_remats(const hbm_plan_t *plan, size_t *n) {
+  *n = plan ? plan->n_remats : 0;
+  return plan ? plan->remats : NULL;
+}
+
+char *hbm_plan_module_text(const hbm_plan_t *plan) {
+  if (!plan || !plan->module) {
+    hbm__error(HBM_ERR_INVALID, "this plan was not made from HLO text");
+    return NULL;
+  }
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm__hlo_print(plan->module, &sb);
+  if (sb.failed) {
+    hbm_strbuf_free(&sb);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  if (!sb.data)
+    return hbm__strdup("");
+  return sb.data;
+}
