@@ -72,8 +72,12 @@ async function loads(page) {
 
 async function shot(page, name, selector) {
   const file = path.join(args.artifacts, `${name}.png`);
-  if (selector) await page.locator(selector).screenshot({ path: file });
-  else await page.screenshot({ path: file, fullPage: true });
+  if (selector) {
+    await page.locator(selector).screenshot({ path: file });
+  } else {
+    await page.evaluate(() => window.scrollTo(0, 0)); // else the sticky bar lands mid-page
+    await page.screenshot({ path: file, fullPage: true });
+  }
 }
 
 async function main() {

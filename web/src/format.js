@@ -24,7 +24,7 @@ export const BYTE_INCRS = Array.from({ length: 62 }, (_, i) => 2 ** i);
 // step, so neighbouring ticks never print the same text ("+1,896 MiB", "+1,904 MiB").
 export function formatOffset(bytes, step) {
   let u = 0;
-  while (u < UNITS.length - 1 && step >= 1024 ** (u + 1)) u++;
+  while (u < UNITS.length - 1 && step * 4 >= 1024 ** (u + 1)) u++; // steps of >= 0.25 unit
   const v = bytes / 1024 ** u;
   const text = Number.isInteger(v) ? v.toLocaleString('en-US') : v.toLocaleString('en-US', { maximumFractionDigits: 2 });
   return `+${text} ${UNITS[u]}`;
