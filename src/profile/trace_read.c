@@ -450,7 +450,7 @@ static hbm_status_t read_header(reader_t *r, const uint8_t *data, size_t len, si
     return hbm__error(HBM_ERR_PARSE, "%s: the header's name runs past its end", r->name);
   char *name = strndup((const char *)c.p, (size_t)name_len);
   c.p += name_len;
-  r->p = name ? hbm_profile_new((hbm_profile_kind_t)kind, *name ? name : r->name) : NULL;
+  r->p = name ? hbm_profile_new((hbm_profile_kind_t)kind, name) : NULL;
   free(name);
   if (!r->p)
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading the header", r->name);
