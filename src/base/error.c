@@ -3,6 +3,7 @@
  * live buffers), so the buffer grows on demand instead of truncating. */
 #include "base.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,13 @@
 static _Thread_local char *last_message;
 static _Thread_local size_t last_cap;
 static _Thread_local hbm_status_t last_status;
+
+/* A thread's message buffer is freed when the thread exits (servers run a thread per
+ * connection): the key's destructor frees what it was last set to. */
+static pthread_key_t message_key;
+static pthread_once_t message_key_once = PTHREAD_ONCE_INIT;
+static void free_message(void *message) { free(message); }
+static void make_message_key(void) { pthread_key_create(&message_key, free_message); }
 
 /* Used when even the message buffer cannot be allocated. */
 static const char out_of_host_memory[] = "out of host memory while reporting an error";
@@ -25,6 +33,8 @@ static bool reserve_message(size_t need) {
     return false;
   last_message = grown;
   last_cap = cap;
+  pthread_once(&message_key_once, make_message_key);
+  pthread_setspecific(message_key, grown);
   return true;
 }
 

@@ -215,10 +215,10 @@ hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_
   } else {
     *n = c->n_listing;
     *out = malloc((c->n_listing ? c->n_listing : 1) * sizeof **out);
-    if (*out)
-      memcpy(*out, c->listing, c->n_listing * sizeof **out);
-    else
+    if (!*out)
       st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    else if (c->n_listing)
+      memcpy(*out, c->listing, c->n_listing * sizeof **out);
   }
   pthread_mutex_unlock(&c->lock);
   free_list(to_free);
