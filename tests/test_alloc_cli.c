@@ -2,11 +2,12 @@
  * and the effective configuration with where each setting came from (text and JSON), bad
  * variables refused with exit status 2, and the seed's program failing with XLA's
  * RESOURCE_EXHAUSTED text, the diagnosis and exit status 1. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <jansson.h>
 #include <stdio.h>

@@ -3,11 +3,12 @@
  * (cuMemPool + cuMemAllocFromPoolAsync), and the allocator in every mode with data copied
  * in and read back. Every test skips cleanly where no GPU answers (no libcuda.so.1, no
  * device), which is where it says why. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,11 +4,12 @@
  * reclaimed, the shared-memory object disappears with its last user, and the virtual-memory
  * primitives work as on a GPU: data written through one mapping reads back through another
  * mapping of the same physical memory. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <signal.h>
 #include <stdio.h>

@@ -4,11 +4,12 @@
  * cudaMallocAsync's stream rules and its preallocation variable; every mode respects the
  * limit, hands out memory that reads back what was written, honours alignments, keeps exact
  * statistics, walks its live blocks with their tags, and refuses bad arguments. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <pthread.h>
 #include <stdio.h>

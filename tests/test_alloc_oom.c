@@ -4,11 +4,12 @@
  * another stream, a preallocation the device cannot give (memory held by another device of
  * this process; the host unable to map it), and a device that refuses a region. Every text
  * starts exactly as XLA's. (Other processes: test_alloc_processes.c.) */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <stdio.h>
 #include <stdlib.h>

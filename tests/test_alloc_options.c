@@ -3,11 +3,12 @@
  * allocator variables, where each setting came from, refusals that name the variable, the
  * value and what is accepted (and leave nothing allocated), and docs/configuration.md
  * listing the same table. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <stdio.h>
 #include <stdlib.h>

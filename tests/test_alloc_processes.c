@@ -4,11 +4,12 @@
  * SIGKILL has its memory reclaimed, and the third then succeeds. The holders are this test
  * binary run again (fork + exec) with "--hold": it opens the device from the environment,
  * allocates, reports "ready" on stdout and holds until its stdin closes. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <signal.h>
 #include <stdio.h>
@@ -137,6 +138,7 @@ static void third_process_is_told_about_the_others(void **state) {
   assert_true(total == 2 * GiB && free_bytes == 0);
   assert_null(hbm_alloc(dev, 1000, 0));
   const char *text = hbm_last_error();
+  print_message("%s\n", text);
   assert_contains(text, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1000 "
                         "bytes.\n");
   assert_contains(text, "  cause: other processes hold the device's memory: ");

@@ -8,11 +8,12 @@
  * block handed out twice is caught between checkpoints too. The growth, async and platform
  * modes get shorter runs. HBM_STRESS_OPS overrides the count; builds with a sanitizer run a
  * fifth of it. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -269,13 +270,15 @@ static uint64_t total_ops(uint64_t default_ops) {
   return SANITIZED ? default_ops / 5 : default_ops;
 }
 
-static void stress(hbm_mode_t mode, uint64_t ops) {
+/* memory: the sim device's size; the limit is half of it. Tight limits make OOMs happen
+ * under concurrency too. */
+static void stress(hbm_mode_t mode, uint64_t ops, uint64_t memory) {
   static run_t run;
   memset(&run, 0, sizeof run);
   hbm_config_t cfg;
   hbm_config_default(&cfg);
   cfg.device = HBM_DEVICE_SIM;
-  cfg.sim_memory = 1ull << 30;
+  cfg.sim_memory = memory;
   cfg.mem_fraction = 0.5;
   snprintf(cfg.sim_name, sizeof cfg.sim_name, "tstress-%d-%d", (int)getpid(), (int)mode);
   hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
@@ -300,12 +303,20 @@ static void stress(hbm_mode_t mode, uint64_t ops) {
     check_against_shadow(&run);
     pthread_barrier_wait(&run.check_done);
   }
-  uint64_t done = 0;
+  uint64_t done = 0, ooms = 0;
   for (int t = 0; t < THREADS; t++) {
     pthread_join(threads[t], NULL);
     done += run.workers[t].allocs + run.workers[t].frees + run.workers[t].ooms;
+    ooms += run.workers[t].ooms;
   }
   assert_true(done == run.ops_per_phase * THREADS * PHASES);
+  hbm_stats_t end;
+  hbm_get_stats(run.dev, &end);
+  print_message("%s: %llu operations from %d threads, %llu OOMs, peak %llu bytes in use, "
+                "peak %llu reserved\n",
+                hbm_mode_name(mode), (unsigned long long)done, THREADS, (unsigned long long)ooms,
+                (unsigned long long)end.peak_bytes_in_use,
+                (unsigned long long)end.peak_bytes_reserved);
   for (int t = 0; t < THREADS; t++)
     for (int i = 0; i < LIVE_PER_THREAD; i++)
       if (run.workers[t].live[i].ptr) {
@@ -325,22 +336,22 @@ static void bfc_million_operations(void **state) {
   uint64_t ops = total_ops(1000000);
   if (!SANITIZED && !getenv("HBM_STRESS_OPS"))
     assert_true(ops >= 1000000);
-  stress(HBM_MODE_BFC, ops);
+  stress(HBM_MODE_BFC, ops, 280ull << 20);
 }
 
 static void growth_operations(void **state) {
   (void)state;
-  stress(HBM_MODE_GROWTH, total_ops(200000));
+  stress(HBM_MODE_GROWTH, total_ops(200000), 260ull << 20);
 }
 
 static void async_operations(void **state) {
   (void)state;
-  stress(HBM_MODE_ASYNC, total_ops(200000));
+  stress(HBM_MODE_ASYNC, total_ops(200000), 1ull << 30);
 }
 
 static void platform_operations(void **state) {
   (void)state;
-  stress(HBM_MODE_PLATFORM, total_ops(20000));
+  stress(HBM_MODE_PLATFORM, total_ops(20000), 200ull << 20);
 }
 
 int main(void) {

@@ -408,8 +408,12 @@ hbm_status_t hbm__oom_report(hbm_device_t *dev, uint64_t size, uint64_t alignmen
   const char *profile = hbm_profiler_path();
   if (profile || dev->oom_list_buffers)
     write_live_buffers(&sb, dev);
-  if (profile)
-    hbm_strbuf_printf(&sb, "Profile: %s (see it with `hbm report` on its logdir)\n", profile);
+  if (profile) {
+    /* <logdir>/plugins/profile/<run>/<file>: `hbm report` takes the logdir. */
+    const char *layout = strstr(profile, "/plugins/profile/");
+    hbm_strbuf_printf(&sb, "Profile: %s\nSee it with: hbm report %.*s\n", profile,
+                      layout ? (int)(layout - profile) : (int)strlen(profile), profile);
+  }
   if (sb.len && sb.data[sb.len - 1] == '\n')
     sb.data[--sb.len] = '\0';
   const char *text = hbm_strbuf_str(&sb);
