@@ -18,7 +18,7 @@ typedef enum format {
   FORMAT_MEMORY_REPORT
 } format_t;
 
-/* The first line that is neither blank nor a comment ('#' or '//'). */
+/* The first line that is neither blank nor a '//' comment (HLO's line comments). */
 static const char *first_content_line(const char *p, const char *end) {
   if (end - p >= 3 && !memcmp(p, "\xef\xbb\xbf", 3))
     p += 3;
@@ -28,7 +28,7 @@ static const char *first_content_line(const char *p, const char *end) {
       q++;
     if (q == end)
       break;
-    bool comment = *q == '#' || (end - q >= 2 && q[0] == '/' && q[1] == '/');
+    bool comment = end - q >= 2 && q[0] == '/' && q[1] == '/';
     if (*q != '\n' && !comment)
       return q;
     const char *nl = memchr(q, '\n', (size_t)(end - q));
