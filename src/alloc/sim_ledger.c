@@ -146,6 +146,22 @@ static void sleep_briefly(void) {
   nanosleep(&ts, NULL);
 }
 
+/* A creator may still be sizing the object: wait (bounded) for its full size. */
+static hbm_status_t wait_for_size(int fd, const char *shm_name) {
+  struct stat st;
+  for (int i = 0; i < 2000; i++) {
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size >= sizeof(ledger_shm_t))
+      break;
+    sleep_briefly();
+  }
+  if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ledger_shm_t))
+    return HBM_OK;
+  return hbm__error(HBM_ERR_IO,
+                    "%s: the sim ledger is %lld bytes, expected %zu; remove "
+                    "/dev/shm%s if no process uses it",
+                    shm_name, (long long)st.st_size, sizeof(ledger_shm_t), shm_name);
+}
+
 /* Maps the ledger object, creating it when absent. *created tells which. */
 static hbm_status_t map_ledger(const char *shm_name, uint64_t capacity, ledger_shm_t **out) {
   int fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -163,19 +179,9 @@ static hbm_status_t map_ledger(const char *shm_name, uint64_t capacity, ledger_s
     shm_unlink(shm_name);
     return hbm__error(HBM_ERR_IO, "ftruncate %s: %s", shm_name, strerror(e));
   }
-  /* A creator may still be sizing it: wait (bounded) for the full size. */
-  struct stat st;
-  for (int i = 0; !created && i < 2000; i++) {
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size >= sizeof(ledger_shm_t))
-      break;
-    sleep_briefly();
-  }
-  if (!created && (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(ledger_shm_t))) {
+  if (!created && wait_for_size(fd, shm_name) != HBM_OK) {
     close(fd);
-    return hbm__error(HBM_ERR_IO,
-                      "%s: the sim ledger is %lld bytes, expected %zu; remove "
-                      "/dev/shm%s if no process uses it",
-                      shm_name, (long long)st.st_size, sizeof(ledger_shm_t), shm_name);
+    return HBM_ERR_IO;
   }
   void *map = mmap(NULL, sizeof(ledger_shm_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

@@ -78,6 +78,27 @@ static int train_step(hbm_device_t *dev, int64_t step) {
   return failed;
 }
 
+/* The seed's `random.normal(..., (327680, 327680), dtype=bfloat16)`: 1 when it fails. */
+static int allocate_the_seeds_array(hbm_device_t *dev) {
+  char peak[32];
+  hbm_stats_t stats;
+  hbm_get_stats(dev, &stats);
+  printf("model: 2 training steps, peak %s in use\n",
+         hbm_format_bytes(stats.peak_bytes_in_use, peak, sizeof peak));
+  printf("allocating the seed's bf16[327680,327680] array (%llu bytes) ...\n\n", SEED_BYTES);
+  hbm_tag_t seed = {"jit(oom)/random_normal", "bf16[327680,327680]", HBM_CAT_OUTPUT, "outputs",
+                    "demo.py:8"};
+  void *a = hbm_alloc_tagged(dev, SEED_BYTES, 0, &seed);
+  if (a) { /* a device with more than 200 GiB (HBM_SIM_MEMORY=1TiB, a big GPU) */
+    printf("it fit: the device has room for it\n");
+    hbm_free(dev, a);
+    return 0;
+  }
+  fflush(stdout);
+  fprintf(stderr, "%s\n", hbm_last_error());
+  return 1;
+}
+
 static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm demo [--logdir DIR]   (default DIR: /tmp/hbm)\n\n"
@@ -162,23 +183,8 @@ int hbm_cmd_demo(int argc, char **argv) {
   void *held[3 * HBM_ARRAY_LEN(parameters)] = {0};
   size_t n_held = 0;
   rc = run_model(dev, held, &n_held);
-  if (rc == 0) {
-    hbm_get_stats(dev, &stats);
-    printf("model: 2 training steps, peak %s in use\n",
-           hbm_format_bytes(stats.peak_bytes_in_use, total, sizeof total));
-    printf("allocating the seed's bf16[327680,327680] array (%llu bytes) ...\n\n", SEED_BYTES);
-    hbm_tag_t seed = {"jit(oom)/random_normal", "bf16[327680,327680]", HBM_CAT_OUTPUT, "outputs",
-                      "demo.py:8"};
-    void *a = hbm_alloc_tagged(dev, SEED_BYTES, 0, &seed);
-    if (a) { /* a device with more than 200 GiB (HBM_SIM_MEMORY=1TiB, a big GPU) */
-      printf("it fit: the device has room for it\n");
-      hbm_free(dev, a);
-    } else {
-      fflush(stdout);
-      fprintf(stderr, "%s\n", hbm_last_error());
-      rc = 1;
-    }
-  }
+  if (rc == 0)
+    rc = allocate_the_seeds_array(dev);
   const char *path = profiling ? hbm_profiler_path() : NULL;
   char saved[4096] = "";
   if (path)
