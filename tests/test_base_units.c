@@ -1,9 +1,10 @@
 /* test_base_units.c — sizes in and out, the error buffer, the u64 map and the interner. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the headers above first: keep it in its own include block. */
+#include <cmocka.h>
 
 #include <string.h>
 

@@ -1,10 +1,11 @@
 /* test_profile_model.c — the profile model and its analysis, on small profiles whose
  * answers are worked out by hand in the comments. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the headers above first: keep it in its own include block. */
+#include <cmocka.h>
 
 #include <stdlib.h>
 #include <string.h>
