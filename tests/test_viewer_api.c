@@ -237,6 +237,38 @@ static void test_buffers_at_peak_orders(void **state) {
   hbm_profile_free(p);
 }
 
+static void test_buffers_at_any_step(void **state) {
+  json_t *sum = getf(200, "/api/summary?run=%s&profile=%s", VF_RUN_TRAIN, train);
+  int64_t peak_step = jint(sum, "peak_step"), peak = jint(sum, "peak_bytes");
+  json_decref(sum);
+  /* at the peak step, the same buffers as the peak's, in the same order */
+  json_t *at = getf(200, "/api/buffers_at?run=%s&profile=%s&step=%lld&order=size", VF_RUN_TRAIN,
+                    train, (long long)peak_step);
+  json_t *pk = getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size", VF_RUN_TRAIN, train);
+  assert_int_equal(jint(at, "bytes"), peak);
+  json_t *a = json_object_get(at, "buffers"), *b = json_object_get(pk, "buffers");
+  assert_int_equal(json_array_size(a), json_array_size(b));
+  for (size_t i = 0; i < json_array_size(a); i++)
+    assert_int_equal(jint(json_array_get(a, i), "id"), jint(json_array_get(b, i), "id"));
+  json_decref(at);
+  json_decref(pk);
+  /* just before the OOM: what was live there */
+  json_t *oom = getf(200, "/api/oom?run=%s&profile=%s", VF_RUN_TRAIN, train);
+  int64_t oom_step = jint(json_array_get(json_object_get(oom, "events"), 0), "step");
+  json_decref(oom);
+  at = getf(200, "/api/buffers_at?run=%s&profile=%s&step=%lld", VF_RUN_TRAIN, train,
+            (long long)oom_step);
+  assert_true(jint(at, "count") > 0);
+  int64_t sum_sizes = 0;
+  for (size_t i = 0; i < json_array_size(json_object_get(at, "buffers")); i++)
+    sum_sizes += jint(json_array_get(json_object_get(at, "buffers"), i), "size");
+  assert_int_equal(sum_sizes, jint(at, "bytes"));
+  json_decref(at);
+  json_decref(getf(400, "/api/buffers_at?run=%s&profile=%s", VF_RUN_TRAIN, train));
+  json_decref(getf(400, "/api/buffers_at?run=%s&profile=%s&step=x", VF_RUN_TRAIN, train));
+  json_decref(getf(400, "/api/buffers_at?run=%s&profile=%s&step=1&order=z", VF_RUN_TRAIN, train));
+}
+
 static void test_buffer_card(void **state) {
   json_t *list =
       getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=padding", VF_RUN_PLANS, plan_a);
@@ -490,6 +522,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_summary_is_the_analysis),
       cmocka_unit_test(test_timeline_keeps_the_peak),
       cmocka_unit_test(test_buffers_at_peak_orders),
+      cmocka_unit_test(test_buffers_at_any_step),
       cmocka_unit_test(test_buffer_card),
       cmocka_unit_test(test_allocations_largest_first_and_search),
       cmocka_unit_test(test_oom_events),

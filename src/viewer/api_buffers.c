@@ -142,6 +142,77 @@ void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__resp
   hbm__target_close(v, &t);
 }
 
+/* ---- /api/buffers_at ---- */
+
+static int cmp_size_desc(const void *a, const void *b, void *ctx) {
+  const hbm_buffer_t *x = hbm_profile_buffer(ctx, *(const int64_t *)a);
+  const hbm_buffer_t *y = hbm_profile_buffer(ctx, *(const int64_t *)b);
+  if (x->size != y->size)
+    return x->size > y->size ? -1 : 1;
+  return *(const int64_t *)a < *(const int64_t *)b ? -1 : 1;
+}
+
+static uint64_t padding_of(const hbm_buffer_t *b) {
+  return b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
+}
+
+static int cmp_padding_desc(const void *a, const void *b, void *ctx) {
+  const hbm_buffer_t *x = hbm_profile_buffer(ctx, *(const int64_t *)a);
+  const hbm_buffer_t *y = hbm_profile_buffer(ctx, *(const int64_t *)b);
+  if (padding_of(x) != padding_of(y))
+    return padding_of(x) > padding_of(y) ? -1 : 1;
+  return cmp_size_desc(a, b, ctx);
+}
+
+/* The buffers live at any step (the analysis's window of one step), in the orders of the
+ * buffers at the peak: to look at the moment before an OOM, or anywhere on the timeline. */
+void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
+  hbm__target_t t;
+  if (!hbm__target_open(v, q, "", true, &t, r))
+    return;
+  int64_t step;
+  const char *order = hbm__query_get(q, "order");
+  int (*cmp)(const void *, const void *, void *) = NULL;
+  if (!order || !*order || !strcmp(order, "program"))
+    order = "program";
+  else if (!strcmp(order, "size"))
+    cmp = cmp_size_desc;
+  else if (!strcmp(order, "padding"))
+    cmp = cmp_padding_desc;
+  else
+    order = NULL;
+  if (!order) {
+    hbm__respond_error(r, 400, "order must be program, size or padding");
+  } else if (!hbm__query_get(q, "step")) {
+    hbm__respond_error(r, 400, "missing argument step");
+  } else if (hbm__query_int(q, "step", 0, 0, t.summary->n_steps > 0 ? t.summary->n_steps - 1 : 0,
+                            &step, r)) {
+    int64_t one;
+    size_t n = hbm_analysis_buffers_in_window(t.analysis, step, step + 1, &one, 0);
+    int64_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    if (!idx) {
+      hbm__respond_error(r, 500, "out of host memory");
+    } else {
+      n = hbm_analysis_buffers_in_window(t.analysis, step, step + 1, idx, n);
+      if (cmp)
+        qsort_r(idx, n, sizeof *idx, cmp, (void *)t.profile);
+      json_t *bars = json_array();
+      for (size_t i = 0; i < n; i++)
+        json_array_append_new(bars, json_bar(t.profile, idx[i]));
+      json_t *root = json_object();
+      set_new(root, "order", json_string(order));
+      set_new(root, "step", json_integer(step));
+      set_new(root, "label", hbm__json_text(hbm_profile_step_label(t.profile, step)));
+      set_new(root, "bytes", hbm__json_u64(hbm_analysis_bytes_at(t.analysis, step)));
+      set_new(root, "count", json_integer((json_int_t)n));
+      set_new(root, "buffers", bars);
+      hbm__respond_json(r, 200, root);
+      free(idx);
+    }
+  }
+  hbm__target_close(v, &t);
+}
+
 /* ---- /api/allocations ---- */
 
 #define RECTS_DEFAULT 4000

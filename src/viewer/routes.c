@@ -21,6 +21,7 @@ static const endpoint_t endpoints[] = {
     {"/api/summary", hbm__api_summary, true},
     {"/api/timeline", hbm__api_timeline, true},
     {"/api/buffers_at_peak", hbm__api_buffers_at_peak, true},
+    {"/api/buffers_at", hbm__api_buffers_at, true},
     {"/api/buffer", hbm__api_buffer, true},
     {"/api/allocations", hbm__api_allocations, true},
     {"/api/oom", hbm__api_oom, true},

@@ -203,6 +203,7 @@ void hbm__api_profile(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *
 void hbm__api_summary(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_timeline(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
+void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_buffer(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_oom(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);

@@ -73,6 +73,8 @@ async function loads(page) {
 async function shot(page, name, selector) {
   const file = path.join(args.artifacts, `${name}.png`);
   if (selector) {
+    // a sticky bar would cover the top of a tall element in its screenshot
+    await page.addStyleTag({ content: '.topbar { position: static !important; }' });
     await page.locator(selector).screenshot({ path: file });
   } else {
     await page.evaluate(() => window.scrollTo(0, 0)); // else the sticky bar lands mid-page
@@ -196,6 +198,13 @@ async function main() {
     await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
     check((await page.locator('#tooltip').textContent()).includes('OOM'), 'hovering the OOM marker shows the diagnosis');
     await shot(page, 'oom_tooltip', '#alloc-panel');
+    await page.click('.oom-live');
+    await page.waitForSelector('#peak-back:not([hidden])', { timeout: 5000 });
+    const liveThere = await apiJson(args.url, 'buffers_at', { run: RUN_TRAIN, profile: TRAIN, step: oomStep });
+    check((await page.locator('#peak-title').textContent()).includes(`${oomStep.toLocaleString('en-US')}`), 'the buffers live at the OOM are shown');
+    check(await page.evaluate(() => window.hbmViewer.state.bars.size.length) === liveThere.count, `as many bars as buffers live there (${liveThere.count})`);
+    await shot(page, 'buffers_at_oom', '#peak-panel');
+    await page.click('#peak-back');
 
     // 7. Corrupt and truncated profiles.
     before = await loads(page);

@@ -225,7 +225,11 @@ async function selectSpace(space) {
   const fetched = performance.now();
   timings.lastFetchMs = fetched - started;
   state.summary = summary;
-  state.bars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+  state.peakBars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+  state.bars = state.peakBars;
+  state.at = null;
+  $('peak-back').hidden = true;
+  views.timeline.setPicked(null);
   state.oom = oom;
   showContent();
   renderSummary(summary);
@@ -286,9 +290,52 @@ function renderSummary(s) {
   $('summary').innerHTML = parts.join('') + counts;
   $('summary').dataset.peakBytes = String(s.peak_bytes);
   $('timeline-title').textContent = runtime ? 'Memory in use over allocator events' : 'Memory allocation over program order';
-  $('peak-title').textContent = s.peak_step >= 0
-    ? `Buffers at peak (${runtime ? 'event' : 'step'} ${formatCount(s.peak_step)}, ${formatBytes(s.peak_bytes)})`
-    : 'Buffers at peak';
+  setPeakTitle();
+}
+
+function setPeakTitle() {
+  const s = state.summary;
+  const unit = state.info.kind === 'runtime' ? 'event' : 'step';
+  const title = $('peak-title');
+  if (state.at) {
+    const label = state.at.label ? ` ${state.at.label}` : '';
+    title.textContent = `Buffers live at ${unit} ${formatCount(state.at.step)}${label} (${formatBytes(state.at.bytes)}; the peak is ${formatBytes(s.peak_bytes)} at ${formatCount(s.peak_step)})`;
+  } else {
+    title.textContent = s.peak_step >= 0
+      ? `Buffers at peak (${unit} ${formatCount(s.peak_step)}, ${formatBytes(s.peak_bytes)})`
+      : 'Buffers at peak';
+  }
+}
+
+// The buffers live at any step (a click on the timeline, an OOM event) in place of the peak's.
+async function showBuffersAt(step) {
+  const seq = state.loadSeq;
+  try {
+    const [program, bySize, byPadding] = await Promise.all(['program', 'size', 'padding']
+      .map((order) => api('buffers_at', args({ step, order }))));
+    if (seq !== state.loadSeq) return;
+    state.at = { step, label: program.label, bytes: program.bytes };
+    state.bars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+    state.pinned = null;
+    $('peak-back').hidden = false;
+    views.timeline.setPicked(step);
+    setPeakTitle();
+    renderBars();
+    renderCard($('buffer-card'), null);
+  } catch (err) {
+    setStatus(err.message, true);
+  }
+}
+
+function backToPeak() {
+  state.at = null;
+  state.bars = state.peakBars;
+  state.pinned = null;
+  $('peak-back').hidden = true;
+  views.timeline.setPicked(null);
+  setPeakTitle();
+  renderBars();
+  renderCard($('buffer-card'), null);
 }
 
 // ---- buffers at peak ----
@@ -378,7 +425,12 @@ function renderOoms(oom) {
     <div class="oom-event" id="oom-${i}" data-step="${e.step}">
       <div><b class="oom">OOM at ${unit} ${formatCount(e.step)}</b>: requested ${formatBytes(e.requested)},
       ${formatBytes(e.bytes_in_use)} in use${oom.limit_bytes ? ` of ${formatBytes(oom.limit_bytes)}` : ''}</div>
-      <pre>${escapeHtml(e.message || '')}</pre></div>`).join('');
+      <pre>${escapeHtml(e.message || '')}</pre>
+      <button type="button" class="oom-live" data-step="${e.step}">Buffers live here</button></div>`).join('');
+  document.querySelectorAll('.oom-live').forEach((b) => b.addEventListener('click', () => {
+    showBuffersAt(Number(b.dataset.step));
+    $('peak-panel').scrollIntoView({ behavior: 'smooth' });
+  }));
 }
 
 function focusOom(ev) {
@@ -426,7 +478,7 @@ async function runCompare() {
 
 const views = {
   timeline: new Timeline($('timeline-chart'), $('timeline-hover'),
-    (from, to, points) => api('timeline', args({ from, to, points }))),
+    (from, to, points) => api('timeline', args({ from, to, points })), (step) => showBuffersAt(step)),
   bars: {},
   alloc: new AllocView($('alloc-canvas'), $('alloc-wrap'), $('tooltip'), $('alloc-info'), {
     fetchRects: (a) => api('allocations', args(a)),
@@ -451,6 +503,7 @@ function bind() {
   $('merge-small').addEventListener('change', renderBars);
   $('log-scale').addEventListener('change', renderBars);
   $('timeline-reset').addEventListener('click', () => views.timeline.reset());
+  $('peak-back').addEventListener('click', backToPeak);
   $('alloc-reset').addEventListener('click', () => views.alloc.reset());
   $('alloc-fit').addEventListener('click', () => views.alloc.fitMatches());
   let searchTimer;

@@ -9,11 +9,13 @@ import { formatBytes, formatTime, escapeHtml, BYTE_INCRS } from './format.js';
 const HEIGHT = 280;
 
 export class Timeline {
-  // fetchWindow(from, to, points) -> Promise<timeline JSON>
-  constructor(el, hoverEl, fetchWindow) {
+  // fetchWindow(from, to, points) -> Promise<timeline JSON>; onPick(step) on a click
+  constructor(el, hoverEl, fetchWindow, onPick) {
     this.el = el;
     this.hoverEl = hoverEl;
     this.fetchWindow = fetchWindow;
+    this.onPick = onPick;
+    this.picked = null;
     this.plot = null;
     this.data = null;
     this.summary = null;
@@ -96,6 +98,14 @@ export class Timeline {
     };
     this.plot = new uPlot(opts, this.seriesData(), this.el);
     this.plot.over.addEventListener('dblclick', () => this.reset());
+    this.plot.over.addEventListener('click', () => {
+      if (this.justZoomed) { // the end of a drag to zoom is not a pick
+        this.justZoomed = false;
+        return;
+      }
+      const i = this.plot.cursor.idx;
+      if (i != null && this.data && i < this.data.step.length) this.onPick(this.data.step[i]);
+    });
     this.plot.over.addEventListener('wheel', (e) => this.onWheel(e), { passive: false });
   }
 
@@ -116,6 +126,12 @@ export class Timeline {
     return [0, top * 1.05 || 1];
   }
 
+  // Marks the step whose buffers are shown (null: the peak's).
+  setPicked(step) {
+    this.picked = step;
+    if (this.plot) this.plot.redraw(false, false);
+  }
+
   resize() {
     if (this.plot) this.plot.setSize({ width: this.width(), height: HEIGHT });
   }
@@ -134,6 +150,7 @@ export class Timeline {
   onSelect(u) {
     const sel = u.select;
     if (sel.width < 3) return;
+    this.justZoomed = true;
     const from = u.posToVal(sel.left, 'x');
     const to = u.posToVal(sel.left + sel.width, 'x') + 1;
     u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
@@ -202,6 +219,17 @@ export class Timeline {
         ctx.font = `${11 * devicePixelRatio}px sans-serif`;
         ctx.fillText(`limit ${formatBytes(s.limit_bytes)}`, left + 6, y - 4);
       }
+    }
+    if (this.picked != null) {
+      const x = u.valToPos(this.picked, 'x', true);
+      ctx.strokeStyle = '#1a73e8';
+      ctx.lineWidth = 2;
+      ctx.setLineDash([3, 3]);
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      ctx.setLineDash([]);
     }
     if (s.peak_step >= 0) {
       const x = u.valToPos(s.peak_step, 'x', true);
