@@ -80,10 +80,15 @@ static void oversized_line(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   hbm_strbuf_printf(sb, "@%s'] :: <no-hlo-instruction>\n", idx);
 }
 
+/* "     Operator: op_type=... op_name=..." from the metadata; XLA leaves the line out when
+ * an instruction has none. */
 static void operator_text(const hbm_plan_t *plan, int64_t idx, const hbm_buffer_t *b,
                           hbm_strbuf_t *sb) {
   const hlo_instr_t *in = buffer_instr(plan, idx);
-  if (in && (in->op_type.n || in->op_name.n)) {
+  if (!in || (!in->op_type.n && !in->op_name.n))
+    return; /* XLA's dumps carry no metadata either */
+  hbm_strbuf_puts(sb, "     Operator: ");
+  {
     if (in->op_type.n)
       hbm_strbuf_printf(sb, "op_type=\"%.*s\"%s", (int)in->op_type.n, in->op_type.p,
                         in->op_name.n ? " " : "");
@@ -92,9 +97,9 @@ static void operator_text(const hbm_plan_t *plan, int64_t idx, const hbm_buffer_
     if (in->source_file.n)
       hbm_strbuf_printf(sb, " source_file=\"%.*s\" source_line=%lld", (int)in->source_file.n,
                         in->source_file.p, (long long)in->source_line);
-  } else {
-    hbm_strbuf_printf(sb, "op_name=\"%s\"", b->op ? b->op : "");
   }
+  (void)b;
+  hbm_strbuf_puts(sb, "\n");
 }
 
 static void largest_allocations(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
@@ -108,9 +113,8 @@ static void largest_allocations(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
     const hbm_buffer_t *b = hbm_profile_buffer(plan->profile, by_size[k]);
     uint64_t pad = b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
     hbm_strbuf_printf(sb, "  %zu. Size: %s\n", k + 1, hbm__xla_bytes(b->size, b1, sizeof b1));
-    hbm_strbuf_puts(sb, "     Operator: ");
     operator_text(plan, by_size[k], b, sb);
-    hbm_strbuf_printf(sb, "\n     Shape: %s\n", b->shape ? b->shape : "");
+    hbm_strbuf_printf(sb, "     Shape: %s\n", b->shape ? b->shape : "");
     hbm_strbuf_printf(sb, "     Unpadded size: %s\n",
                       hbm__xla_bytes(b->unpadded_size, b1, sizeof b1));
     if (pad)

@@ -579,10 +579,13 @@ static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_r
     return NULL;
   }
   in->operands_end = (uint32_t)lx->pos;
+  size_t end = lx->pos; /* the text ends after the last attribute, not at the next line */
   ps->calls.len = 0;
-  while (hbm__hlo_lex_accept(lx, ','))
+  while (hbm__hlo_lex_accept(lx, ',')) {
     if (!parse_attribute(ps, in))
       return NULL;
+    end = lx->pos;
+  }
   if (lx->failed)
     return NULL;
   if (ps->calls.len) {
@@ -590,7 +593,7 @@ static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_r
     if (!(in->called = copy_vec(ps, &ps->calls)))
       return NULL;
   }
-  in->text = (hlo_span_t){(uint32_t)start, (uint32_t)(lx->pos - start)};
+  in->text = (hlo_span_t){(uint32_t)start, (uint32_t)(end - start)};
   return in;
 }
 

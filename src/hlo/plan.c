@@ -229,6 +229,8 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
   }
   (void)unpadded_indefinite;
   sum->temp_unpadded_bytes = temp_unpadded;
+  if (plan->heap_bytes < plan->temp_peak) /* dumps print rounded sizes */
+    plan->heap_bytes = plan->temp_peak;
   sum->temp_bytes = plan->heap_bytes;
   sum->fragmentation_bytes =
       plan->heap_bytes > plan->temp_peak ? plan->heap_bytes - plan->temp_peak : 0;

@@ -392,13 +392,20 @@ static bool parse_report_row(dump_parser_t *dp, hlo_str_t line) {
   dump_value_t v = {.alloc = (uint32_t)dp->allocs.len - 1, .start = -1, .end = -1};
   v.id = (int64_t)dp->values.len;
   if (!parse_human_bytes(field[1], &v.size))
-    return error_in_line(dp, line, field[1].p, "a size such as 1.00MiB");
+    return error_in_line(dp, line, trim(field[1]).p, "a size such as 1.00MiB");
   hlo_str_t off = trim(field[2]);
   const char *q = off.p;
   if (!parse_u64(&q, off.p + off.n, &v.offset))
     return error_in_line(dp, line, off.p, "an offset in bytes");
   v.shape = field[4];
-  v.name = field[4];
+  char name[64];
+  hlo_str_t count = trim(field[3]);
+  snprintf(name, sizeof name, "%.*s value%s at offset %llu", (int)(count.n < 20 ? count.n : 20),
+           count.p, count.n == 1 && count.p[0] == '1' ? "" : "s", (unsigned long long)v.offset);
+  char *copy = hbm__hlo_arena_strndup(&dp->arena, name, strlen(name));
+  if (!copy)
+    return false;
+  v.name = (hlo_str_t){copy, (uint32_t)strlen(copy)};
   /* The first shape of the list, for the unpadded size. */
   const char *comma = NULL;
   int depth = 0;
@@ -616,13 +623,16 @@ static hbm_status_t build_dump_profile(hbm_plan_t *plan, dump_parser_t *dp) {
           "reconstructed: values in id order, each live until its bytes are reused");
     } else {
       n_steps = 1;
+      if (hbm_profile_add_step(p, 0, "program") < 0)
+        st = hbm_last_status();
       for (uint32_t i = 0; i < nv; i++) {
         HLO_VEC_AT(&dp->values, dump_value_t, i).start = 0;
         HLO_VEC_AT(&dp->values, dump_value_t, i).end = 1;
       }
       hbm_profile_set_meta(p, "live_ranges", "none: a memory usage report has no order");
     }
-    if (n_temp == 0 && st == HBM_OK && hbm_profile_add_step(p, 0, "program") < 0)
+    if (n_temp == 0 && plan->source == PLAN_FROM_BUFFER_ASSIGNMENT && st == HBM_OK &&
+        hbm_profile_add_step(p, 0, "program") < 0)
       st = hbm_last_status();
   }
   /* Spaces by colour, the planned one first. */
@@ -698,6 +708,42 @@ static hbm_status_t build_dump_profile(hbm_plan_t *plan, dump_parser_t *dp) {
   return st;
 }
 
+/* XLA names its dumps module_NNNN.<module>.<platform>_after_optimizations-<what>.txt: the
+ * module name is what lies between, or else the file name. */
+static char *dump_module_name(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  const char *start = base, *end = base + strlen(base);
+  if (!strncmp(base, "module_", 7) && strchr(base, '.'))
+    start = strchr(base, '.') + 1;
+  const char *suffixes[] = {"-buffer-assignment", "-memory-usage-report"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *at = strstr(start, suffixes[i]);
+    if (at && at < end)
+      end = at;
+  }
+  const char *phases[] = {"_after_optimizations", "_before_optimizations"};
+  for (size_t i = 0; i < 2; i++) {
+    size_t n = strlen(phases[i]);
+    if ((size_t)(end - start) > n && !strncmp(end - n, phases[i], n)) {
+      const char *dot = end - n;
+      while (dot > start && dot[-1] != '.')
+        dot--;
+      if (dot > start + 1)
+        end = dot - 1; /* drop ".<platform>_after_optimizations" */
+    }
+  }
+  size_t n = (size_t)(end - start);
+  char *name = malloc(n + 1);
+  if (!name) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  memcpy(name, start, n);
+  name[n] = '\0';
+  return name;
+}
+
 bool hbm__xla_dump_kind(const char *text, size_t len, plan_source_t *kind) {
   size_t i = 0;
   while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t'))
@@ -726,17 +772,7 @@ hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
   hbm__hlo_vec_init(&dp.values, sizeof(dump_value_t));
   hbm__hlo_vec_init(&dp.steps, sizeof(hlo_str_t));
   hbm__hlo_namemap_init(&dp.by_key);
-  /* The module name: XLA's file names are module_NNNN.<name>.<...>-buffer-assignment.txt */
-  const char *base = strrchr(plan->path, '/');
-  base = base ? base + 1 : plan->path;
-  const char *dot = strchr(base, '.');
-  const char *dash = dot ? strstr(dot + 1, "-buffer-assignment") : NULL;
-  if (!dash && dot)
-    dash = strstr(dot + 1, "-memory-usage-report");
-  plan->name = dot && dash && dash > dot + 1
-                   ? hbm__hlo_arena_strndup(&dp.arena, dot + 1, (size_t)(dash - dot - 1))
-                   : hbm__hlo_arena_strndup(&dp.arena, base, strlen(base));
-  plan->name = plan->name ? hbm__strdup(plan->name) : NULL;
+  plan->name = dump_module_name(plan->path);
   bool ok = plan->name && (kind == PLAN_FROM_BUFFER_ASSIGNMENT ? parse_buffer_assignment(&dp)
                                                                : parse_memory_report(&dp));
   if (ok && dp.allocs.len == 0)

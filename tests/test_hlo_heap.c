@@ -1,0 +1,139 @@
+/* test_hlo_heap.c — the heap simulator (XLA's GlobalDecreasingSizeBestFitHeap): offsets
+ * worked out by hand (largest first, smallest gap that fits, the gap up to the top of the
+ * heap, alignment), and on random inputs: buffers live at the same time never share bytes,
+ * offsets are aligned, the heap holds at least the live peak, results are deterministic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hlo/hlo.h"
+
+static void expect_offsets(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                           const uint64_t *offsets, uint64_t heap) {
+  uint64_t got;
+  assert_int_equal(hbm__hlo_best_fit(iv, n, alignment, &got), HBM_OK);
+  for (size_t i = 0; i < n; i++)
+    if (iv[i].offset != offsets[i])
+      fail_msg("interval %zu at %llu, expected %llu", i, (unsigned long long)iv[i].offset,
+               (unsigned long long)offsets[i]);
+  assert_true(got == heap);
+}
+
+/* The temporaries of tests/data/hlo/chain.hlo. */
+static void chain_by_hand(void **state) {
+  (void)state;
+  hlo_interval_t iv[] = {
+      {2, 6, 4096, 0}, /* a */
+      {3, 5, 4096, 0}, /* b */
+      {4, 7, 8192, 0}, /* c: largest, placed first at 0 */
+      {5, 9, 64, 0},   /* d */
+      {6, 8, 256, 0},  /* e: the free gap up to the heap top above c */
+      {7, 9, 64, 0},   /* f: the smallest gap, between e and d */
+  };
+  const uint64_t offsets[] = {8192, 12288, 0, 12288, 8192, 8448};
+  expect_offsets(iv, 6, 1, offsets, 16384);
+}
+
+static hlo_interval_t best_fit_case[] = {
+    {0, 10, 40, 0}, /* A */
+    {0, 4, 35, 0},  /* B */
+    {6, 10, 30, 0}, /* C: fits where B was */
+    {0, 10, 20, 0}, /* D: on top */
+    {4, 6, 10, 0},  /* E: the 35-byte gap B and C leave at 40 */
+    {6, 10, 5, 0},  /* F: the 5-byte gap between C and D, not the top */
+    {0, 4, 3, 0},   /* G: nothing free below the top */
+};
+
+static void smallest_gap_wins(void **state) {
+  (void)state;
+  hlo_interval_t iv[7];
+  memcpy(iv, best_fit_case, sizeof iv);
+  const uint64_t offsets[] = {0, 40, 40, 75, 40, 70, 95};
+  expect_offsets(iv, 7, 1, offsets, 98);
+}
+
+static void alignment_rounds_offsets(void **state) {
+  (void)state;
+  hlo_interval_t iv[7];
+  memcpy(iv, best_fit_case, sizeof iv);
+  const uint64_t offsets[] = {0, 48, 48, 96, 48, 80, 128};
+  expect_offsets(iv, 7, 16, offsets, 131);
+}
+
+static void ties_break_by_duration_then_order(void **state) {
+  (void)state;
+  /* Equal sizes: the longer-lived first, then the earlier. Empty ones sit at 0. */
+  hlo_interval_t iv[] = {{0, 2, 8, 0}, {0, 4, 8, 0}, {1, 3, 8, 0}, {0, 4, 0, 0}, {5, 5, 8, 0}};
+  const uint64_t offsets[] = {8, 0, 16, 0, 0};
+  expect_offsets(iv, 5, 1, offsets, 24);
+}
+
+static uint64_t next_random(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void random_placements_never_overlap(void **state) {
+  (void)state;
+  enum { N = 1500, STEPS = 400 };
+  hlo_interval_t *iv = calloc(N, sizeof *iv);
+  hlo_interval_t *again = calloc(N, sizeof *again);
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (int round = 0; round < 4; round++) {
+    uint64_t alignment = round == 3 ? 64 : 1;
+    for (size_t i = 0; i < N; i++) {
+      uint32_t start = (uint32_t)(next_random(&seed) % STEPS);
+      uint32_t len = 1 + (uint32_t)(next_random(&seed) % (round == 0 ? 5 : 60));
+      uint64_t size = 1 + next_random(&seed) % (round == 2 ? 8 : 100000);
+      iv[i] = (hlo_interval_t){start, start + len, size, 0};
+    }
+    memcpy(again, iv, N * sizeof *iv);
+    uint64_t heap, heap2;
+    assert_int_equal(hbm__hlo_best_fit(iv, N, alignment, &heap), HBM_OK);
+    assert_int_equal(hbm__hlo_best_fit(again, N, alignment, &heap2), HBM_OK);
+    assert_true(heap == heap2);
+    uint64_t top = 0;
+    for (size_t i = 0; i < N; i++) {
+      assert_true(iv[i].offset == again[i].offset);
+      assert_true(iv[i].offset % alignment == 0);
+      if (iv[i].offset + iv[i].size > top)
+        top = iv[i].offset + iv[i].size;
+      for (size_t j = i + 1; j < N; j++) {
+        bool together = iv[i].start < iv[j].end && iv[j].start < iv[i].end;
+        bool touching =
+            iv[i].offset < iv[j].offset + iv[j].size && iv[j].offset < iv[i].offset + iv[i].size;
+        if (together && touching)
+          fail_msg("round %d: %zu and %zu overlap", round, i, j);
+      }
+    }
+    assert_true(top == heap);
+    uint64_t live[STEPS + 64] = {0}, peak = 0;
+    for (size_t i = 0; i < N; i++)
+      for (uint32_t s = iv[i].start; s < iv[i].end; s++)
+        live[s] += iv[i].size;
+    for (size_t s = 0; s < STEPS + 64; s++)
+      peak = live[s] > peak ? live[s] : peak;
+    assert_true(heap >= peak);
+  }
+  free(iv);
+  free(again);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(chain_by_hand),
+      cmocka_unit_test(smallest_gap_wins),
+      cmocka_unit_test(alignment_rounds_offsets),
+      cmocka_unit_test(ties_break_by_duration_then_order),
+      cmocka_unit_test(random_placements_never_overlap),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,254 @@
+/* test_hlo_parse.c — reading HLO text: the module header, computations with and without
+ * signatures, instructions with metadata and called computations, tolerance for what the
+ * planner does not need (unknown opcodes and attributes, stack-frame tables, comments,
+ * operand shapes of older printers), and parse errors that say where and what was expected. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hlo/hlo.h"
+
+static hlo_module_t *parse(const char *text) {
+  hlo_module_t *m = hbm__hlo_parse(text, strlen(text), "test.hlo");
+  if (!m)
+    fail_msg("parse failed: %s", hbm_last_error());
+  return m;
+}
+
+static hlo_module_t *parse_file(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/data/hlo/%s", HBM_SOURCE_DIR, name);
+  char *data;
+  size_t len;
+  assert_int_equal(hbm__read_file(path, &data, &len), HBM_OK);
+  hlo_module_t *m = hbm__hlo_parse(data, len, path);
+  free(data);
+  if (!m)
+    fail_msg("%s: %s", name, hbm_last_error());
+  return m;
+}
+
+static const hlo_instr_t *find(const hlo_comp_t *c, const char *name) {
+  for (uint32_t i = 0; i < c->n_instrs; i++)
+    if (hbm__hlo_str_eq(c->instrs[i]->name, name))
+      return c->instrs[i];
+  fail_msg("no instruction %s", name);
+  return NULL;
+}
+
+static void reads_a_module(void **state) {
+  (void)state;
+  hlo_module_t *m = parse_file("chain.hlo");
+  assert_true(hbm__hlo_str_eq(m->name, "chain"));
+  assert_int_equal(m->n_comps, 2);
+  assert_true(hbm__hlo_str_eq(m->entry->name, "main"));
+  assert_int_equal(m->entry->kind, HLO_COMP_SEQUENTIAL);
+  assert_int_equal(m->comps[0]->kind, HLO_COMP_EMBEDDED);
+  assert_int_equal(m->entry->n_instrs, 9);
+  assert_int_equal(m->entry->n_params, 1);
+  assert_true(hbm__hlo_str_eq(m->entry->root->name, "r"));
+  const hlo_instr_t *a = find(m->entry, "a");
+  assert_int_equal(a->opcode, HLO_OP_BROADCAST);
+  assert_true(hbm__hlo_str_eq(a->op_name, "jit(f)/broadcast_in_dim"));
+  assert_true(hbm__hlo_str_eq(a->op_type, "BroadcastTo"));
+  assert_true(hbm__hlo_str_eq(a->source_file, "model.py"));
+  assert_int_equal(a->source_line, 7);
+  assert_true(a->shape->bytes == 4096);
+  const hlo_instr_t *d = find(m->entry, "d");
+  assert_int_equal(d->n_operands, 2);
+  assert_ptr_equal(d->operands[0], a);
+  assert_int_equal(d->n_called, 1);
+  assert_ptr_equal(d->called[0].comp, m->comps[0]);
+  /* the reducer uses the older "add(f32[] %x, f32[] %y)" operand form */
+  const hlo_instr_t *sum = m->comps[0]->root;
+  assert_int_equal(sum->n_operands, 2);
+  assert_true(hbm__hlo_str_eq(sum->operands[1]->name, "y"));
+  assert_true(m->n_instrs == 12);
+  hbm__hlo_free(m);
+}
+
+static void header_attributes(void **state) {
+  (void)state;
+  hlo_module_t *m = parse(
+      "HloModule m, is_scheduled=true, input_output_alias={ {0}: (1, {}, must-alias), {1, 2}: "
+      "(0, {3}) }, buffer_donor={ (2, {}) }, entry_computation_layout={(f32[2]{0})->f32[2]{0}}, "
+      "frontend_attributes={a=\"b\"}\n"
+      "ENTRY e { ROOT p = f32[2]{0} parameter(0) }\n");
+  assert_true(m->is_scheduled);
+  assert_int_equal(m->n_io_alias, 2);
+  assert_int_equal(m->io_alias[0].operand, 1);
+  assert_int_equal(m->io_alias[0].n_out, 1);
+  assert_int_equal(m->io_alias[0].out[0], 0);
+  assert_int_equal(m->io_alias[0].must_alias, 1);
+  assert_int_equal(m->io_alias[1].n_out, 2);
+  assert_int_equal(m->io_alias[1].in[0], 3);
+  assert_int_equal(m->n_donors, 1);
+  assert_int_equal(m->donors[0].operand, 2);
+  hbm__hlo_free(m);
+}
+
+static void tolerates_what_it_does_not_need(void **state) {
+  (void)state;
+  hlo_module_t *m = parse(
+      "// a comment\n"
+      "HloModule m\n"
+      "/* a block\n comment */\n"
+      "%r (x: f32[], y: f32[]) -> f32[] {\n"
+      "  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+      "  ROOT %s = f32[] add(%x, %y)\n} , execution_thread=\"main\"\n"
+      "ENTRY %e (p: f32[8]) -> f32[8] {\n"
+      "  %p = f32[8]{0} parameter(0), sharding={devices=[2]0,1}\n"
+      "  %q = f32[8]{0} frobnicate(%p), frob={a={b, c}, d=[1,2]}, groups=[2,2]<=[4], "
+      "dim_labels=b01f_01io->b01f, padding=0_0x1_1, window={size=3x3 stride=2x2}, "
+      "backend_config={\"k\": \"}\"}, note=\"a, b\", control-predecessors={%p}\n"
+      "  %ar = f32[8]{0} all-reduce(%q), replica_groups={{0,1}}, to_apply=%r\n"
+      "  %c = (f32[8]{0}, s32[]) custom-call(%ar), custom_call_target=\"my_kernel\", "
+      "api_version=API_VERSION_TYPED_FFI, metadata={op_name=\"a\\\"b\" deduplicated_name=\"x\" "
+      "stack_frame_id=3}\n"
+      "  ROOT %g = f32[8]{0} get-tuple-element(%c), index=0\n"
+      "}\n\n"
+      "FileNames\n1 \"a.py\"\nFunctionNames\n1 \"f\"\n");
+  const hlo_instr_t *q = find(m->entry, "q");
+  assert_int_equal(q->opcode, HLO_OP_UNKNOWN);
+  assert_true(hbm__hlo_str_eq(q->opcode_text, "frobnicate"));
+  const hlo_instr_t *c = find(m->entry, "c");
+  assert_true(hbm__hlo_str_eq(c->custom_call_target, "my_kernel"));
+  assert_true(hbm__hlo_str_eq(c->op_name, "a\\\"b"));
+  assert_int_equal(find(m->entry, "g")->index, 0);
+  assert_int_equal(m->comps[0]->kind, HLO_COMP_EMBEDDED);
+  hbm__hlo_free(m);
+}
+
+static void bare_computations_and_names_without_percent(void **state) {
+  (void)state;
+  /* No HloModule header; no signatures; the last computation is the entry. */
+  hlo_module_t *m = parse("add.1 {\n x = f32[] parameter(0)\n y = f32[] parameter(1)\n"
+                          " ROOT s = f32[] add(x, y)\n}\n"
+                          "main {\n p = f32[4] parameter(0)\n z = f32[] constant(0)\n"
+                          " ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add.1\n}\n");
+  assert_true(hbm__hlo_str_eq(m->entry->name, "main"));
+  assert_true(hbm__hlo_str_eq(m->name, "main"));
+  assert_int_equal(m->entry->root->opcode, HLO_OP_REDUCE);
+  hbm__hlo_free(m);
+}
+
+static void control_flow_kinds(void **state) {
+  (void)state;
+  hlo_module_t *m = parse_file("while_loop.hlo");
+  for (uint32_t i = 0; i < m->n_comps; i++)
+    assert_int_equal(m->comps[i]->kind, HLO_COMP_SEQUENTIAL);
+  hbm__hlo_free(m);
+  m = parse_file("fusion_inplace.hlo");
+  assert_int_equal(m->comps[0]->kind, HLO_COMP_FUSED);
+  assert_int_equal(find(m->entry, "scaled")->fusion_kind, 'L');
+  hbm__hlo_free(m);
+  m = parse_file("inplace.hlo");
+  const hlo_instr_t *cc = find(m->entry, "cc");
+  assert_int_equal(cc->n_aliasing, 1);
+  assert_int_equal(cc->aliasing[0].n_out, 0);
+  assert_int_equal(cc->aliasing[0].operand, 0);
+  hbm__hlo_free(m);
+}
+
+static void labels_and_printing(void **state) {
+  (void)state;
+  hlo_module_t *m = parse_file("chain.hlo");
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm__instr_label(m, find(m->entry, "c"), 200, &sb);
+  assert_string_equal(hbm_strbuf_str(&sb), "%c = f32[32,64]{1,0} concatenate(%b, %b)");
+  sb.len = 0;
+  hbm__instr_label(m, find(m->entry, "c"), 20, &sb);
+  assert_string_equal(hbm_strbuf_str(&sb), "%c = f32[32,64]{1...");
+  sb.len = 0;
+  hbm__hlo_print(m, &sb);
+  assert_true(sb.len == m->len && memcmp(sb.data, m->text, m->len) == 0);
+  hbm_strbuf_free(&sb);
+  hbm__hlo_free(m);
+}
+
+typedef struct error_case {
+  const char *text;
+  const char *expect; /* a part of the message, position included */
+} error_case_t;
+
+static void errors_say_where(void **state) {
+  (void)state;
+  static const error_case_t cases[] = {
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT q f32[2] negate(p)\n}\n",
+       "test.hlo:4:10: expected '='"},
+      {"HloModule m\nENTRY e {\n  ROOT q = f32[2] negate(p)\n}\n",
+       "test.hlo:3:26: expected an instruction defined earlier"},
+      {"HloModule m\nENTRY e {\n  p = f32[2 parameter(0)\n}\n", "test.hlo:3:13: expected ']'"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n", "expected '}' to close"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(x)\n}\n",
+       "test.hlo:3:24: expected a parameter number"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  p = f32[2] negate(p)\n}\n",
+       "test.hlo:4:3: instruction 'p' is defined twice"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[2] negate(p), "
+       "to_apply=%nowhere\n}\n",
+       "test.hlo:4:35: expected the name of a computation"},
+      {"HloModule m\n/* open comment\nENTRY e {}\n", "test.hlo:2:1: unterminated comment"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), note=\"abc\n}\n", "unterminated string"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), frob={a\n}\n", "expected '}' to close"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(1)\n}\n", "expected parameter numbers 0..0"},
+      {"HloModule m\na {\n  ROOT x = f32[] call(), to_apply=b\n}\nb {\n  ROOT y = f32[] call(), "
+       "to_apply=a\n}\n",
+       "expected a call graph without cycles"},
+      {"HloModule m\nENTRY e {\n}\n", "computation 'e' has no instructions"},
+      {"HloModule m\nENTRY a {\n ROOT x = f32[] constant(1)\n}\nENTRY b {\n ROOT y = f32[] "
+       "constant(1)\n}\n",
+       "a second one"},
+      {"HloModule", "expected the module name"},
+      {"HloModule m\n", "expected a computation"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[2] negate p\n}\n",
+       "test.hlo:4:21: expected '(' and the operands"},
+      {"HloModule m\nENTRY e {\n  \x01 = f32[2] parameter(0)\n}\n", "found byte 0x01"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    hlo_module_t *m = hbm__hlo_parse(cases[i].text, strlen(cases[i].text), "test.hlo");
+    if (m)
+      fail_msg("case %zu parsed but should not", i);
+    if (!strstr(hbm_last_error(), cases[i].expect))
+      fail_msg("case %zu: got '%s', expected '%s'", i, hbm_last_error(), cases[i].expect);
+    assert_int_equal(hbm_last_status(), HBM_ERR_PARSE);
+  }
+}
+
+static void truncations_never_crash(void **state) {
+  (void)state;
+  /* Every prefix of a real module is either a module or an error with a position. */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/data/hlo/while_copy.hlo", HBM_SOURCE_DIR);
+  char *data;
+  size_t len;
+  assert_int_equal(hbm__read_file(path, &data, &len), HBM_OK);
+  for (size_t n = 0; n < len; n += 7) {
+    hlo_module_t *m = hbm__hlo_parse(data, n, "cut.hlo");
+    if (!m)
+      assert_non_null(strstr(hbm_last_error(), "cut.hlo:"));
+    hbm__hlo_free(m);
+  }
+  free(data);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(reads_a_module),
+      cmocka_unit_test(header_attributes),
+      cmocka_unit_test(tolerates_what_it_does_not_need),
+      cmocka_unit_test(bare_computations_and_names_without_percent),
+      cmocka_unit_test(control_flow_kinds),
+      cmocka_unit_test(labels_and_printing),
+      cmocka_unit_test(errors_say_where),
+      cmocka_unit_test(truncations_never_crash),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

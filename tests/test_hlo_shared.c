@@ -1,0 +1,124 @@
+/* test_hlo_shared.c — every real XLA module in ../shared/hlo plans without error, with the
+ * argument and output sizes their signatures imply, a peak at least as large as what is
+ * live throughout, and heap offsets that never overlap for buffers live at the same time.
+ * Skipped when the shared data is absent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hbm.h"
+#include "helpers.h"
+
+typedef struct shared_module {
+  const char *file;
+  uint64_t arguments; /* from the entry signature */
+  uint64_t outputs;
+  uint64_t alias;
+} shared_module_t;
+
+static const shared_module_t modules[] = {
+    /* 111 outputs in parameter 0's tuple (input_output_alias); the output tuple's table
+     * (111 pointers) is the only unaliased output */
+    {"attention_model.hlo", 0, 0, 0},
+    /* s32[10] + s32[128,10] + s32[1]; f32[1,121] */
+    {"graphsage_tf.hlo", 40 + 5120 + 4, 484, 0},
+    {"hlo_llama3_8b_cp_bf16_1x4.hlo", 24093310988ull, 0, 0},
+    /* f32[1,300,300,3]; (f32[1,1917,1,4], f32[1,1917,90]) and the tuple's table */
+    {"ssd_mobilenet_tf.hlo", 1080000, 30672 + 690120 + 16, 0},
+};
+
+static void check_offsets(const hbm_profile_t *prof) {
+  int64_t n = hbm_profile_buffer_count(prof);
+  for (int64_t i = 0; i < n; i++) {
+    const hbm_buffer_t *a = hbm_profile_buffer(prof, i);
+    if (a->flags & HBM_BUF_INDEFINITE)
+      continue;
+    assert_true(a->start < a->end);
+    for (int64_t j = i + 1; j < n; j++) {
+      const hbm_buffer_t *b = hbm_profile_buffer(prof, j);
+      if ((b->flags & HBM_BUF_INDEFINITE) || b->space != a->space)
+        continue;
+      bool together = a->start < b->end && b->start < a->end;
+      bool overlap = a->address < b->address + b->size && b->address < a->address + a->size;
+      if (together && overlap)
+        fail_msg("%s and %s overlap in time and memory", a->label, b->label);
+    }
+  }
+}
+
+static void every_shared_module_plans(void **state) {
+  (void)state;
+  if (!th_have_shared())
+    skip();
+  for (size_t i = 0; i < sizeof modules / sizeof modules[0]; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hlo/%s", HBM_SHARED_DIR, modules[i].file);
+    hbm_plan_options_t opt = {.memory = 16ull << 30};
+    hbm_plan_t *p = hbm_plan_file(path, &opt);
+    if (!p)
+      fail_msg("%s: %s", modules[i].file, hbm_last_error());
+    const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+    const hbm_profile_t *prof = hbm_plan_profile(p);
+    assert_true(hbm_profile_step_count(prof) > 100);
+    assert_true(s->n_buffers > 100);
+    assert_non_null(s->peak_instruction);
+    assert_true(s->peak_bytes >= s->argument_bytes);
+    assert_true(s->peak_bytes > 0);
+    assert_true(s->temp_bytes + s->fragmentation_bytes >= s->temp_bytes);
+    if (modules[i].arguments)
+      assert_true(s->argument_bytes == modules[i].arguments);
+    if (modules[i].outputs)
+      assert_true(s->output_bytes == modules[i].outputs);
+    check_offsets(prof);
+    /* the report and JSON render */
+    FILE *null = fopen("/dev/null", "w");
+    assert_int_equal(hbm_plan_report_text(p, null), HBM_OK);
+    assert_int_equal(hbm_plan_report_json(p, null), HBM_OK);
+    fclose(null);
+    print_message("%s: arguments %llu, outputs %llu (aliased %llu), temp %llu, peak %llu at %s\n",
+                  modules[i].file, (unsigned long long)s->argument_bytes,
+                  (unsigned long long)s->output_bytes, (unsigned long long)s->alias_bytes,
+                  (unsigned long long)s->temp_bytes, (unsigned long long)s->peak_bytes,
+                  s->peak_instruction);
+    hbm_plan_free(p);
+  }
+}
+
+static void aliased_outputs_of_training_steps(void **state) {
+  (void)state;
+  if (!th_have_shared())
+    skip();
+  /* Both training steps donate their state: every output but the result tuple's table
+   * lives in a parameter's buffer. */
+  const char *files[] = {"attention_model.hlo", "hlo_llama3_8b_cp_bf16_1x4.hlo"};
+  const uint64_t tables[] = {111 * 8, 46 * 8}; /* and a few scalars (loss, norms) */
+  for (size_t i = 0; i < 2; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hlo/%s", HBM_SHARED_DIR, files[i]);
+    hbm_plan_options_t opt = {0};
+    hbm_plan_t *p = hbm_plan_file(path, &opt);
+    assert_non_null(p);
+    const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+    assert_true(s->alias_bytes > 0);
+    if (s->output_bytes - s->alias_bytes > tables[i] + 64)
+      fail_msg("%s: %llu output bytes not aliased", files[i],
+               (unsigned long long)(s->output_bytes - s->alias_bytes));
+    hbm_plan_free(p);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_shared_module_plans),
+      cmocka_unit_test(aliased_outputs_of_training_steps),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
