@@ -121,7 +121,7 @@ export class AllocView {
     const data = ready ? await ready : await this.api.fetchRects(args);
     if (ticket !== this.ticket) return;
     if (first) {
-      this.extent = Math.max(1, data.extent);
+      this.extent = Math.max(1, data.extent) * 1.03; // headroom above the highest buffer
       this.view.y1 = this.extent;
     }
     this.rects = data;

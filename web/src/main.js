@@ -236,8 +236,12 @@ async function selectSpace(space) {
   renderBars();
   renderCard($('buffer-card'), null);
   renderOoms(oom);
+  const runtime = state.info.kind === 'runtime';
+  $('reserved-toggle').hidden = !runtime;
   await Promise.all([
-    views.timeline.show(summary, state.info.kind, timelineData),
+    views.timeline.show(summary, state.info.kind, timelineData).then(() => {
+      $('show-reserved').checked = runtime && views.timeline.showReserved;
+    }),
     views.alloc.show(summary, state.info.kind, oom.events, allocData),
   ]);
   if (seq !== state.loadSeq) return;
@@ -504,6 +508,7 @@ function bind() {
   $('log-scale').addEventListener('change', renderBars);
   $('timeline-reset').addEventListener('click', () => views.timeline.reset());
   $('peak-back').addEventListener('click', backToPeak);
+  $('show-reserved').addEventListener('change', (e) => views.timeline.setReservedShown(e.target.checked));
   $('alloc-reset').addEventListener('click', () => views.alloc.reset());
   $('alloc-fit').addEventListener('click', () => views.alloc.fitMatches());
   let searchTimer;

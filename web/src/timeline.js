@@ -35,7 +35,16 @@ export class Timeline {
     this.summary = summary;
     this.kind = kind;
     this.nSteps = summary.n_steps;
+    // Reserved memory far above the peak (a preallocated pool) would flatten the curve that
+    // matters: then the line starts hidden (the header still gives the number).
+    this.showReserved = summary.peak_reserved_bytes <= 3 * summary.peak_bytes;
     await this.load(0, this.nSteps, true, data);
+    if (this.plot && kind === 'runtime') this.plot.setSeries(3, { show: this.showReserved });
+  }
+
+  setReservedShown(show) {
+    this.showReserved = show;
+    if (this.plot && this.kind === 'runtime') this.plot.setSeries(3, { show });
   }
 
   width() {
@@ -252,7 +261,11 @@ export class Timeline {
         const text = `peak ${formatBytes(s.peak_bytes)} at ${s.peak_step}`;
         const tw = ctx.measureText(text).width;
         const tx = x + tw + 8 > left + width ? x - tw - 8 : x + 8;
-        ctx.fillText(text, tx, Math.max(top + 14, y - 8));
+        const ty = Math.max(top + 14 * devicePixelRatio, y - 8);
+        ctx.fillStyle = 'rgba(255,255,255,0.85)'; // legible over the curve
+        ctx.fillRect(tx - 3, ty - 12 * devicePixelRatio, tw + 6, 16 * devicePixelRatio);
+        ctx.fillStyle = '#202124';
+        ctx.fillText(text, tx, ty);
       }
     }
     ctx.restore();
