@@ -270,13 +270,22 @@ typedef struct alloc_args {
   const char *q; /* op substring (case-insensitive), NULL for all */
 } alloc_args_t;
 
-static bool rect_passes(const hbm_buffer_t *b, const alloc_args_t *a) {
+static bool op_matches(const char *op, const char *q, hbm_u64map_t *seen) {
+  uint64_t match;
+  if (!op)
+    return false;
+  if (!hbm_u64map_get(seen, (uint64_t)(uintptr_t)op, &match)) {
+    match = strcasestr(op, q) != NULL;
+    hbm_u64map_put(seen, (uint64_t)(uintptr_t)op, match);
+  }
+  return match != 0;
+}
+
+static bool rect_passes(const hbm_buffer_t *b, const alloc_args_t *a, hbm_u64map_t *seen) {
   uint64_t off = b->address - a->w.base;
   if (off + b->size <= a->w.lo || off >= a->w.hi)
     return false;
-  if (a->q && !(b->op && strcasestr(b->op, a->q)))
-    return false;
-  return true;
+  return !a->q || op_matches(b->op, a->q, seen);
 }
 
 /* Rectangles columns, with op names given once in "ops" and referred to by index. */
@@ -395,25 +404,34 @@ void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response
     hbm__target_close(v, &t);
     return;
   }
-  int64_t one;
-  size_t total = hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, &one, 0);
-  int64_t *all = malloc((total ? total : 1) * sizeof *all);
+  /* Room for every buffer of the space, so the window is listed in one pass. */
+  size_t cap = t.summary->n_buffers > 0 ? (size_t)t.summary->n_buffers : 1;
+  int64_t *all = malloc(cap * sizeof *all);
   rect_heap_t heap = {malloc(((size_t)a.limit + 1) * sizeof(int64_t)),
                       malloc(((size_t)a.limit + 1) * sizeof(uint64_t)), 0, (size_t)a.limit};
+  size_t total = all ? hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, all, cap) : 0;
+  if (all && total > cap) {
+    free(all);
+    cap = total;
+    all = malloc(cap * sizeof *all);
+    total = all ? hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, all, cap) : 0;
+  }
+  hbm_u64map_t op_matches; /* op strings are interned: each distinct op is searched once */
+  hbm_u64map_init(&op_matches);
   if (!all || !heap.idx || !heap.size) {
     hbm__respond_error(r, 500, "out of host memory");
   } else {
-    total = hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, all, total);
     size_t passed = 0; /* the buffers that pass move to the front of `all` */
     for (size_t i = 0; i < total; i++) {
       const hbm_buffer_t *b = hbm_profile_buffer(t.profile, all[i]);
-      if (!b || !rect_passes(b, &a))
+      if (!b || !rect_passes(b, &a, &op_matches))
         continue;
       all[passed++] = all[i];
       heap_offer(&heap, all[i], b->size);
     }
     hbm__respond_json(r, 200, allocations_json(&t, &a, all, passed, total, &heap));
   }
+  hbm_u64map_free(&op_matches);
   free(all);
   free(heap.idx);
   free(heap.size);
