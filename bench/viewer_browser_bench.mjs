@@ -92,14 +92,16 @@ for (let i = 0; i < runs; i++) {
     await page.selectOption('#space-select', '1');
     await waitLoads(page, before);
     record('switch memory type (wall)', Date.now() - h0);
+    record('switch memory type (in page: requests + drawing)', await page.evaluate(() => window.hbmViewer.timings.lastLoadMs));
     before = await page.evaluate(() => window.hbmViewer.loads);
     h0 = Date.now();
     await page.selectOption('#space-select', '0');
     await waitLoads(page, before);
     record('switch back to HBM (wall)', Date.now() - h0);
     const t = await page.evaluate(() => window.hbmViewer.timings);
-    record('  of which requests (in page)', t.lastFetchMs);
-    record('  of which drawing (in page)', t.lastRenderMs);
+    record('switch back (in page: requests + drawing)', t.lastLoadMs);
+    record('  of which requests', t.lastFetchMs);
+    record('  of which drawing', t.lastRenderMs);
   }
   await page.close();
 }

@@ -39,6 +39,21 @@ function args(extra = {}) {
   return { run: state.run, profile: state.profile, space: state.space, ...extra };
 }
 
+// Answers about the current profile, kept while it stays selected (selecting a profile asks
+// the server again, which reloads a file that changed): going back to a memory type or a zoom
+// seen before costs no request. At most MEMO_MAX, the oldest dropped first.
+const MEMO_MAX = 64;
+const memo = new Map();
+function cachedApi(endpoint, a) {
+  const key = `${endpoint}?${JSON.stringify(a)}`;
+  if (memo.has(key)) return memo.get(key);
+  const answer = api(endpoint, a);
+  memo.set(key, answer);
+  answer.catch(() => memo.delete(key));
+  if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value);
+  return answer;
+}
+
 // ---- hash ----
 
 function readHash() {
@@ -160,6 +175,7 @@ async function selectRun(run) {
 
 async function selectProfile(file) {
   state.profile = file;
+  memo.clear();
   $('profile-select').value = file;
   setBanner('');
   let info;
@@ -205,11 +221,11 @@ async function selectSpace(space) {
   const allocData = views.alloc.fetchAll();
   try {
     [summary, program, bySize, byPadding, oom] = await Promise.all([
-      api('summary', args()),
-      api('buffers_at_peak', args({ order: 'program' })),
-      api('buffers_at_peak', args({ order: 'size' })),
-      api('buffers_at_peak', args({ order: 'padding' })),
-      api('oom', args()),
+      cachedApi('summary', args()),
+      cachedApi('buffers_at_peak', args({ order: 'program' })),
+      cachedApi('buffers_at_peak', args({ order: 'size' })),
+      cachedApi('buffers_at_peak', args({ order: 'padding' })),
+      cachedApi('oom', args()),
       timelineData,
       allocData,
     ]);
@@ -482,10 +498,10 @@ async function runCompare() {
 
 const views = {
   timeline: new Timeline($('timeline-chart'), $('timeline-hover'),
-    (from, to, points) => api('timeline', args({ from, to, points })), (step) => showBuffersAt(step)),
+    (from, to, points) => cachedApi('timeline', args({ from, to, points })), (step) => showBuffersAt(step)),
   bars: {},
   alloc: new AllocView($('alloc-canvas'), $('alloc-wrap'), $('tooltip'), $('alloc-info'), {
-    fetchRects: (a) => api('allocations', args(a)),
+    fetchRects: (a) => cachedApi('allocations', args(a)),
     onRectClick: (id) => showAllocCard(id),
     onOomClick: (ev) => focusOom(ev),
   }),
