@@ -467,6 +467,26 @@ static void test_new_run_and_changed_file(void **state) {
   json_decref(second);
 }
 
+static void test_cache_keeps_at_most_its_limit(void **state) {
+  char dir[4200], file[64];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2025_12_31_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  int n = HBM__CACHE_MAX + 4;
+  for (int i = 0; i < n; i++) {
+    snprintf(file, sizeof file, "module_%04d.m.hbmtrace", i);
+    assert_int_equal(vf_save(vf_plan_profile("m", 12 + i, (uint32_t)i, 1), dir, file), 0);
+  }
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  for (int round = 0; round < 2; round++)
+    for (int i = 0; i < n; i++) {
+      json_t *root =
+          getf(200, "/api/summary?run=2025_12_31_00_00_00&profile=module_%04d.m.hbmtrace", i);
+      assert_int_equal(jint(root, "n_steps"), 12 + i);
+      json_decref(root);
+      assert_true(viewer->cache.n_entries <= HBM__CACHE_MAX);
+    }
+}
+
 static void test_missing_logdir(void **state) {
   assert_null(hbm__viewer_new("/nonexistent/hbm/logdir"));
   assert_int_equal(hbm_last_status(), HBM_ERR_NOT_FOUND);
@@ -531,6 +551,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_corrupt_and_truncated_profiles),
       cmocka_unit_test(test_symlink_out_of_logdir_is_refused),
       cmocka_unit_test(test_new_run_and_changed_file),
+      cmocka_unit_test(test_cache_keeps_at_most_its_limit),
       cmocka_unit_test(test_missing_logdir),
       cmocka_unit_test(test_empty_logdir),
       cmocka_unit_test(test_query_parsing),
