@@ -135,6 +135,12 @@ async function main() {
     await page.mouse.up(); // a click pins the card, so it stays for the screenshot
     await page.waitForSelector('#buffer-card .pin', { timeout: 5000 });
     await shot(page, 'buffer_card', '#peak-panel');
+    await page.click('#peak-table-wrap summary');
+    await page.fill('#peak-filter', 'Arg_');
+    await page.waitForFunction(() => document.querySelectorAll('#peak-table tbody tr').length > 0);
+    const argRows = bySize.buffers.filter((b) => (b.op || '').toLowerCase().includes('arg_') || (b.shape || '').toLowerCase().includes('arg_') || (b.group || '').toLowerCase().includes('arg_')).length;
+    check(await page.locator('#peak-table tbody tr').count() === argRows, `the table filters the buffers (${argRows} rows for "Arg_")`);
+    await page.fill('#peak-filter', '');
 
     // 3. The timeline: hover names the op at the point; zoom asks for detail.
     const tl = page.locator('#timeline-chart .u-over');
