@@ -29,25 +29,25 @@ static void expect_offsets(hlo_interval_t *iv, size_t n, uint64_t alignment,
 static void chain_by_hand(void **state) {
   (void)state;
   hlo_interval_t iv[] = {
-      {2, 6, 4096, 0}, /* a */
-      {3, 5, 4096, 0}, /* b */
-      {4, 7, 8192, 0}, /* c: largest, placed first at 0 */
-      {5, 9, 64, 0},   /* d */
-      {6, 8, 256, 0},  /* e: the free gap up to the heap top above c */
-      {7, 9, 64, 0},   /* f: the smallest gap, between e and d */
+      {2, 6, 4096, 0, 0}, /* a */
+      {3, 5, 4096, 0, 0}, /* b */
+      {4, 7, 8192, 0, 0}, /* c: largest, placed first at 0 */
+      {5, 9, 64, 0, 0},   /* d */
+      {6, 8, 256, 0, 0},  /* e: the free gap up to the heap top above c */
+      {7, 9, 64, 0, 0},   /* f: the smallest gap, between e and d */
   };
   const uint64_t offsets[] = {8192, 12288, 0, 12288, 8192, 8448};
   expect_offsets(iv, 6, 1, offsets, 16384);
 }
 
 static hlo_interval_t best_fit_case[] = {
-    {0, 10, 40, 0}, /* A */
-    {0, 4, 35, 0},  /* B */
-    {6, 10, 30, 0}, /* C: fits where B was */
-    {0, 10, 20, 0}, /* D: on top */
-    {4, 6, 10, 0},  /* E: the 35-byte gap B and C leave at 40 */
-    {6, 10, 5, 0},  /* F: the 5-byte gap between C and D, not the top */
-    {0, 4, 3, 0},   /* G: nothing free below the top */
+    {0, 10, 40, 0, 0}, /* A */
+    {0, 4, 35, 0, 0},  /* B */
+    {6, 10, 30, 0, 0}, /* C: fits where B was */
+    {0, 10, 20, 0, 0}, /* D: on top */
+    {4, 6, 10, 0, 0},  /* E: the 35-byte gap B and C leave at 40 */
+    {6, 10, 5, 0, 0},  /* F: the 5-byte gap between C and D, not the top */
+    {0, 4, 3, 0, 0},   /* G: nothing free below the top */
 };
 
 static void smallest_gap_wins(void **state) {
@@ -69,9 +69,25 @@ static void alignment_rounds_offsets(void **state) {
 static void ties_break_by_duration_then_order(void **state) {
   (void)state;
   /* Equal sizes: the longer-lived first, then the earlier. Empty ones sit at 0. */
-  hlo_interval_t iv[] = {{0, 2, 8, 0}, {0, 4, 8, 0}, {1, 3, 8, 0}, {0, 4, 0, 0}, {5, 5, 8, 0}};
+  hlo_interval_t iv[] = {
+      {0, 2, 8, 0, 0}, {0, 4, 8, 0, 0}, {1, 3, 8, 0, 0}, {0, 4, 0, 0, 0}, {5, 5, 8, 0, 0}};
   const uint64_t offsets[] = {8, 0, 16, 0, 0};
   expect_offsets(iv, 5, 1, offsets, 24);
+}
+
+static void shared_chunks_place_together(void **state) {
+  (void)state;
+  /* x and y (one share group: an element-wise op reusing its operand) take one offset,
+   * chosen at the larger's turn; z, live between them, overlaps neither and may sit at the
+   * same offset, as XLA's colocated intervals allow. w overlaps x and z. */
+  hlo_interval_t iv[] = {
+      {0, 1, 100, 0, 7}, /* x */
+      {3, 4, 60, 0, 7},  /* y */
+      {1, 3, 100, 0, 0}, /* z */
+      {0, 2, 40, 0, 0},  /* w */
+  };
+  const uint64_t offsets[] = {0, 0, 0, 100};
+  expect_offsets(iv, 4, 1, offsets, 140);
 }
 
 static uint64_t next_random(uint64_t *s) {
@@ -93,7 +109,13 @@ static void random_placements_never_overlap(void **state) {
       uint32_t start = (uint32_t)(next_random(&seed) % STEPS);
       uint32_t len = 1 + (uint32_t)(next_random(&seed) % (round == 0 ? 5 : 60));
       uint64_t size = 1 + next_random(&seed) % (round == 2 ? 8 : 100000);
-      iv[i] = (hlo_interval_t){start, start + len, size, 0};
+      iv[i] = (hlo_interval_t){start, start + len, size, 0, 0};
+      if (round == 1 && i % 3 == 0 && i > 0 && iv[i - 1].end <= start) {
+        /* a chain reusing the previous one's chunk: same offset, disjoint in time */
+        iv[i].share = (uint32_t)i;
+        iv[i - 1].share = iv[i - 1].share ? iv[i - 1].share : (uint32_t)i;
+        iv[i].share = iv[i - 1].share;
+      }
     }
     memcpy(again, iv, N * sizeof *iv);
     uint64_t heap, heap2;
@@ -112,6 +134,8 @@ static void random_placements_never_overlap(void **state) {
             iv[i].offset < iv[j].offset + iv[j].size && iv[j].offset < iv[i].offset + iv[i].size;
         if (together && touching)
           fail_msg("round %d: %zu and %zu overlap", round, i, j);
+        if (iv[i].share && iv[i].share == iv[j].share && iv[i].offset != iv[j].offset)
+          fail_msg("round %d: %zu and %zu share but sit apart", round, i, j);
       }
     }
     assert_true(top == heap);
@@ -133,6 +157,7 @@ int main(void) {
       cmocka_unit_test(smallest_gap_wins),
       cmocka_unit_test(alignment_rounds_offsets),
       cmocka_unit_test(ties_break_by_duration_then_order),
+      cmocka_unit_test(shared_chunks_place_together),
       cmocka_unit_test(random_placements_never_overlap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -85,18 +85,19 @@ static void oversized_line(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
 static void operator_text(const hbm_plan_t *plan, int64_t idx, const hbm_buffer_t *b,
                           hbm_strbuf_t *sb) {
   const hlo_instr_t *in = buffer_instr(plan, idx);
-  if (!in || (!in->op_type.n && !in->op_name.n))
+  const hlo_metadata_t *md = in ? in->meta : NULL;
+  if (!md || (!md->op_type.n && !md->op_name.n))
     return; /* XLA's dumps carry no metadata either */
   hbm_strbuf_puts(sb, "     Operator: ");
   {
-    if (in->op_type.n)
-      hbm_strbuf_printf(sb, "op_type=\"%.*s\"%s", (int)in->op_type.n, in->op_type.p,
-                        in->op_name.n ? " " : "");
-    if (in->op_name.n)
-      hbm_strbuf_printf(sb, "op_name=\"%.*s\"", (int)in->op_name.n, in->op_name.p);
-    if (in->source_file.n)
-      hbm_strbuf_printf(sb, " source_file=\"%.*s\" source_line=%lld", (int)in->source_file.n,
-                        in->source_file.p, (long long)in->source_line);
+    if (md->op_type.n)
+      hbm_strbuf_printf(sb, "op_type=\"%.*s\"%s", (int)md->op_type.n, md->op_type.p,
+                        md->op_name.n ? " " : "");
+    if (md->op_name.n)
+      hbm_strbuf_printf(sb, "op_name=\"%.*s\"", (int)md->op_name.n, md->op_name.p);
+    if (md->source_file.n)
+      hbm_strbuf_printf(sb, " source_file=\"%.*s\" source_line=%lld", (int)md->source_file.n,
+                        md->source_file.p, (long long)md->source_line);
   }
   (void)b;
   hbm_strbuf_puts(sb, "\n");

@@ -4,9 +4,10 @@
  * that overlap it in time — including the gap up to the current top of the heap — or else
  * on top. The heap size it ends with is XLA's temp allocation size, fragmentation included.
  *
- * Finding the placed buffers that overlap an interval uses a segment tree over the
- * intervals sorted by start, holding the latest end of the placed ones, so a query costs
- * O((k + 1) log n) for k overlapping buffers rather than a scan of everything placed. */
+ * Finding the placed buffers that overlap an interval: a short-lived one (most buffers)
+ * that overlaps [s, e) starts in [s - SHORT, e), a short scan of the intervals sorted by
+ * start; long-lived ones sit in a segment tree over the same order holding the latest end
+ * placed under each node, so a query costs O(k log n) for the k long ones it meets. */
 #include "hlo.h"
 
 #include <stdlib.h>
@@ -19,7 +20,8 @@ typedef struct placed_chunk {
 typedef struct order_key {
   uint64_t size;
   uint32_t duration;
-  uint32_t index;
+  uint32_t index; /* the group's first interval: ties go to the earlier */
+  uint32_t group;
 } order_key_t;
 
 static int placement_order(const void *x, const void *y) {
@@ -35,13 +37,6 @@ typedef struct start_key {
   uint32_t start;
   uint32_t index;
 } start_key_t;
-
-static int by_start(const void *x, const void *y) {
-  const start_key_t *a = x, *b = y;
-  if (a->start != b->start)
-    return a->start < b->start ? -1 : 1;
-  return a->index < b->index ? -1 : a->index > b->index;
-}
 
 /* Sorts chunks by offset. The heap simulator sorts the chunks overlapping every buffer it
  * places, so this is its inner loop: an inlined quicksort (median of three, insertion sort
@@ -101,14 +96,18 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
   return r ? v + (a - r) : v;
 }
 
+#define SHORT 64 /* steps: the longest interval the scan finds */
+
 typedef struct heap_state {
   hlo_interval_t *iv;
+  uint8_t *placed;     /* per interval, short ones only */
   start_key_t *sorted; /* intervals by start */
   uint32_t *slot_of;   /* interval index → position in sorted */
   uint32_t *tree;      /* segment tree: max end of placed intervals under each node */
   size_t leaves;
-  placed_chunk_t *found;
-  size_t n_found;
+  placed_chunk_t *found; /* chunks overlapping the buffer being placed */
+  size_t n_found, cap_found;
+  size_t n_long_placed;
 } heap_state_t;
 
 static void tree_place(heap_state_t *h, uint32_t slot, uint32_t end) {
@@ -124,36 +123,61 @@ typedef struct tree_range {
   size_t node, first, width; /* a tree node and the leaves [first, first + width) under it */
 } tree_range_t;
 
-/* Placed intervals with start < end_q and end > start_q. */
-static void tree_overlapping(heap_state_t *h, size_t n, uint32_t start_q, uint32_t end_q) {
-  h->n_found = 0;
-  /* Positions [0, prefix) of the start order have start < end_q. */
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (h->sorted[mid].start < end_q)
-      lo = mid + 1;
-    else
-      hi = mid;
+static bool push_found(heap_state_t *h, const hlo_interval_t *x) {
+  if (h->n_found == h->cap_found) {
+    size_t cap = h->cap_found ? h->cap_found * 2 : 64;
+    placed_chunk_t *f = realloc(h->found, cap * sizeof *f);
+    if (!f)
+      return false;
+    h->found = f;
+    h->cap_found = cap;
   }
-  size_t prefix = lo;
+  h->found[h->n_found++] = (placed_chunk_t){x->offset, x->size};
+  return true;
+}
+
+static bool is_long(const hlo_interval_t *x) { return x->end - x->start > SHORT; }
+
+/* Appends to found[] the placed intervals that overlap interval `idx` in time; false if
+ * memory ran out. Walking outwards from idx's own place in the start order replaces binary
+ * searches: only intervals starting in [start - SHORT, end) can be short and overlap. */
+static bool tree_overlapping(heap_state_t *h, size_t n, uint32_t idx) {
+  const hlo_interval_t *q = &h->iv[idx];
+  uint32_t start_q = q->start, end_q = q->end;
+  uint32_t from = start_q > SHORT ? start_q - SHORT : 0;
+  size_t slot = h->slot_of[idx];
+  size_t prefix = slot; /* first position starting at or after end_q */
+  while (prefix < n && h->sorted[prefix].start < end_q)
+    prefix++;
+  size_t lo = slot;
+  while (lo > 0 && h->sorted[lo - 1].start >= from)
+    lo--;
+  for (size_t i = lo; i < prefix; i++) {
+    uint32_t other = h->sorted[i].index;
+    const hlo_interval_t *x = &h->iv[other];
+    if (h->placed[other] && x->end > start_q && !push_found(h, x))
+      return false;
+  }
+  if (!h->n_long_placed)
+    return true;
+  /* Long intervals: the segment tree (short ones are never entered in it). */
   tree_range_t stack[130];
   size_t sp = 0;
   if (prefix)
     stack[sp++] = (tree_range_t){1, 0, h->leaves};
   while (sp) {
-    size_t node = stack[sp - 1].node, first = stack[sp - 1].first, width = stack[sp - 1].width;
-    sp--;
-    if (first >= prefix || h->tree[node] <= start_q)
+    tree_range_t r = stack[--sp];
+    if (r.first >= prefix || h->tree[r.node] <= start_q)
       continue;
-    if (width == 1) {
-      uint32_t idx = h->sorted[first].index;
-      h->found[h->n_found++] = (placed_chunk_t){h->iv[idx].offset, h->iv[idx].size};
+    if (r.width == 1) {
+      if (!push_found(h, &h->iv[h->sorted[r.first].index]))
+        return false;
       continue;
     }
-    stack[sp++] = (tree_range_t){2 * node + 1, first + width / 2, width / 2};
-    stack[sp++] = (tree_range_t){2 * node, first, width / 2};
+    stack[sp++] = (tree_range_t){2 * r.node + 1, r.first + r.width / 2, r.width / 2};
+    stack[sp++] = (tree_range_t){2 * r.node, r.first, r.width / 2};
   }
+  return true;
 }
 
 /* The best-fit offset for `size` among the chunks found, given the heap's current top. */
@@ -181,6 +205,71 @@ static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top, uint
   return best != UINT64_MAX ? best : cursor;
 }
 
+/* Groups of intervals placed together: an interval alone is a group of one. */
+typedef struct heap_groups {
+  uint32_t *first; /* per group: index into members */
+  uint32_t *count;
+  uint32_t *members; /* interval indices, grouped */
+  size_t n;
+} heap_groups_t;
+
+/* Members of each share group together (a counting sort by share id), then every interval
+ * that shares with none as a group of its own. */
+static bool make_groups(hlo_interval_t *iv, size_t n, heap_groups_t *g) {
+  g->members = malloc(n * sizeof *g->members);
+  g->first = malloc(n * sizeof *g->first);
+  g->count = malloc(n * sizeof *g->count);
+  uint32_t max_share = 0;
+  for (size_t i = 0; i < n; i++)
+    max_share = iv[i].share > max_share ? iv[i].share : max_share;
+  uint32_t *at = calloc((size_t)max_share + 2, sizeof *at);
+  if (!g->members || !g->first || !g->count || !at) {
+    free(at);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (iv[i].share)
+      at[iv[i].share + 1]++;
+  for (uint32_t k = 1; k <= max_share + 1; k++)
+    at[k] += at[k - 1];
+  size_t shared = at[max_share + 1], alone = shared;
+  g->n = 0;
+  for (uint32_t k = 1; k <= max_share; k++)
+    if (at[k + 1] > at[k]) {
+      g->first[g->n] = at[k];
+      g->count[g->n++] = at[k + 1] - at[k];
+    }
+  for (size_t i = 0; i < n; i++) {
+    if (iv[i].share) {
+      g->members[at[iv[i].share]++] = (uint32_t)i;
+    } else {
+      g->first[g->n] = (uint32_t)alone;
+      g->count[g->n++] = 1;
+      g->members[alone++] = (uint32_t)i;
+    }
+  }
+  free(at);
+  return true;
+}
+
+/* The intervals in order of start (ties: index), by counting sort: starts are steps. */
+static bool sort_by_start(const hlo_interval_t *iv, size_t n, start_key_t *out) {
+  uint32_t max = 0;
+  for (size_t i = 0; i < n; i++)
+    max = iv[i].start > max ? iv[i].start : max;
+  size_t *at = calloc((size_t)max + 2, sizeof *at);
+  if (!at)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    at[iv[i].start + 1]++;
+  for (size_t k = 1; k <= (size_t)max + 1; k++)
+    at[k] += at[k - 1];
+  for (size_t i = 0; i < n; i++)
+    out[at[iv[i].start]++] = (start_key_t){iv[i].start, (uint32_t)i};
+  free(at);
+  return true;
+}
+
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap) {
   *heap = 0;
   if (n == 0)
@@ -188,42 +277,64 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
   if (n >= UINT32_MAX)
     return hbm__error(HBM_ERR_INVALID, "too many buffers for the heap simulator");
   heap_state_t h = {.iv = iv};
-  order_key_t *order = malloc(n * sizeof *order);
+  heap_groups_t g = {0};
+  order_key_t *order = NULL;
   h.sorted = malloc(n * sizeof *h.sorted);
   h.slot_of = malloc(n * sizeof *h.slot_of);
-  h.found = malloc(n * sizeof *h.found);
   h.leaves = 1;
   while (h.leaves < n)
     h.leaves *= 2;
   h.tree = calloc(2 * h.leaves, sizeof *h.tree);
-  if (!order || !h.sorted || !h.slot_of || !h.found || !h.tree) {
-    free(order);
-    free(h.sorted);
-    free(h.slot_of);
-    free(h.found);
-    free(h.tree);
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
-  }
-  for (size_t i = 0; i < n; i++) {
-    order[i] = (order_key_t){iv[i].size, iv[i].end - iv[i].start, (uint32_t)i};
-    h.sorted[i] = (start_key_t){iv[i].start, (uint32_t)i};
-  }
-  qsort(order, n, sizeof *order, placement_order);
-  qsort(h.sorted, n, sizeof *h.sorted, by_start);
-  for (size_t i = 0; i < n; i++)
-    h.slot_of[h.sorted[i].index] = (uint32_t)i;
-  uint64_t top = 0;
-  for (size_t k = 0; k < n; k++) {
-    hlo_interval_t *cur = &iv[order[k].index];
-    if (cur->size == 0 || cur->end <= cur->start) {
-      cur->offset = 0;
-      continue;
+  h.placed = calloc(n, 1);
+  bool ok = h.sorted && h.slot_of && h.tree && h.placed && make_groups(iv, n, &g);
+  if (ok)
+    ok = (order = malloc(g.n * sizeof *order)) != NULL;
+  if (ok) {
+    ok = sort_by_start(iv, n, h.sorted);
+    for (size_t i = 0; ok && i < n; i++)
+      h.slot_of[h.sorted[i].index] = (uint32_t)i;
+    /* Groups by their largest member, then the span they cover, then the first index. */
+    for (size_t k = 0; k < g.n; k++) {
+      uint64_t size = 0;
+      uint32_t lo = UINT32_MAX, hi = 0, first = UINT32_MAX;
+      for (uint32_t j = 0; j < g.count[k]; j++) {
+        const hlo_interval_t *x = &iv[g.members[g.first[k] + j]];
+        size = x->size > size ? x->size : size;
+        lo = x->start < lo ? x->start : lo;
+        hi = x->end > hi ? x->end : hi;
+        first = g.members[g.first[k] + j] < first ? g.members[g.first[k] + j] : first;
+      }
+      order[k] = (order_key_t){size, hi > lo ? hi - lo : 0, first, (uint32_t)k};
     }
-    tree_overlapping(&h, n, cur->start, cur->end);
-    cur->offset = best_fit(&h, cur->size, top, alignment);
-    if (cur->offset + cur->size > top)
-      top = cur->offset + cur->size;
-    tree_place(&h, h.slot_of[order[k].index], cur->end);
+    qsort(order, g.n, sizeof *order, placement_order);
+  }
+  uint64_t top = 0;
+  for (size_t k = 0; ok && k < g.n; k++) {
+    uint32_t grp = order[k].group;
+    const uint32_t *mem = &g.members[g.first[grp]];
+    uint64_t size = order[k].size;
+    /* Chunks in the way of any member: the group needs a gap free during each of them. */
+    h.n_found = 0;
+    for (uint32_t j = 0; ok && j < g.count[grp]; j++) {
+      const hlo_interval_t *x = &iv[mem[j]];
+      if (x->size && x->end > x->start)
+        ok = tree_overlapping(&h, n, mem[j]);
+    }
+    if (!ok)
+      break;
+    uint64_t offset = size ? best_fit(&h, size, top, alignment) : 0;
+    if (size && offset + size > top)
+      top = offset + size;
+    for (uint32_t j = 0; j < g.count[grp]; j++) {
+      hlo_interval_t *x = &iv[mem[j]];
+      bool placed = x->size && x->end > x->start;
+      x->offset = placed ? offset : 0;
+      if (placed && is_long(x)) {
+        tree_place(&h, h.slot_of[mem[j]], x->end);
+        h.n_long_placed++;
+      } else if (placed)
+        h.placed[mem[j]] = 1;
+    }
   }
   *heap = top;
   free(order);
@@ -231,50 +342,53 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
   free(h.slot_of);
   free(h.found);
   free(h.tree);
-  return HBM_OK;
+  free(h.placed);
+  free(g.members);
+  free(g.first);
+  free(g.count);
+  return ok ? HBM_OK : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
 }
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* Intervals for the temporaries of one colour: one per buffer; buffers of one share group
+ * (element-wise reuse) are placed at one offset. */
 static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t alignment) {
   uint32_t nb = as->n_buffers;
-  uint32_t *group_iv = malloc((nb + 1) * sizeof *group_iv);
+  uint32_t *iv_of = malloc((nb + 1) * sizeof *iv_of);
+  uint32_t *group_size = calloc(nb + 1, sizeof *group_size);
   hlo_interval_t *iv = malloc((nb + 1) * sizeof *iv);
   int64_t *delta = calloc((size_t)as->n_steps + 2, sizeof *delta);
-  if (!group_iv || !iv || !delta) {
-    free(group_iv);
+  if (!iv_of || !group_size || !iv || !delta) {
+    free(iv_of);
+    free(group_size);
     free(iv);
     free(delta);
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
   }
+  for (uint32_t i = 0; i < nb; i++) {
+    const hlo_buffer_t *b = &as->buffers[i];
+    if (!b->indefinite && b->color == color && b->end > b->start)
+      group_size[b->share_group]++;
+  }
   size_t n = 0;
-  for (uint32_t i = 0; i < nb; i++)
-    group_iv[i] = UINT32_MAX;
   for (uint32_t i = 0; i < nb; i++) {
     hlo_buffer_t *b = &as->buffers[i];
+    iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
       continue;
     delta[b->start] += (int64_t)b->bytes;
     delta[b->end] -= (int64_t)b->bytes;
-    uint32_t g = b->share_group;
-    if (group_iv[g] == UINT32_MAX) {
-      group_iv[g] = (uint32_t)n;
-      iv[n++] = (hlo_interval_t){b->start, b->end, b->bytes, 0};
-    } else {
-      hlo_interval_t *x = &iv[group_iv[g]];
-      x->start = b->start < x->start ? b->start : x->start;
-      x->end = b->end > x->end ? b->end : x->end;
-      x->size = b->bytes > x->size ? b->bytes : x->size;
-    }
+    uint32_t share = group_size[b->share_group] > 1 ? b->share_group + 1 : 0;
+    iv_of[i] = (uint32_t)n;
+    iv[n++] = (hlo_interval_t){b->start, b->end, b->bytes, 0, share};
   }
   uint64_t heap;
   hbm_status_t st = hbm__hlo_best_fit(iv, n, alignment, &heap);
   if (st == HBM_OK) {
-    for (uint32_t i = 0; i < nb; i++) {
-      hlo_buffer_t *b = &as->buffers[i];
-      if (!b->indefinite && b->color == color && group_iv[b->share_group] != UINT32_MAX)
-        b->offset = iv[group_iv[b->share_group]].offset;
-    }
+    for (uint32_t i = 0; i < nb; i++)
+      if (iv_of[i] != UINT32_MAX)
+        as->buffers[i].offset = iv[iv_of[i]].offset;
     as->heap_bytes[color] = heap;
     int64_t live = 0, peak = 0;
     uint32_t peak_step = 0;
@@ -288,7 +402,8 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     as->temp_peak[color] = (uint64_t)peak;
     as->temp_peak_step[color] = peak_step;
   }
-  free(group_iv);
+  free(iv_of);
+  free(group_size);
   free(iv);
   free(delta);
   return st;

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- arena (arena.c): bump allocation, freed all at once ---- */
 
@@ -50,6 +51,8 @@ typedef struct hlo_str {
 } hlo_str_t;
 
 bool hbm__hlo_str_eq(hlo_str_t s, const char *lit);
+/* The same against a string literal, without strlen. */
+#define HLO_STR_IS(s, lit) ((s).n == sizeof(lit) - 1 && memcmp((s).p, lit, sizeof(lit) - 1) == 0)
 
 /* ---- element types and shapes (shape.c) ---- */
 
@@ -205,29 +208,34 @@ typedef struct hlo_span {
   uint32_t start, len;
 } hlo_span_t;
 
+/* What the metadata={...} attribute says (and the custom-call target): most instructions of
+ * big modules share the empty one (hbm__hlo_no_metadata), so the instruction stays small. */
+typedef struct hlo_metadata {
+  hlo_str_t op_name, op_type, source_file, custom_call_target;
+  int64_t source_line; /* 0 = none */
+} hlo_metadata_t;
+
+extern const hlo_metadata_t hbm__hlo_no_metadata;
+
 struct hlo_instr {
   hlo_str_t name; /* without '%' */
   const hlo_shape_t *shape;
-  uint16_t opcode; /* hlo_opcode_t */
-  uint8_t is_root;
-  uint8_t fusion_kind;   /* 'L'oop, 'I'nput, 'O'utput, 'C'ustom, 0 */
-  hlo_str_t opcode_text; /* as written (unknown opcodes keep their name) */
-  uint32_t n_operands;
   hlo_instr_t **operands;
   hlo_span_t *operand_spans; /* where each operand's name is in the text (for printing) */
-  uint32_t n_called;
   hlo_callref_t *called;
-  int64_t index; /* get-tuple-element index, parameter number; -1 */
-  hlo_str_t op_name, op_type, source_file, custom_call_target;
-  int64_t source_line; /* 0 = none */
-  uint32_t n_aliasing; /* output_to_operand_aliasing */
-  hlo_alias_pair_t *aliasing;
-  hlo_span_t text;       /* the instruction's text, from its name to its last attribute */
-  hlo_span_t name_span;  /* the name token, '%' included */
-  uint32_t operands_end; /* offset just past the ')' of the operand list */
+  hlo_alias_pair_t *aliasing; /* output_to_operand_aliasing */
+  const hlo_metadata_t *meta; /* never NULL */
   hlo_comp_t *parent;
-  uint32_t id;                 /* position in parent->instrs */
   const hlo_instr_t *remat_of; /* remat.c: the instruction this one recomputes */
+  int64_t index;               /* get-tuple-element index, parameter number; -1 */
+  hlo_span_t text;             /* from the name (its '%' included) to the last attribute */
+  hlo_span_t opcode_text;      /* the opcode as written (unknown ones keep their name) */
+  uint32_t n_operands, n_called, n_aliasing;
+  uint32_t id;           /* position in parent->instrs */
+  uint32_t operands_end; /* offset just past the ')' of the operand list */
+  uint16_t opcode;       /* hlo_opcode_t */
+  uint8_t is_root;
+  uint8_t fusion_kind; /* 'L'oop, 'I'nput, 'O'utput, 'C'ustom, 0 */
 };
 
 typedef enum hlo_comp_kind {
@@ -362,11 +370,13 @@ typedef struct hlo_interval {
   uint32_t start, end; /* [start, end) */
   uint64_t size;
   uint64_t offset; /* out */
+  uint32_t share;  /* 0: alone; k > 0: at the same offset as every interval with share k */
 } hlo_interval_t;
 
 /* Places every interval (sorted internally by size, then duration, then index), each at the
- * smallest free gap among the intervals overlapping it in time, or on top. Returns the heap
- * size in *heap. */
+ * smallest free gap among the intervals overlapping it in time, or on top. Intervals that
+ * share are placed together (at their largest's turn) in a gap free during each of them, as
+ * XLA places colocated buffers. Returns the heap size in *heap. */
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap);
 
 #endif /* HBM_HLO_H */

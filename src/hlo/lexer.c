@@ -75,7 +75,7 @@ bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what) {
   return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found '%s'", what, found);
 }
 
-void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
+void hbm__hlo_lex_skip_ws_slow(hlo_lexer_t *lx) {
   const char *t = lx->text;
   size_t p = lx->pos, n = lx->len;
   while (p < n) {
@@ -109,18 +109,6 @@ void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
 bool hbm__hlo_lex_at_end(hlo_lexer_t *lx) {
   hbm__hlo_lex_skip_ws(lx);
   return lx->failed || lx->pos >= lx->len;
-}
-
-char hbm__hlo_lex_peek(hlo_lexer_t *lx) {
-  hbm__hlo_lex_skip_ws(lx);
-  return lx->failed || lx->pos >= lx->len ? '\0' : lx->text[lx->pos];
-}
-
-bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c) {
-  if (hbm__hlo_lex_peek(lx) != c || c == '\0')
-    return false;
-  lx->pos++;
-  return true;
 }
 
 bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c) {

@@ -20,10 +20,30 @@ void hbm__hlo_lex_init(hlo_lexer_t *lx, const char *text, size_t len, const char
 bool hbm__hlo_lex_error_at(hlo_lexer_t *lx, size_t at, const char *fmt, ...) HBM_PRINTF(3, 4);
 /* "expected X" at the current token, showing what is there instead. */
 bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what);
-void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx);
+void hbm__hlo_lex_skip_ws_slow(hlo_lexer_t *lx);
+
+/* Skips whitespace and comments. Inline: most calls find a token right there. */
+static inline void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
+  if (lx->pos < lx->len) {
+    char c = lx->text[lx->pos];
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '/')
+      return;
+  }
+  hbm__hlo_lex_skip_ws_slow(lx);
+}
+
 /* The next significant character ('\0' at the end). */
-char hbm__hlo_lex_peek(hlo_lexer_t *lx);
-bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c);
+static inline char hbm__hlo_lex_peek(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  return lx->failed || lx->pos >= lx->len ? '\0' : lx->text[lx->pos];
+}
+
+static inline bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c) {
+  if (c == '\0' || hbm__hlo_lex_peek(lx) != c)
+    return false;
+  lx->pos++;
+  return true;
+}
 bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c);
 /* Accepts a two-character punctuation ("->", "<="). */
 bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two);

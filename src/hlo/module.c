@@ -4,8 +4,11 @@
  * ("%fusion.47 = f32[8,128]{1,0} fusion(%p0, %p1)") and whole modules after remat.c. */
 #include "lexer.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+
+const hlo_metadata_t hbm__hlo_no_metadata = {.source_line = 0};
 
 void hbm__hlo_free(hlo_module_t *m) {
   if (!m)
@@ -147,7 +150,13 @@ hbm_status_t hbm__hlo_classify(hlo_module_t *m) {
 static void print_span(const hlo_module_t *m, const hlo_instr_t *in, size_t end, hbm_strbuf_t *sb) {
   hbm_strbuf_puts(sb, "%");
   hbm_strbuf_append(sb, in->name.p, in->name.n);
-  size_t cursor = in->name_span.start + in->name_span.len;
+  /* Past the name token in the text (a copy made by remat.c has its original's text). */
+  size_t cursor = in->text.start;
+  if (cursor < m->len && m->text[cursor] == '%')
+    cursor++;
+  while (cursor < end && (isalnum((unsigned char)m->text[cursor]) || m->text[cursor] == '_' ||
+                          m->text[cursor] == '.' || m->text[cursor] == '-'))
+    cursor++;
   for (uint32_t i = 0; i < in->n_operands; i++) {
     const hlo_span_t *sp = &in->operand_spans[i];
     if (sp->start < cursor || sp->start + sp->len > end)

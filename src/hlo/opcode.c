@@ -8,16 +8,16 @@
 typedef struct opcode_info {
   const char *name;
   unsigned flags;
+  uint8_t len;
 } opcode_info_t;
 
 static const opcode_info_t opcode_table[HLO_OP_COUNT] = {
-#define HLO_OP(id, name, flags) {name, flags},
+#define HLO_OP(id, name, flags) {name, flags, sizeof(name) - 1},
 #include "opcodes.def"
 #undef HLO_OP
 };
 
-static int compare_name(const char *s, size_t n, const char *name) {
-  size_t m = strlen(name);
+static int compare_name(const char *s, size_t n, const char *name, size_t m) {
   int c = memcmp(s, name, n < m ? n : m);
   if (c != 0)
     return c;
@@ -28,7 +28,7 @@ hlo_opcode_t hbm__opcode_lookup(const char *s, size_t n) {
   size_t lo = 1, hi = HLO_OP_COUNT; /* entry 0 is UNKNOWN */
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    int c = compare_name(s, n, opcode_table[mid].name);
+    int c = compare_name(s, n, opcode_table[mid].name, opcode_table[mid].len);
     if (c == 0)
       return (hlo_opcode_t)mid;
     if (c < 0)

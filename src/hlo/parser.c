@@ -300,24 +300,198 @@ bool hbm__parse_shape_index(hlo_lexer_t *lx, hlo_arena_t *arena, int64_t **idx, 
 /* Module, computations, instructions                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Instruction names of the computation being read: a slot is (hash << 32 | index + 1) into
+ * the parser's instruction list. Eight-byte slots keep a million names in 16 MB, mostly in
+ * cache; names are compared only when hashes match. */
+typedef struct instr_table {
+  uint64_t *slots;
+  size_t cap, count;
+} instr_table_t;
+
 typedef struct parser {
   hlo_lexer_t lx;
   hlo_module_t *m;
-  hlo_namemap_t instr_names; /* scope: computation id */
-  hlo_namemap_t comp_names;  /* scope 0 */
-  hlo_vec_t comps;           /* hlo_comp_t * */
-  hlo_vec_t instrs;          /* hlo_instr_t *, of the computation being read */
-  hlo_vec_t operands;        /* hlo_instr_t * */
-  hlo_vec_t spans;           /* hlo_span_t */
-  hlo_vec_t calls;           /* hlo_callref_t */
-  hlo_vec_t pairs;           /* hlo_alias_pair_t */
+  instr_table_t instr_names;
+  hlo_namemap_t shapes;     /* shape text → the shape parsed from it first */
+  hlo_namemap_t comp_names; /* scope 0 */
+  hlo_vec_t comps;          /* hlo_comp_t * */
+  hlo_vec_t instrs;         /* hlo_instr_t *, of the computation being read */
+  hlo_vec_t operands;       /* hlo_instr_t * */
+  hlo_vec_t spans;          /* hlo_span_t */
+  hlo_vec_t calls;          /* hlo_callref_t */
+  hlo_vec_t pairs;          /* hlo_alias_pair_t */
 } parser_t;
+
+static uint32_t hash32(hlo_str_t name) {
+  uint32_t h = 2166136261u;
+  for (uint32_t i = 0; i < name.n; i++) {
+    h ^= (unsigned char)name.p[i];
+    h *= 16777619u;
+  }
+  return h ^ (h >> 15);
+}
+
+/* Empties the table for a new computation, keeping a small allocation. */
+static bool instr_table_reset(instr_table_t *t) {
+  if (!t->slots || t->cap > 1024) {
+    free(t->slots);
+    t->cap = 256;
+    t->slots = calloc(t->cap, sizeof *t->slots);
+  } else {
+    memset(t->slots, 0, t->cap * sizeof *t->slots);
+  }
+  t->count = 0;
+  if (!t->slots)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (name table)") == HBM_OK;
+  return true;
+}
+
+static hlo_instr_t *instr_lookup(const parser_t *ps, hlo_str_t name) {
+  const instr_table_t *t = &ps->instr_names;
+  uint32_t h = hash32(name);
+  size_t mask = t->cap - 1;
+  for (size_t j = h & mask; t->slots[j]; j = (j + 1) & mask) {
+    uint64_t slot = t->slots[j];
+    if ((uint32_t)(slot >> 32) != h)
+      continue;
+    hlo_instr_t *in = HLO_VEC_AT(&ps->instrs, hlo_instr_t *, (uint32_t)slot - 1);
+    if (in->name.n == name.n && memcmp(in->name.p, name.p, name.n) == 0)
+      return in;
+  }
+  return NULL;
+}
+
+/* Adds the instruction at `idx` of ps->instrs; false if its name is taken (with *dup set)
+ * or memory ran out. */
+static bool instr_insert(parser_t *ps, uint32_t idx, bool *dup) {
+  instr_table_t *t = &ps->instr_names;
+  *dup = false;
+  if ((t->count + 1) * 2 > t->cap) {
+    size_t cap = t->cap * 2;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+      return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (name table)") == HBM_OK;
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->slots[i])
+        continue;
+      size_t j = (size_t)(t->slots[i] >> 32) & (cap - 1);
+      while (slots[j])
+        j = (j + 1) & (cap - 1);
+      slots[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+  }
+  const hlo_instr_t *in = HLO_VEC_AT(&ps->instrs, hlo_instr_t *, idx);
+  uint32_t h = hash32(in->name);
+  size_t j = h & (t->cap - 1);
+  for (; t->slots[j]; j = (j + 1) & (t->cap - 1)) {
+    if ((uint32_t)(t->slots[j] >> 32) != h)
+      continue;
+    const hlo_instr_t *other = HLO_VEC_AT(&ps->instrs, hlo_instr_t *, (uint32_t)t->slots[j] - 1);
+    if (other->name.n == in->name.n && !memcmp(other->name.p, in->name.p, in->name.n)) {
+      *dup = true;
+      return false;
+    }
+  }
+  t->slots[j] = ((uint64_t)h << 32) | (idx + 1u);
+  t->count++;
+  return true;
+}
 
 static void *copy_vec(parser_t *ps, const hlo_vec_t *v) {
   void *d = hbm__hlo_arena_alloc(&ps->m->arena, (v->len ? v->len : 1) * v->item);
   if (d && v->len)
     memcpy(d, v->data, v->len * v->item);
   return d;
+}
+
+/* ---- shapes, interned: a module repeats a few shapes many times ---- */
+
+/* Past whitespace and comments, without reporting anything. */
+static size_t skip_blank(const char *t, size_t p, size_t len) {
+  for (;;) {
+    while (p < len && (t[p] == ' ' || t[p] == '\n' || t[p] == '\t' || t[p] == '\r'))
+      p++;
+    if (p + 1 < len && t[p] == '/' && t[p + 1] == '*') {
+      const char *close = NULL;
+      for (size_t q = p + 2; q + 1 < len; q++)
+        if (t[q] == '*' && t[q + 1] == '/') {
+          close = t + q;
+          break;
+        }
+      if (!close)
+        return SIZE_MAX;
+      p = (size_t)(close - t) + 2;
+    } else {
+      return p;
+    }
+  }
+}
+
+/* Past the bracket group opening at t[p], or SIZE_MAX. */
+static size_t scan_group(const char *t, size_t p, size_t len) {
+  size_t depth = 0;
+  while (p < len) {
+    char c = t[p];
+    if (c == '/' && p + 1 < len && t[p + 1] == '*') {
+      p = skip_blank(t, p, len);
+      if (p == SIZE_MAX)
+        return SIZE_MAX;
+      continue;
+    }
+    if (c == '(' || c == '[' || c == '{')
+      depth++;
+    else if ((c == ')' || c == ']' || c == '}') && --depth == 0)
+      return p + 1;
+    else if (c == '"' || c == '\'')
+      return SIZE_MAX; /* shapes hold no strings */
+    p++;
+  }
+  return SIZE_MAX;
+}
+
+/* Where the shape under the cursor ends, as parse_shape_rec would read it; SIZE_MAX if it
+ * does not look like one (the real parser then says what is wrong). */
+static size_t shape_extent(const char *t, size_t p, size_t len) {
+  if (p >= len)
+    return SIZE_MAX;
+  if (t[p] == '(')
+    return scan_group(t, p, len);
+  while (p < len && ((t[p] >= 'a' && t[p] <= 'z') || (t[p] >= '0' && t[p] <= '9')))
+    p++;
+  if (p >= len || t[p] != '[')
+    return SIZE_MAX;
+  size_t end = scan_group(t, p, len);
+  if (end == SIZE_MAX)
+    return SIZE_MAX;
+  size_t q = skip_blank(t, end, len);
+  if (q == SIZE_MAX || q >= len || t[q] != '{')
+    return end;
+  size_t r = skip_blank(t, q + 1, len);
+  if (r == SIZE_MAX || r >= len || !((t[r] >= '0' && t[r] <= '9') || t[r] == ':' || t[r] == '}'))
+    return end;
+  return scan_group(t, q, len);
+}
+
+static const hlo_shape_t *parse_shape_interned(parser_t *ps) {
+  hlo_lexer_t *lx = &ps->lx;
+  hbm__hlo_lex_skip_ws(lx);
+  size_t start = lx->pos;
+  size_t end = lx->failed ? SIZE_MAX : shape_extent(lx->text, start, lx->len);
+  hlo_str_t key = {lx->text + start, (uint32_t)(end == SIZE_MAX ? 0 : end - start)};
+  if (end != SIZE_MAX) {
+    const hlo_shape_t *known = hbm__hlo_namemap_get(&ps->shapes, 0, key);
+    if (known) {
+      lx->pos = end;
+      return known;
+    }
+  }
+  const hlo_shape_t *s = hbm__parse_shape(lx, &ps->m->arena);
+  if (s && end == lx->pos && hbm__hlo_namemap_put(&ps->shapes, 0, key, (void *)s) < 0)
+    return NULL;
+  return s;
 }
 
 /* "{out}: (operand, {in}[, may-alias|must-alias])" lists, used by input_output_alias and
@@ -344,7 +518,7 @@ static bool parse_alias_list(parser_t *ps, bool donor, hlo_alias_pair_t **out, u
       hlo_str_t kind;
       if (!hbm__hlo_lex_ident(lx, &kind))
         return hbm__hlo_lex_expected(lx, "may-alias or must-alias");
-      p.must_alias = hbm__hlo_str_eq(kind, "must-alias");
+      p.must_alias = HLO_STR_IS(kind, "must-alias");
     }
     if (!hbm__hlo_lex_expect(lx, ')') || !hbm__hlo_vec_push(&ps->pairs, &p))
       return false;
@@ -373,15 +547,15 @@ static bool parse_module_header(parser_t *ps) {
       return hbm__hlo_lex_expected(lx, "a module attribute name");
     if (!hbm__hlo_lex_expect(lx, '='))
       return false;
-    if (hbm__hlo_str_eq(key, "is_scheduled")) {
+    if (HLO_STR_IS(key, "is_scheduled")) {
       hlo_str_t v;
       if (!hbm__hlo_lex_ident(lx, &v))
         return hbm__hlo_lex_expected(lx, "true or false");
-      m->is_scheduled = hbm__hlo_str_eq(v, "true");
-    } else if (hbm__hlo_str_eq(key, "input_output_alias")) {
+      m->is_scheduled = HLO_STR_IS(v, "true");
+    } else if (HLO_STR_IS(key, "input_output_alias")) {
       if (!parse_alias_list(ps, false, &m->io_alias, &m->n_io_alias))
         return false;
-    } else if (hbm__hlo_str_eq(key, "buffer_donor")) {
+    } else if (HLO_STR_IS(key, "buffer_donor")) {
       if (!parse_alias_list(ps, true, &m->donors, &m->n_donors))
         return false;
     } else if (!hbm__hlo_lex_skip_value(lx)) {
@@ -411,10 +585,21 @@ static bool parse_callref_list(parser_t *ps, hlo_call_role_t role) {
   return hbm__hlo_lex_expect(lx, '}');
 }
 
+/* The instruction's own metadata, allocated when it first has some. */
+static hlo_metadata_t *own_metadata(parser_t *ps, hlo_instr_t *in) {
+  if (in->meta != &hbm__hlo_no_metadata)
+    return (hlo_metadata_t *)in->meta;
+  hlo_metadata_t *md = hbm__hlo_arena_alloc(&ps->m->arena, sizeof *md);
+  if (md)
+    in->meta = md;
+  return md;
+}
+
 /* metadata={op_type="..." op_name="..." source_file="..." source_line=N ...} */
 static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
   hlo_lexer_t *lx = &ps->lx;
-  if (!hbm__hlo_lex_expect(lx, '{'))
+  hlo_metadata_t *md = own_metadata(ps, in);
+  if (!md || !hbm__hlo_lex_expect(lx, '{'))
     return false;
   while (!lx->failed && !hbm__hlo_lex_accept(lx, '}')) {
     hlo_str_t key;
@@ -422,15 +607,15 @@ static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
       return hbm__hlo_lex_expected(lx, "a metadata field such as op_name=\"...\"");
     if (!hbm__hlo_lex_expect(lx, '='))
       return false;
-    hlo_str_t *dst = hbm__hlo_str_eq(key, "op_name")       ? &in->op_name
-                     : hbm__hlo_str_eq(key, "op_type")     ? &in->op_type
-                     : hbm__hlo_str_eq(key, "source_file") ? &in->source_file
-                                                           : NULL;
+    hlo_str_t *dst = HLO_STR_IS(key, "op_name")       ? &md->op_name
+                     : HLO_STR_IS(key, "op_type")     ? &md->op_type
+                     : HLO_STR_IS(key, "source_file") ? &md->source_file
+                                                      : NULL;
     if (dst) {
       if (!hbm__hlo_lex_string(lx, dst))
         return hbm__hlo_lex_expected(lx, "a quoted string");
-    } else if (hbm__hlo_str_eq(key, "source_line")) {
-      if (!hbm__hlo_lex_int(lx, &in->source_line))
+    } else if (HLO_STR_IS(key, "source_line")) {
+      if (!hbm__hlo_lex_int(lx, &md->source_line))
         return hbm__hlo_lex_expected(lx, "a line number");
     } else if (!hbm__hlo_lex_skip_value(lx)) {
       return false;
@@ -463,21 +648,23 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
       {"false_computation", HLO_CALL_BRANCH},
   };
   for (size_t i = 0; i < HBM_ARRAY_LEN(call_attrs); i++)
-    if (hbm__hlo_str_eq(key, call_attrs[i].name))
+    if (key.n == strlen(call_attrs[i].name) && !memcmp(key.p, call_attrs[i].name, key.n))
       return parse_callref_list(ps, call_attrs[i].role);
-  if (hbm__hlo_str_eq(key, "index") || hbm__hlo_str_eq(key, "tuple_index")) {
+  if (HLO_STR_IS(key, "index") || HLO_STR_IS(key, "tuple_index")) {
     if (!hbm__hlo_lex_int(lx, &in->index) || in->index < 0)
       return hbm__hlo_lex_expected(lx, "a tuple index");
     return true;
   }
-  if (hbm__hlo_str_eq(key, "metadata"))
+  if (HLO_STR_IS(key, "metadata"))
     return parse_metadata(ps, in);
-  if (hbm__hlo_str_eq(key, "output_to_operand_aliasing"))
+  if (HLO_STR_IS(key, "output_to_operand_aliasing"))
     return parse_alias_list(ps, false, &in->aliasing, &in->n_aliasing);
-  if (hbm__hlo_str_eq(key, "custom_call_target"))
-    return hbm__hlo_lex_string(lx, &in->custom_call_target) ||
+  if (HLO_STR_IS(key, "custom_call_target")) {
+    hlo_metadata_t *md = own_metadata(ps, in);
+    return (md && hbm__hlo_lex_string(lx, &md->custom_call_target)) ||
            hbm__hlo_lex_expected(lx, "a quoted custom-call target");
-  if (hbm__hlo_str_eq(key, "kind")) {
+  }
+  if (HLO_STR_IS(key, "kind")) {
     hlo_str_t kind;
     if (!hbm__hlo_lex_ident(lx, &kind))
       return hbm__hlo_lex_expected(lx, "a fusion kind such as kLoop");
@@ -512,14 +699,14 @@ static bool parse_operands(parser_t *ps, hlo_comp_t *comp, hlo_instr_t *in) {
   if (hbm__hlo_lex_accept(lx, ')'))
     return true;
   do {
-    if (at_operand_shape(lx) && !hbm__parse_shape(lx, &ps->m->arena))
+    if (at_operand_shape(lx) && !parse_shape_interned(ps))
       return false;
     hbm__hlo_lex_skip_ws(lx);
     size_t at = lx->pos;
     hlo_str_t name;
     if (!hbm__hlo_lex_name(lx, &name))
       return hbm__hlo_lex_expected(lx, "an operand name");
-    hlo_instr_t *op = hbm__hlo_namemap_get(&ps->instr_names, comp->id, name);
+    hlo_instr_t *op = instr_lookup(ps, name);
     if (!op)
       return hbm__hlo_lex_error_at(lx, at,
                                    "expected an instruction defined earlier in "
@@ -548,18 +735,23 @@ static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_r
     return NULL;
   in->index = -1;
   in->parent = comp;
+  in->meta = &hbm__hlo_no_metadata;
   if (!hbm__hlo_lex_name(lx, &in->name)) {
     hbm__hlo_lex_expected(lx, "an instruction name, ROOT or '}'");
     return NULL;
   }
-  in->name_span = (hlo_span_t){(uint32_t)start, (uint32_t)(lx->pos - start)};
-  if (!hbm__hlo_lex_expect(lx, '=') || !(in->shape = hbm__parse_shape(lx, &m->arena)))
+  /* Fetch the name's slot in the table now; it is written when the instruction is done. */
+  const instr_table_t *t = &ps->instr_names;
+  __builtin_prefetch(&t->slots[hash32(in->name) & (t->cap - 1)], 1);
+  if (!hbm__hlo_lex_expect(lx, '=') || !(in->shape = parse_shape_interned(ps)))
     return NULL;
-  if (!hbm__hlo_lex_ident(lx, &in->opcode_text)) {
+  hlo_str_t opcode;
+  if (!hbm__hlo_lex_ident(lx, &opcode)) {
     hbm__hlo_lex_expected(lx, "an opcode such as add, fusion or custom-call");
     return NULL;
   }
-  in->opcode = (uint16_t)hbm__opcode_lookup(in->opcode_text.p, in->opcode_text.n);
+  in->opcode_text = (hlo_span_t){(uint32_t)(opcode.p - lx->text), opcode.n};
+  in->opcode = (uint16_t)hbm__opcode_lookup(opcode.p, opcode.n);
   if (hbm__hlo_lex_peek(lx) != '(') {
     hbm__hlo_lex_expected(lx, "'(' and the operands");
     return NULL;
@@ -642,12 +834,14 @@ static hlo_comp_t *parse_computation(parser_t *ps) {
   }
   if (hbm__hlo_lex_peek(lx) == '(' && !hbm__hlo_lex_skip_group(lx)) /* parameters, repeated below */
     return NULL;
-  if (hbm__hlo_lex_accept2(lx, "->") && !hbm__parse_shape(lx, &m->arena))
+  if (hbm__hlo_lex_accept2(lx, "->") && !parse_shape_interned(ps))
     return NULL;
   if (!hbm__hlo_lex_expect(lx, '{'))
     return NULL;
   c->body.start = (uint32_t)lx->pos;
   ps->instrs.len = 0;
+  if (!instr_table_reset(&ps->instr_names))
+    return NULL;
   hlo_instr_t *root = NULL;
   while (!lx->failed && hbm__hlo_lex_peek(lx) != '}') {
     if (hbm__hlo_lex_at_end(lx)) {
@@ -658,19 +852,19 @@ static hlo_comp_t *parse_computation(parser_t *ps) {
     hlo_instr_t *in = parse_instruction(ps, c, &is_root);
     if (!in)
       return NULL;
-    put = hbm__hlo_namemap_put(&ps->instr_names, c->id, in->name, in);
-    if (put <= 0) {
-      if (put == 0)
-        hbm__hlo_lex_error_at(lx, in->name_span.start, "instruction '%.*s' is defined twice",
-                              (int)in->name.n, in->name.p);
-      return NULL;
-    }
     in->id = (uint32_t)ps->instrs.len;
     if (!hbm__hlo_vec_push(&ps->instrs, &in))
       return NULL;
+    bool dup;
+    if (!instr_insert(ps, in->id, &dup)) {
+      if (dup)
+        hbm__hlo_lex_error_at(lx, in->text.start, "instruction '%.*s' is defined twice",
+                              (int)in->name.n, in->name.p);
+      return NULL;
+    }
     if (is_root) {
       if (root) {
-        hbm__hlo_lex_error_at(lx, in->name_span.start, "computation '%.*s' has two ROOTs",
+        hbm__hlo_lex_error_at(lx, in->text.start, "computation '%.*s' has two ROOTs",
                               (int)c->name.n, c->name.p);
         return NULL;
       }
@@ -785,7 +979,7 @@ hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
   m->len = len;
   parser_t ps = {.m = m};
   hbm__hlo_lex_init(&ps.lx, m->text, len, m->filename);
-  hbm__hlo_namemap_init(&ps.instr_names);
+  hbm__hlo_namemap_init(&ps.shapes);
   hbm__hlo_namemap_init(&ps.comp_names);
   hbm__hlo_vec_init(&ps.comps, sizeof(hlo_comp_t *));
   hbm__hlo_vec_init(&ps.instrs, sizeof(hlo_instr_t *));
@@ -793,11 +987,17 @@ hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
   hbm__hlo_vec_init(&ps.spans, sizeof(hlo_span_t));
   hbm__hlo_vec_init(&ps.calls, sizeof(hlo_callref_t));
   hbm__hlo_vec_init(&ps.pairs, sizeof(hlo_alias_pair_t));
-  bool ok = parse_module(&ps);
+  /* XLA's lexer refuses NUL bytes anywhere, comments included; so do we (the text is also
+   * printed back as a C string after remat). */
+  const char *nul = memchr(m->text, '\0', len);
+  bool ok = nul ? hbm__hlo_lex_error_at(&ps.lx, (size_t)(nul - m->text),
+                                        "expected text, found a NUL byte")
+                : parse_module(&ps);
   if (!ok && !ps.lx.failed && hbm_last_status() != HBM_ERR_HOST_MEMORY)
     hbm__hlo_lex_error_at(&ps.lx, ps.lx.pos, "could not parse the module");
   ok = ok && hbm__hlo_classify(m) == HBM_OK;
-  hbm__hlo_namemap_free(&ps.instr_names);
+  free(ps.instr_names.slots);
+  hbm__hlo_namemap_free(&ps.shapes);
   hbm__hlo_namemap_free(&ps.comp_names);
   hbm__hlo_vec_free(&ps.comps);
   hbm__hlo_vec_free(&ps.instrs);

@@ -65,8 +65,9 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   /* Strings go into one scratch buffer, NUL-separated; the profile copies them. */
   scratch->len = 0;
   size_t op_at = scratch->len;
-  if (in->op_name.n)
-    hbm_strbuf_append(scratch, in->op_name.p, in->op_name.n);
+  const hlo_metadata_t *md = in->meta;
+  if (md->op_name.n)
+    hbm_strbuf_append(scratch, md->op_name.p, md->op_name.n);
   else
     hbm_strbuf_append(scratch, in->name.p, in->name.n);
   hbm_strbuf_append(scratch, "", 1);
@@ -75,7 +76,7 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   hbm_strbuf_append(scratch, "", 1);
   size_t opcode_at = scratch->len;
   if (in->opcode == HLO_OP_UNKNOWN)
-    hbm_strbuf_append(scratch, in->opcode_text.p, in->opcode_text.n);
+    hbm_strbuf_append(scratch, m->text + in->opcode_text.start, in->opcode_text.len);
   else
     hbm_strbuf_puts(scratch, hbm__opcode_name((hlo_opcode_t)in->opcode));
   hbm_strbuf_append(scratch, "", 1);
@@ -88,11 +89,11 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   }
   hbm_strbuf_append(scratch, "", 1);
   size_t source_at = SIZE_MAX;
-  if (in->source_file.n) {
+  if (md->source_file.n) {
     source_at = scratch->len;
-    hbm_strbuf_append(scratch, in->source_file.p, in->source_file.n);
-    if (in->source_line > 0)
-      hbm_strbuf_printf(scratch, ":%lld", (long long)in->source_line);
+    hbm_strbuf_append(scratch, md->source_file.p, md->source_file.n);
+    if (md->source_line > 0)
+      hbm_strbuf_printf(scratch, ":%lld", (long long)md->source_line);
     hbm_strbuf_append(scratch, "", 1);
   }
   if (scratch->failed)

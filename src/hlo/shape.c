@@ -12,52 +12,57 @@
 typedef struct etype_info {
   const char *name;
   int bits;
+  uint8_t len;
 } etype_info_t;
 
+#define ETYPE(name, bits)                                                                          \
+  { name, bits, sizeof(name) - 1 }
+
 static const etype_info_t etype_table[HLO_T_COUNT] = {
-    [HLO_T_INVALID] = {"invalid", 0},
-    [HLO_T_PRED] = {"pred", 8},
-    [HLO_T_S1] = {"s1", 1},
-    [HLO_T_S2] = {"s2", 2},
-    [HLO_T_S4] = {"s4", 4},
-    [HLO_T_S8] = {"s8", 8},
-    [HLO_T_S16] = {"s16", 16},
-    [HLO_T_S32] = {"s32", 32},
-    [HLO_T_S64] = {"s64", 64},
-    [HLO_T_U1] = {"u1", 1},
-    [HLO_T_U2] = {"u2", 2},
-    [HLO_T_U4] = {"u4", 4},
-    [HLO_T_U8] = {"u8", 8},
-    [HLO_T_U16] = {"u16", 16},
-    [HLO_T_U32] = {"u32", 32},
-    [HLO_T_U64] = {"u64", 64},
-    [HLO_T_F16] = {"f16", 16},
-    [HLO_T_BF16] = {"bf16", 16},
-    [HLO_T_F32] = {"f32", 32},
-    [HLO_T_F64] = {"f64", 64},
-    [HLO_T_C64] = {"c64", 64},
-    [HLO_T_C128] = {"c128", 128},
-    [HLO_T_F8E5M2] = {"f8e5m2", 8},
-    [HLO_T_F8E4M3] = {"f8e4m3", 8},
-    [HLO_T_F8E4M3FN] = {"f8e4m3fn", 8},
-    [HLO_T_F8E4M3B11FNUZ] = {"f8e4m3b11fnuz", 8},
-    [HLO_T_F8E5M2FNUZ] = {"f8e5m2fnuz", 8},
-    [HLO_T_F8E4M3FNUZ] = {"f8e4m3fnuz", 8},
-    [HLO_T_F8E3M4] = {"f8e3m4", 8},
-    [HLO_T_F8E8M0FNU] = {"f8e8m0fnu", 8},
-    [HLO_T_F4E2M1FN] = {"f4e2m1fn", 4},
-    [HLO_T_TOKEN] = {"token", 0},
-    [HLO_T_OPAQUE] = {"opaque", 64},
-    [HLO_T_TUPLE] = {"tuple", 0},
+    [HLO_T_INVALID] = ETYPE("invalid", 0),
+    [HLO_T_PRED] = ETYPE("pred", 8),
+    [HLO_T_S1] = ETYPE("s1", 1),
+    [HLO_T_S2] = ETYPE("s2", 2),
+    [HLO_T_S4] = ETYPE("s4", 4),
+    [HLO_T_S8] = ETYPE("s8", 8),
+    [HLO_T_S16] = ETYPE("s16", 16),
+    [HLO_T_S32] = ETYPE("s32", 32),
+    [HLO_T_S64] = ETYPE("s64", 64),
+    [HLO_T_U1] = ETYPE("u1", 1),
+    [HLO_T_U2] = ETYPE("u2", 2),
+    [HLO_T_U4] = ETYPE("u4", 4),
+    [HLO_T_U8] = ETYPE("u8", 8),
+    [HLO_T_U16] = ETYPE("u16", 16),
+    [HLO_T_U32] = ETYPE("u32", 32),
+    [HLO_T_U64] = ETYPE("u64", 64),
+    [HLO_T_F16] = ETYPE("f16", 16),
+    [HLO_T_BF16] = ETYPE("bf16", 16),
+    [HLO_T_F32] = ETYPE("f32", 32),
+    [HLO_T_F64] = ETYPE("f64", 64),
+    [HLO_T_C64] = ETYPE("c64", 64),
+    [HLO_T_C128] = ETYPE("c128", 128),
+    [HLO_T_F8E5M2] = ETYPE("f8e5m2", 8),
+    [HLO_T_F8E4M3] = ETYPE("f8e4m3", 8),
+    [HLO_T_F8E4M3FN] = ETYPE("f8e4m3fn", 8),
+    [HLO_T_F8E4M3B11FNUZ] = ETYPE("f8e4m3b11fnuz", 8),
+    [HLO_T_F8E5M2FNUZ] = ETYPE("f8e5m2fnuz", 8),
+    [HLO_T_F8E4M3FNUZ] = ETYPE("f8e4m3fnuz", 8),
+    [HLO_T_F8E3M4] = ETYPE("f8e3m4", 8),
+    [HLO_T_F8E8M0FNU] = ETYPE("f8e8m0fnu", 8),
+    [HLO_T_F4E2M1FN] = ETYPE("f4e2m1fn", 4),
+    [HLO_T_TOKEN] = ETYPE("token", 0),
+    [HLO_T_OPAQUE] = ETYPE("opaque", 64),
+    [HLO_T_TUPLE] = ETYPE("tuple", 0),
 };
 
 hlo_etype_t hbm__etype_lookup(const char *s, size_t n) {
-  /* Every type name starts with one of these letters and is at most 13 long. */
+  /* Every type name starts with one of these letters and is at most 13 long; most are
+   * 3 or 4 long (f32, bf16), so compare lengths before bytes. */
   if (n == 0 || n > 13 || !strchr("psuftbco", s[0]))
     return HLO_T_INVALID;
   for (int t = HLO_T_PRED; t < HLO_T_TUPLE; t++) {
     const char *name = etype_table[t].name;
-    if (strlen(name) == n && memcmp(name, s, n) == 0)
+    if (etype_table[t].len == n && name[0] == s[0] && memcmp(name, s, n) == 0)
       return (hlo_etype_t)t;
   }
   return HLO_T_INVALID;
