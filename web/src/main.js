@@ -11,8 +11,9 @@ import { BarChart, mergeSmall } from './bars.js';
 import { AllocView } from './alloc_view.js';
 import { renderCard } from './card.js';
 import { renderCompare } from './compare.js';
+import { summaryHtml } from './summary.js';
 import {
-  formatBytes, formatCount, formatPercent, escapeHtml, categoryColor, groupColors,
+  formatBytes, formatCount, escapeHtml, categoryColor, groupColors,
   CATEGORY_LABELS,
 } from './format.js';
 
@@ -271,45 +272,11 @@ async function selectSpace(space) {
 
 // ---- header numbers ----
 
-function stat(id, label, bytes, sub, extraClass = '') {
-  return `<div class="stat ${extraClass}" id="${id}">
-    <div class="label">${label}</div>
-    <div class="value" data-bytes="${bytes ?? ''}">${bytes == null ? '—' : formatBytes(bytes)}</div>
-    ${sub ? `<div class="sub">${sub}</div>` : ''}</div>`;
-}
-
 function renderSummary(s) {
-  const runtime = state.info.kind === 'runtime';
-  const heapFrag = s.heap_bytes > s.peak_bytes && s.heap_bytes > s.indefinite_bytes
-    ? (s.heap_bytes - s.peak_bytes) / (s.heap_bytes - s.indefinite_bytes) : 0;
-  const padShare = s.peak_bytes ? s.padding_bytes / s.peak_bytes : 0;
-  const limitShare = s.limit_bytes ? s.peak_bytes / s.limit_bytes : null;
-  const over = s.limit_bytes && s.peak_bytes > s.limit_bytes;
-  const where = s.peak_step >= 0
-    ? `at ${runtime ? 'event' : 'step'} ${formatCount(s.peak_step)}${s.peak_label ? ` (${escapeHtml(s.peak_label)})` : ''}`
-    : 'nothing allocated';
-  const parts = [
-    stat('stat-peak', 'Peak memory allocation', s.peak_bytes,
-      `${where}<br>without padding: <span id="peak-unpadded">${formatBytes(s.peak_unpadded_bytes)}</span>`, over ? 'alert' : 'main'),
-    stat('stat-frag', runtime ? 'Peak reserved' : 'With fragmentation', runtime ? s.peak_reserved_bytes : s.heap_bytes,
-      runtime ? `reserved at the peak: ${formatBytes(s.reserved_at_peak)}${s.fragmentation_at_peak >= 0 && s.fragmentation_at_peak <= 1 ? ` · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}` : ''}`
-        : `${formatPercent(heapFrag)} fragmentation`),
-    stat('stat-padding', 'Padding overhead', s.padding_bytes, `${formatPercent(padShare)} of the peak`, padShare > 0.2 ? 'warn' : ''),
-    stat('stat-args', 'Arguments (program inputs)', s.argument_bytes, `outputs: ${formatBytes(s.output_bytes)}`),
-    // A runtime profile has no whole-program buffers, so "peak − indefinite" would count the
-    // weights as temporaries: show the temporary category there (both come from the analysis).
-    runtime
-      ? stat('stat-temps', 'Temporaries', s.category_bytes.temporary || 0, `at the peak; other categories: ${formatBytes(s.peak_bytes - (s.category_bytes.temporary || 0))}`)
-      : stat('stat-temps', 'Temporaries', s.temporary_bytes, `live for the whole program: ${formatBytes(s.indefinite_bytes)}`),
-    stat('stat-limit', 'Limit', s.limit_bytes || null,
-      `${escapeHtml(s.device || state.info.meta?.device || '')}${limitShare != null ? ` · peak is ${formatPercent(limitShare)}` : ''}`, over ? 'alert' : ''),
-  ];
-  const counts = `<div class="counts">${formatCount(s.n_buffers)} buffers · ${formatCount(s.n_steps)} ${runtime ? 'events' : 'steps'} ·
-    ${formatCount(s.n_buffers_at_peak)} live at the peak${s.n_oom ? ` · <b class="oom">${s.n_oom} OOM event${s.n_oom > 1 ? 's' : ''}</b>` : ''}
-    · ${escapeHtml(state.info.kind)} profile ${escapeHtml(state.info.name || '')}</div>`;
-  $('summary').innerHTML = parts.join('') + counts;
+  $('summary').innerHTML = summaryHtml(s, state.info);
   $('summary').dataset.peakBytes = String(s.peak_bytes);
-  $('timeline-title').textContent = runtime ? 'Memory in use over allocator events' : 'Memory allocation over program order';
+  $('timeline-title').textContent = state.info.kind === 'runtime'
+    ? 'Memory in use over allocator events' : 'Memory allocation over program order';
   setPeakTitle();
 }
 
