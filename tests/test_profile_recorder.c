@@ -108,6 +108,14 @@ static void capture_records_events_tags_and_markers(void **state) {
   dev_free(&d, 0x1000);
   dev_free(&d, 0x3000);
   dev_alloc(&d, 0x3000, 64, &act);
+  /* the allocator's way: interned strings, kept by address */
+  static const char stable_op[] = "jit(f)/stable", stable_group[] = "stable group";
+  hbm_tag_t stable = {stable_op, NULL, HBM_CAT_OUTPUT, stable_group, NULL};
+  pthread_mutex_lock(&d.lock);
+  hbm__rec_alloc_stable(d.id, 0x7000, 32, 256, &stable);
+  hbm__rec_alloc_stable(d.id, 0x7100, 32, 256, &stable);
+  hbm__rec_alloc_stable(d.id, 0x7200, 32, 256, NULL);
+  pthread_mutex_unlock(&d.lock);
   assert_int_equal(hbm_profiler_step_end(1), HBM_OK);
   assert_int_equal(hbm_profiler_stop(), HBM_OK);
   assert_null(hbm_profiler_path());
@@ -121,9 +129,16 @@ static void capture_records_events_tags_and_markers(void **state) {
   assert_string_equal(s->name, "HBM");
   assert_string_equal(s->device, "simA");
   assert_true(s->limit == 1ull << 30);
-  /* 2 described + 3 allocated; one step per alloc/free event */
-  assert_true(hbm_profile_buffer_count(p) == 5);
-  assert_true(hbm_profile_step_count(p) == 7);
+  /* 2 described + 6 allocated; one step per alloc/free event */
+  assert_true(hbm_profile_buffer_count(p) == 8);
+  assert_true(hbm_profile_step_count(p) == 10);
+  for (int i = 5; i <= 6; i++) {
+    assert_string_equal(hbm_profile_buffer(p, i)->op, "jit(f)/stable");
+    assert_string_equal(hbm_profile_buffer(p, i)->group, "stable group");
+    assert_null(hbm_profile_buffer(p, i)->shape);
+    assert_int_equal(hbm_profile_buffer(p, i)->category, HBM_CAT_OUTPUT);
+  }
+  assert_null(hbm_profile_buffer(p, 7)->op);
   const hbm_buffer_t *b = hbm_profile_buffer(p, 2);
   assert_true(b->address == 0x3000 && b->size == 5000);
   assert_string_equal(b->op, "jit(f)/dot");
@@ -133,7 +148,7 @@ static void capture_records_events_tags_and_markers(void **state) {
   assert_int_equal(b->category, HBM_CAT_TEMPORARY);
   assert_string_equal(hbm_profile_buffer(p, 0)->op, "weights");
   assert_null(hbm_profile_buffer(p, 3)->op);
-  /* in use: 300, 1000, 6000, 6100, 5800, 800, 864: the peak is 6100 at step 3 */
+  /* in use: 300, 1000, 6000, 6100, 5800, 800, 864, 896, 928, 960: the peak is 6100 at 3 */
   hbm_analysis_t *a = hbm_analyze(p, 0);
   assert_true(hbm_analysis_summary(a)->peak_bytes == 6100);
   assert_true(hbm_analysis_summary(a)->peak_step == 3);

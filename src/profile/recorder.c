@@ -29,6 +29,7 @@
 
 #define CHUNK_BYTES (64u << 10)
 #define MAX_QUEUED_BYTES (64u << 20) /* past this, producers help the writer (backpressure) */
+#define PREFILL_CHUNKS 32            /* kept ready: 2 MiB */
 #define MAX_TAG_STRING 4095u         /* longer tag strings are cut in the profile */
 #define FLUSH_PERIOD_S 1             /* bounds what a crash can lose */
 
@@ -39,6 +40,7 @@ atomic_int hbm__rec_capturing;
 enum { RAW_ALLOC = 1, RAW_FREE = 2, RAW_RESERVE = 3 };
 #define RAW_TAGGED 1u    /* an ALLOC followed by 4 string lengths and the strings */
 #define RAW_DESCRIBED 2u /* an ALLOC listed by describe(): live before the capture */
+#define RAW_STABLE 4u    /* an ALLOC followed by 4 string pointers (hbm__rec_alloc_stable) */
 
 typedef struct raw_head {
   uint8_t type, flags;
@@ -217,6 +219,22 @@ static chunk_t *take_chunk(void) { /* under rec.lock */
   return c;
 }
 
+/* Chunks ready for use, their pages touched: a burst of events at the start of a capture
+ * then takes no page faults on the recording threads. Under rec.lock. */
+static void prefill_chunks(void) {
+  size_t n = 0;
+  for (chunk_t *c = rec.free_chunks; c; c = c->next)
+    n++;
+  for (; n < PREFILL_CHUNKS; n++) {
+    chunk_t *c = malloc(sizeof *c);
+    if (!c)
+      return;
+    memset(c->data, 0, sizeof c->data);
+    c->next = rec.free_chunks;
+    rec.free_chunks = c;
+  }
+}
+
 static bool drained(const rec_thread_t *t) {
   return !t->cur || t->cur->consumed == atomic_load(&t->cur->committed) ||
          t->gen != atomic_load(&rec.gen);
@@ -304,13 +322,18 @@ static void drop_event(void) { atomic_fetch_add_explicit(&rec.dropped, 1, memory
 
 static size_t tag_length(const char *s) { return s ? strnlen(s, MAX_TAG_STRING) : 0; }
 
+static uint8_t alloc_flags(const hbm_tag_t *tag, uint8_t kind) {
+  return (uint8_t)((tag ? kind : 0) | (tls_thread->describing ? RAW_DESCRIBED : 0));
+}
+
 void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
                     const hbm_tag_t *tag) {
   if (!hbm__rec_active())
     return;
   size_t lens[4] = {0}, need = sizeof(raw_alloc_t);
+  const char *s[4] = {NULL, NULL, NULL, NULL};
   if (tag) {
-    const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
+    s[0] = tag->op, s[1] = tag->shape, s[2] = tag->group, s[3] = tag->source;
     need += 4 * sizeof(uint16_t);
     for (int i = 0; i < 4; i++)
       need += (lens[i] = tag_length(s[i])) + 1;
@@ -319,15 +342,13 @@ void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
   uint8_t *p = reserve(need);
   if (HBM_UNLIKELY(!p))
     return drop_event();
-  raw_alloc_t r = {
-      {RAW_ALLOC, (uint8_t)((tag ? RAW_TAGGED : 0) | (tls_thread->describing ? RAW_DESCRIBED : 0)),
-       (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
-      address,
-      size,
-      allocated};
+  raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_TAGGED),
+                    (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
+                   address,
+                   size,
+                   allocated};
   memcpy(p, &r, sizeof r);
   if (tag) {
-    const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
     uint8_t *q = p + sizeof r + 4 * sizeof(uint16_t);
     for (int i = 0; i < 4; i++) {
       uint16_t n = (uint16_t)lens[i];
@@ -337,6 +358,27 @@ void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
       q[n] = '\0';
       q += n + 1;
     }
+  }
+  commit(need);
+}
+
+void hbm__rec_alloc_stable(int id, uint64_t address, uint64_t size, uint64_t allocated,
+                           const hbm_tag_t *tag) {
+  if (!hbm__rec_active())
+    return;
+  size_t need = sizeof(raw_alloc_t) + (tag ? 4 * sizeof(const char *) : 0);
+  uint8_t *p = reserve(need);
+  if (HBM_UNLIKELY(!p))
+    return drop_event();
+  raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_STABLE),
+                    (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
+                   address,
+                   size,
+                   allocated};
+  memcpy(p, &r, sizeof r);
+  if (tag) {
+    const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
+    memcpy(p + sizeof r, s, sizeof s);
   }
   commit(need);
 }
@@ -394,6 +436,15 @@ static size_t encode_raw(const uint8_t *p, size_t left) {
   memcpy(&r, p, sizeof r);
   size_t n = sizeof r;
   hbm_tag_t tag = {.category = (hbm_category_t)h.extra};
+  unsigned flags = (h.flags & RAW_DESCRIBED) ? HBM_EV_PREEXISTING : 0;
+  if (h.flags & RAW_STABLE) {
+    const char *s[4];
+    memcpy(s, p + n, sizeof s);
+    tag.op = s[0], tag.shape = s[1], tag.group = s[2], tag.source = s[3];
+    if (!stale)
+      hbm__tw_ev_alloc_stable(rec.tw, t, space, r.address, r.size, r.allocated, &tag, flags);
+    return n + sizeof s;
+  }
   if (h.flags & RAW_TAGGED) {
     const char **s[4] = {&tag.op, &tag.shape, &tag.group, &tag.source};
     const uint8_t *q = p + n + 4 * sizeof(uint16_t);
@@ -407,8 +458,7 @@ static size_t encode_raw(const uint8_t *p, size_t left) {
   }
   if (!stale)
     hbm__tw_ev_alloc(rec.tw, t, space, r.address, r.size, r.allocated,
-                     (h.flags & RAW_TAGGED) ? &tag : NULL,
-                     (h.flags & RAW_DESCRIBED) ? HBM_EV_PREEXISTING : 0);
+                     (h.flags & RAW_TAGGED) ? &tag : NULL, flags);
   return n;
 }
 
@@ -600,6 +650,8 @@ void hbm__rec_device_close(int id) {
       collect_locked(true, false); /* its last frees go before the close */
       if (rec.tw && space_of(id) >= 0)
         hbm__tw_ev_close(rec.tw, ticks_to_ns(now), space_of(id));
+      if (rec.tw) /* its stable tag strings are about to be freed */
+        hbm__tw_forget_stable(rec.tw);
       pthread_mutex_unlock(&rec.write_lock);
     }
   }
@@ -819,6 +871,7 @@ hbm_status_t hbm_profiler_start(const char *logdir) {
   rec.queue_head = rec.queue_tail = NULL;
   rec.n_queued = 0;
   rec.stopping = false;
+  prefill_chunks();
   pthread_mutex_unlock(&rec.lock);
   recycle(stale);
   atomic_store(&rec.dropped, 0);

@@ -42,6 +42,11 @@ void hbm__rec_device_close(int id);
  * size = requested bytes, allocated = after rounding. */
 void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
                     const hbm_tag_t *tag);
+/* The same for a tag whose strings stay valid and unchanged until hbm__rec_device_close(id)
+ * returns (the allocator's interned copies): the recorder keeps the pointers, not copies of
+ * the strings, so a tagged event costs about what an untagged one does. */
+void hbm__rec_alloc_stable(int id, uint64_t address, uint64_t size, uint64_t allocated,
+                           const hbm_tag_t *tag);
 void hbm__rec_free(int id, uint64_t address);
 void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t size);
 /* A failed allocation with its full diagnosis text; flushes the profile to disk. */

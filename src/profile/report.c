@@ -91,8 +91,7 @@ static int level_of(uint64_t v, uint64_t top) {
   if (!top || !v)
     return 0;
   double x = (double)v / (double)top * (CHART_ROWS * 8);
-  int l = (int)(x + 0.999);
-  return l > CHART_ROWS * 8 ? CHART_ROWS * 8 : l;
+  return x >= CHART_ROWS * 8 ? CHART_ROWS * 8 : (int)(x + 0.999); /* reserved may lie far above */
 }
 
 static const hbm_timeline_point_t *point_of_column(const chart_t *c, int col) {

@@ -104,6 +104,12 @@ void hbm__tw_marker(hbm_trace_writer_t *w, const hbm_marker_t *m);
 /* Event records (the recorder): time in ns since the capture began. */
 void hbm__tw_ev_alloc(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
                       uint64_t size, uint64_t allocated, const hbm_tag_t *tag, unsigned flags);
+/* The same for a tag (not NULL) whose strings stay valid and unchanged until the next
+ * hbm__tw_forget_stable: they are found by address instead of by content. */
+void hbm__tw_ev_alloc_stable(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
+                             uint64_t size, uint64_t allocated, const hbm_tag_t *tag,
+                             unsigned flags);
+void hbm__tw_forget_stable(hbm_trace_writer_t *w);
 void hbm__tw_ev_free(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address);
 void hbm__tw_ev_reserve(hbm_trace_writer_t *w, int64_t time_ns, int space, hbm_reserve_op_t op,
                         uint64_t address, uint64_t size);

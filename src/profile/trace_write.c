@@ -28,6 +28,7 @@ struct hbm_trace_writer {
   int64_t last_time; /* delta base for times; reset at every block */
   hbm_intern_t *strings;
   hbm_u64map_t string_ids; /* interned pointer → id */
+  hbm_u64map_t stable_ids; /* caller's stable pointer → id (hbm__tw_ev_alloc_stable) */
   uint64_t n_strings;
   uint64_t n_events;
   uint64_t file_bytes;
@@ -132,7 +133,8 @@ static uint64_t string_id(hbm_trace_writer_t *w, const char *s) {
   return id;
 }
 
-/* A record body under construction: fixed fields only (strings are ids). */
+/* A record body under construction: fixed fields only (strings are ids). Declared without
+ * an initializer: zeroing its bytes for every record cost more than encoding it. */
 typedef struct body {
   uint8_t bytes[MAX_FIELDS_BYTES];
   size_t n;
@@ -195,6 +197,7 @@ static void writer_free(hbm_trace_writer_t *w) {
   ZSTD_freeCCtx(w->cctx);
   hbm_intern_free(w->strings);
   hbm_u64map_free(&w->string_ids);
+  hbm_u64map_free(&w->stable_ids);
   free(w);
 }
 
@@ -209,6 +212,7 @@ hbm_trace_writer_t *hbm__tw_create(const char *path, bool exclusive, hbm_profile
   w->fd = -1;
   w->level = level;
   hbm_u64map_init(&w->string_ids);
+  hbm_u64map_init(&w->stable_ids);
   w->path = hbm__strdup(path);
   w->strings = hbm_intern_new();
   w->cctx = ZSTD_createCCtx();
@@ -271,7 +275,8 @@ hbm_status_t hbm__tw_close(hbm_trace_writer_t *w, bool clean) {
   if (!w)
     return HBM_OK;
   if (clean) {
-    body_t b = {.n = 0};
+    body_t b;
+    b.n = 0;
     put_u(&b, w->n_events);
     put_record(w, HBM_REC_END, b.bytes, b.n);
   }
@@ -292,7 +297,8 @@ void hbm__tw_space(hbm_trace_writer_t *w, int index, const char *name, const cha
                    int color, uint64_t limit) {
   begin_record(w);
   uint64_t name_id = string_id(w, name), device_id = string_id(w, device);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_u(&b, (uint64_t)index);
   put_u(&b, name_id);
   put_u(&b, device_id);
@@ -304,7 +310,8 @@ void hbm__tw_space(hbm_trace_writer_t *w, int index, const char *name, const cha
 void hbm__tw_step(hbm_trace_writer_t *w, int64_t time_ns, const char *label) {
   begin_record(w);
   uint64_t label_id = string_id(w, label);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, label_id);
   put_record(w, HBM_REC_STEP, b.bytes, b.n);
@@ -316,7 +323,8 @@ void hbm__tw_buffer(hbm_trace_writer_t *w, const hbm_buffer_t *buf) {
   uint64_t ids[HBM_ARRAY_LEN(strings)];
   for (size_t i = 0; i < HBM_ARRAY_LEN(strings); i++)
     ids[i] = string_id(w, strings[i]);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_u(&b, (uint64_t)buf->space);
   put_u(&b, buf->address);
   put_u(&b, buf->size);
@@ -332,7 +340,8 @@ void hbm__tw_buffer(hbm_trace_writer_t *w, const hbm_buffer_t *buf) {
 
 void hbm__tw_reserve(hbm_trace_writer_t *w, const hbm_reserve_event_t *e) {
   begin_record(w);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_s(&b, e->step);
   put_u(&b, (uint64_t)e->space);
   put_u(&b, (uint64_t)e->op);
@@ -344,7 +353,8 @@ void hbm__tw_reserve(hbm_trace_writer_t *w, const hbm_reserve_event_t *e) {
 void hbm__tw_oom(hbm_trace_writer_t *w, const hbm_oom_event_t *e) {
   begin_record(w);
   uint64_t message_id = string_id(w, e->message);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_s(&b, e->step);
   put_u(&b, (uint64_t)e->space);
   put_u(&b, e->requested);
@@ -355,7 +365,8 @@ void hbm__tw_oom(hbm_trace_writer_t *w, const hbm_oom_event_t *e) {
 void hbm__tw_marker(hbm_trace_writer_t *w, const hbm_marker_t *m) {
   begin_record(w);
   uint64_t text_id = string_id(w, m->text);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_s(&b, m->step);
   put_u(&b, (uint64_t)m->kind);
   put_s(&b, m->value);
@@ -365,20 +376,18 @@ void hbm__tw_marker(hbm_trace_writer_t *w, const hbm_marker_t *m) {
 
 /* ---- event records ---- */
 
-void hbm__tw_ev_alloc(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
-                      uint64_t size, uint64_t allocated, const hbm_tag_t *tag, unsigned flags) {
+static void ev_alloc_ids(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
+                         uint64_t size, uint64_t allocated, hbm_category_t category, unsigned flags,
+                         const uint64_t ids[4]) {
   begin_record(w);
-  hbm_tag_t none = {0};
-  const hbm_tag_t *t = tag ? tag : &none;
-  uint64_t ids[4] = {string_id(w, t->op), string_id(w, t->shape), string_id(w, t->group),
-                     string_id(w, t->source)};
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)space);
   put_u(&b, address);
   put_u(&b, size);
   put_s(&b, (int64_t)(allocated - size));
-  put_u(&b, (uint64_t)t->category);
+  put_u(&b, (uint64_t)category);
   put_u(&b, flags);
   for (int i = 0; i < 4; i++)
     put_u(&b, ids[i]);
@@ -386,9 +395,44 @@ void hbm__tw_ev_alloc(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_
   w->n_events++;
 }
 
+void hbm__tw_ev_alloc(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
+                      uint64_t size, uint64_t allocated, const hbm_tag_t *tag, unsigned flags) {
+  hbm_tag_t none = {0};
+  const hbm_tag_t *t = tag ? tag : &none;
+  uint64_t ids[4] = {string_id(w, t->op), string_id(w, t->shape), string_id(w, t->group),
+                     string_id(w, t->source)};
+  ev_alloc_ids(w, time_ns, space, address, size, allocated, t->category, flags, ids);
+}
+
+/* The id of a string that stays valid and unchanged until hbm__tw_forget_stable: found by
+ * its address, so a tag seen a million times is hashed once. */
+static uint64_t stable_string_id(hbm_trace_writer_t *w, const char *s) {
+  uint64_t id = 0;
+  if (!s || hbm_u64map_get(&w->stable_ids, (uint64_t)(uintptr_t)s, &id))
+    return id;
+  id = string_id(w, s);
+  if (id && !hbm_u64map_put(&w->stable_ids, (uint64_t)(uintptr_t)s, id))
+    fail(w, HBM_ERR_HOST_MEMORY, "%s: out of host memory %s", "numbering a string");
+  return id;
+}
+
+void hbm__tw_ev_alloc_stable(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address,
+                             uint64_t size, uint64_t allocated, const hbm_tag_t *tag,
+                             unsigned flags) {
+  uint64_t ids[4] = {stable_string_id(w, tag->op), stable_string_id(w, tag->shape),
+                     stable_string_id(w, tag->group), stable_string_id(w, tag->source)};
+  ev_alloc_ids(w, time_ns, space, address, size, allocated, tag->category, flags, ids);
+}
+
+void hbm__tw_forget_stable(hbm_trace_writer_t *w) {
+  hbm_u64map_free(&w->stable_ids);
+  hbm_u64map_init(&w->stable_ids);
+}
+
 void hbm__tw_ev_free(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t address) {
   begin_record(w);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)space);
   put_u(&b, address);
@@ -399,7 +443,8 @@ void hbm__tw_ev_free(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t
 void hbm__tw_ev_reserve(hbm_trace_writer_t *w, int64_t time_ns, int space, hbm_reserve_op_t op,
                         uint64_t address, uint64_t size) {
   begin_record(w);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)space);
   put_u(&b, (uint64_t)op);
@@ -413,7 +458,8 @@ void hbm__tw_ev_oom(hbm_trace_writer_t *w, int64_t time_ns, int space, uint64_t 
                     const char *message) {
   begin_record(w);
   uint64_t message_id = string_id(w, message);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)space);
   put_u(&b, requested);
@@ -426,7 +472,8 @@ void hbm__tw_ev_marker(hbm_trace_writer_t *w, int64_t time_ns, hbm_marker_kind_t
                        int64_t value, const char *text) {
   begin_record(w);
   uint64_t text_id = string_id(w, text);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)kind);
   put_s(&b, value);
@@ -437,7 +484,8 @@ void hbm__tw_ev_marker(hbm_trace_writer_t *w, int64_t time_ns, hbm_marker_kind_t
 
 void hbm__tw_ev_close(hbm_trace_writer_t *w, int64_t time_ns, int space) {
   begin_record(w);
-  body_t b = {.n = 0};
+  body_t b;
+  b.n = 0;
   put_time(w, &b, time_ns);
   put_u(&b, (uint64_t)space);
   put_record(w, HBM_REC_EV_CLOSE, b.bytes, b.n);
