@@ -233,6 +233,21 @@ static void test_buffers_at_peak_orders(void **state) {
   }
   json_decref(
       getf(400, "/api/buffers_at_peak?run=%s&profile=%s&order=colour", VF_RUN_PLANS, plan_a));
+  /* limit: the first ones, the rest summed */
+  json_t *all =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size", VF_RUN_PLANS, plan_a);
+  json_t *cut =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&limit=3", VF_RUN_PLANS, plan_a);
+  assert_int_equal(json_array_size(json_object_get(cut, "buffers")), 3);
+  json_t *rest = json_object_get(cut, "rest");
+  assert_int_equal(jint(rest, "count"), (int64_t)n - 3);
+  int64_t rest_bytes = 0;
+  for (size_t i = 3; i < n; i++)
+    rest_bytes += jint(json_array_get(json_object_get(all, "buffers"), i), "size");
+  assert_int_equal(jint(rest, "size"), rest_bytes);
+  assert_true(json_is_null(json_object_get(all, "rest")));
+  json_decref(all);
+  json_decref(cut);
   hbm_analysis_free(a);
   hbm_profile_free(p);
 }

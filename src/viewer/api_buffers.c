@@ -110,6 +110,33 @@ static json_t *json_bar(const hbm_profile_t *p, int64_t index) {
   return o;
 }
 
+/* The bars of a list of buffers: the first `limit` (0: all) one by one, the others summed in
+ * "rest" (a peak of 50k live buffers stays a small answer; the page draws the rest as one
+ * bar, as XProf does with its small buffers). */
+static void set_bars(json_t *root, const hbm_profile_t *p, const int64_t *idx, size_t n,
+                     int64_t limit) {
+  size_t shown = limit > 0 && (size_t)limit < n ? (size_t)limit : n;
+  json_t *bars = json_array();
+  for (size_t i = 0; idx && i < shown; i++)
+    json_array_append_new(bars, json_bar(p, idx[i]));
+  uint64_t size = 0, unpadded = 0;
+  for (size_t i = shown; idx && i < n; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, idx[i]);
+    size += b->size;
+    unpadded += b->unpadded_size;
+  }
+  json_t *rest = json_null();
+  if (shown < n) {
+    rest = json_object();
+    set_new(rest, "count", json_integer((json_int_t)(n - shown)));
+    set_new(rest, "size", hbm__json_u64(size));
+    set_new(rest, "unpadded", hbm__json_u64(unpadded));
+  }
+  set_new(root, "count", json_integer((json_int_t)n));
+  set_new(root, "buffers", bars);
+  set_new(root, "rest", rest);
+}
+
 void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
   if (!hbm__target_open(v, q, "", true, &t, r))
@@ -129,16 +156,15 @@ void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__resp
     hbm__target_close(v, &t);
     return;
   }
-  json_t *bars = json_array();
-  for (size_t i = 0; idx && i < n; i++)
-    json_array_append_new(bars, json_bar(t.profile, idx[i]));
-  json_t *root = json_object();
-  set_new(root, "order", json_string(order));
-  set_new(root, "peak_step", json_integer(t.summary->peak_step));
-  set_new(root, "peak_bytes", hbm__json_u64(t.summary->peak_bytes));
-  set_new(root, "count", json_integer((json_int_t)n));
-  set_new(root, "buffers", bars);
-  hbm__respond_json(r, 200, root);
+  int64_t limit;
+  if (hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r)) {
+    json_t *root = json_object();
+    set_new(root, "order", json_string(order));
+    set_new(root, "peak_step", json_integer(t.summary->peak_step));
+    set_new(root, "peak_bytes", hbm__json_u64(t.summary->peak_bytes));
+    set_bars(root, t.profile, idx, n, limit);
+    hbm__respond_json(r, 200, root);
+  }
   hbm__target_close(v, &t);
 }
 
@@ -170,7 +196,7 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
   hbm__target_t t;
   if (!hbm__target_open(v, q, "", true, &t, r))
     return;
-  int64_t step;
+  int64_t step, limit;
   const char *order = hbm__query_get(q, "order");
   int (*cmp)(const void *, const void *, void *) = NULL;
   if (!order || !*order || !strcmp(order, "program"))
@@ -186,7 +212,8 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
   } else if (!hbm__query_get(q, "step")) {
     hbm__respond_error(r, 400, "missing argument step");
   } else if (hbm__query_int(q, "step", 0, 0, t.summary->n_steps > 0 ? t.summary->n_steps - 1 : 0,
-                            &step, r)) {
+                            &step, r) &&
+             hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r)) {
     int64_t one;
     size_t n = hbm_analysis_buffers_in_window(t.analysis, step, step + 1, &one, 0);
     int64_t *idx = malloc((n ? n : 1) * sizeof *idx);
@@ -196,16 +223,12 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
       n = hbm_analysis_buffers_in_window(t.analysis, step, step + 1, idx, n);
       if (cmp)
         qsort_r(idx, n, sizeof *idx, cmp, (void *)t.profile);
-      json_t *bars = json_array();
-      for (size_t i = 0; i < n; i++)
-        json_array_append_new(bars, json_bar(t.profile, idx[i]));
       json_t *root = json_object();
       set_new(root, "order", json_string(order));
       set_new(root, "step", json_integer(step));
       set_new(root, "label", hbm__json_text(hbm_profile_step_label(t.profile, step)));
       set_new(root, "bytes", hbm__json_u64(hbm_analysis_bytes_at(t.analysis, step)));
-      set_new(root, "count", json_integer((json_int_t)n));
-      set_new(root, "buffers", bars);
+      set_bars(root, t.profile, idx, n, limit);
       hbm__respond_json(r, 200, root);
       free(idx);
     }

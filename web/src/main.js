@@ -19,6 +19,22 @@ import {
 
 const $ = (id) => document.getElementById(id);
 const RUN_POLL_MS = 4000;
+// Bars drawn one by one per chart (a chart is about 1000 pixels wide; drag zooms into them);
+// past that the rest is summed in a note under the chart, not drawn as a bar that would
+// flatten all the others.
+const BAR_LIMIT = 2000;
+
+function barsOf(answer) {
+  const bars = answer.buffers;
+  bars.rest = answer.rest;
+  return bars;
+}
+
+function restNote(order, rest) {
+  if (!rest) return '';
+  const which = { program: 'later in program order', size: 'smaller', padding: 'with less padding' }[order];
+  return `${formatCount(rest.count)} more buffers ${which} (${formatBytes(rest.size)}) are not drawn one by one.`;
+}
 
 const state = {
   runs: [], run: null, profiles: [], profile: null, info: null, space: 0, summary: null,
@@ -223,9 +239,9 @@ async function selectSpace(space) {
   try {
     [summary, program, bySize, byPadding, oom] = await Promise.all([
       cachedApi('summary', args()),
-      cachedApi('buffers_at_peak', args({ order: 'program' })),
-      cachedApi('buffers_at_peak', args({ order: 'size' })),
-      cachedApi('buffers_at_peak', args({ order: 'padding' })),
+      cachedApi('buffers_at_peak', args({ order: 'program', limit: BAR_LIMIT })),
+      cachedApi('buffers_at_peak', args({ order: 'size', limit: BAR_LIMIT })),
+      cachedApi('buffers_at_peak', args({ order: 'padding', limit: BAR_LIMIT })),
       cachedApi('oom', args()),
       timelineData,
       allocData,
@@ -242,7 +258,7 @@ async function selectSpace(space) {
   const fetched = performance.now();
   timings.lastFetchMs = fetched - started;
   state.summary = summary;
-  state.peakBars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+  state.peakBars = { program: barsOf(program), size: barsOf(bySize), padding: barsOf(byPadding) };
   state.bars = state.peakBars;
   state.at = null;
   $('peak-back').hidden = true;
@@ -299,10 +315,10 @@ async function showBuffersAt(step) {
   const seq = state.loadSeq;
   try {
     const [program, bySize, byPadding] = await Promise.all(['program', 'size', 'padding']
-      .map((order) => api('buffers_at', args({ step, order }))));
+      .map((order) => cachedApi('buffers_at', args({ step, order, limit: BAR_LIMIT }))));
     if (seq !== state.loadSeq) return;
     state.at = { step, label: program.label, bytes: program.bytes };
-    state.bars = { program: program.buffers, size: bySize.buffers, padding: byPadding.buffers };
+    state.bars = { program: barsOf(program), size: barsOf(bySize), padding: barsOf(byPadding) };
     state.pinned = null;
     $('peak-back').hidden = false;
     views.timeline.setPicked(step);
@@ -357,6 +373,7 @@ function renderBars() {
   for (const order of ['program', 'size', 'padding']) {
     const items = merge ? mergeSmall(state.bars[order]) : state.bars[order];
     views.bars[order].show(items, color, log);
+    $(`rest-${order}`).textContent = restNote(order, state.bars[order].rest);
   }
   renderTable();
 }
@@ -369,8 +386,8 @@ function renderTable() {
   const wrap = $('peak-table-wrap');
   if (!wrap.open) return;
   const filter = $('peak-filter').value.trim().toLowerCase();
-  const items = state.bars.size.filter((b) => !filter
-    || [b.op, b.shape, b.group].some((t) => t && t.toLowerCase().includes(filter)));
+  const items = state.bars.size.filter((b) => !b.merged && (!filter
+    || [b.op, b.shape, b.group].some((t) => t && t.toLowerCase().includes(filter))));
   const rows = items.slice(0, TABLE_ROWS).map((b, i) => `<tr data-i="${i}">
     <td class="num">${i + 1}</td><td class="opname">${escapeHtml(b.op || '(untagged)')}</td>
     <td><code>${escapeHtml(b.shape || '')}</code></td><td class="num">${formatBytes(b.size)}</td>
