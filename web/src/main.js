@@ -395,7 +395,9 @@ function renderTable() {
     <td>${escapeHtml(b.category)}</td><td>${escapeHtml(b.group || '')}</td></tr>`);
   $('peak-table').innerHTML = `<thead><tr><th>#</th><th>op</th><th>shape</th><th>size</th><th>unpadded</th>
     <th>padding</th><th>category</th><th>group</th></tr></thead><tbody>${rows.join('')}</tbody>`;
-  $('peak-table-count').textContent = `${formatCount(items.length)} buffer${items.length === 1 ? '' : 's'}${items.length > TABLE_ROWS ? ` (the ${TABLE_ROWS} largest shown)` : ''}`;
+  const rest = state.bars.size.rest;
+  const among = rest ? ` among the ${formatCount(state.bars.size.length)} largest of ${formatCount(state.bars.size.length + rest.count)}` : '';
+  $('peak-table-count').textContent = `${formatCount(items.length)} buffer${items.length === 1 ? '' : 's'}${among}${items.length > TABLE_ROWS ? ` (the ${TABLE_ROWS} largest shown)` : ''}`;
   $('peak-table').querySelectorAll('tbody tr').forEach((tr) => tr.addEventListener('click', () => {
     pinBuffer(items[Number(tr.dataset.i)]);
   }));
