@@ -175,29 +175,33 @@ void hbm__api_runs(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) 
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return;
   }
+  /* first[k]: the listing entry that opened run k (the profiles of one run need not be
+   * listed together; runs keep the listing's order, newest first) */
+  size_t *first = malloc((n ? n : 1) * sizeof *first), n_runs = 0;
   json_t *runs = json_array();
-  json_t *run = NULL;
-  const char *current = NULL;
-  json_int_t count = 0;
-  uint64_t bytes = 0;
-  int64_t mtime = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!current || strcmp(current, list[i].run)) {
-      current = list[i].run;
-      run = json_object();
+  for (size_t i = 0; first && i < n; i++) {
+    size_t k = 0;
+    while (k < n_runs && strcmp(list[first[k]].run, list[i].run))
+      k++;
+    if (k == n_runs) {
+      first[n_runs++] = i;
+      json_t *run = json_object();
       set_new(run, "run", hbm__json_text(list[i].run));
+      set_new(run, "profiles", json_integer(0));
+      set_new(run, "bytes", json_integer(0));
+      set_new(run, "mtime", json_integer(list[i].mtime));
       json_array_append_new(runs, run);
-      count = 0;
-      bytes = 0;
-      mtime = list[i].mtime;
     }
-    count++;
-    bytes += list[i].bytes;
-    mtime = list[i].mtime > mtime ? list[i].mtime : mtime;
-    set_new(run, "profiles", json_integer(count));
-    set_new(run, "bytes", hbm__json_u64(bytes));
-    set_new(run, "mtime", json_integer(mtime));
+    json_t *run = json_array_get(runs, k);
+    json_int_t mtime = json_integer_value(json_object_get(run, "mtime"));
+    set_new(run, "profiles",
+            json_integer(json_integer_value(json_object_get(run, "profiles")) + 1));
+    set_new(run, "bytes",
+            json_integer(json_integer_value(json_object_get(run, "bytes")) +
+                         (json_int_t)list[i].bytes));
+    set_new(run, "mtime", json_integer(list[i].mtime > mtime ? list[i].mtime : mtime));
   }
+  free(first);
   free(list);
   json_t *root = json_object();
   set_new(root, "logdir", hbm__json_text(v->cache.logdir));
