@@ -554,11 +554,11 @@ typedef enum hbm_log_action {
 
 typedef struct hbm_log_event {
   hbm_log_action_t action;
-  uint32_t thread;
-  uint32_t stream;
+  uint32_t thread; /* 0, 1, ... in order of first appearance in the log */
+  uint32_t stream; /* 0 = the default stream (0x0); others 1, 2, ... in order of appearance */
   uint64_t size;
   uint64_t pointer;
-  int64_t time_ns;
+  int64_t time_ns; /* the Time column in ns (HH:MM:SS clock times run on past midnight) */
   int64_t line; /* line number in the source file */
 } hbm_log_event_t;
 
