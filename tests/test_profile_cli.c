@@ -227,6 +227,27 @@ static void bad_input_fails_with_a_message(void **state) {
   free(out);
 }
 
+/* The report's peak and `hbm replay`'s peak live bytes are the same number for one log
+ * (skipped while `hbm replay` is not built). */
+static void report_peak_equals_replay_peak(void **state) {
+  (void)state;
+  char *out;
+  int rc = hbm(&out, "replay '%s' --json 2>/dev/null", SMALL_CSV);
+  if (rc != 0 || !strchr(out, '{')) {
+    free(out);
+    skip();
+  }
+  json_t *replay = parse_json(strchr(out, '{'));
+  free(out);
+  assert_int_equal(hbm(&out, "report '%s' --json 2>/dev/null", SMALL_CSV), 0);
+  json_t *report = parse_json(out);
+  free(out);
+  assert_true(json_integer_value(json_object_get(replay, "peak_live_bytes")) ==
+              json_integer_value(json_object_get(report, "peak_bytes")));
+  json_decref(replay);
+  json_decref(report);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(report_of_an_rmm_log),
@@ -234,6 +255,7 @@ int main(void) {
       cmocka_unit_test(truncated_profile_reports_its_loss),
       cmocka_unit_test(export_opens_as_chrome_trace),
       cmocka_unit_test(bad_input_fails_with_a_message),
+      cmocka_unit_test(report_peak_equals_replay_peak),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
