@@ -279,6 +279,11 @@ async function selectSpace(space) {
   ]);
   if (seq !== state.loadSeq) return;
   setStatus('');
+  // Markers are many on a long run and only decorate the timeline: asked for after the view.
+  views.timeline.setMarkers([]);
+  cachedApi('oom', args({ markers: 1 })).then((d) => {
+    if (seq === state.loadSeq) views.timeline.setMarkers(d.markers);
+  }).catch(() => {});
   timings.lastLoadMs = performance.now() - started;
   timings.lastRenderMs = performance.now() - fetched;
   if (timings.firstViewMs == null) timings.firstViewMs = performance.now() - t0;

@@ -135,6 +135,12 @@ export class Timeline {
     return [0, top * 1.05 || 1];
   }
 
+  // The profile's markers (step begins, user text): drawn when few enough are in view.
+  setMarkers(markers) {
+    this.markers = markers || [];
+    if (this.plot) this.plot.redraw(false, false);
+  }
+
   // Marks the step whose buffers are shown (null: the peak's).
   setPicked(step) {
     this.picked = step;
@@ -229,6 +235,7 @@ export class Timeline {
         ctx.fillText(`limit ${formatBytes(s.limit_bytes)}`, left + 6, y - 4);
       }
     }
+    this.drawMarkers(u, ctx);
     if (this.picked != null) {
       const x = u.valToPos(this.picked, 'x', true);
       ctx.strokeStyle = '#1a73e8';
@@ -269,6 +276,33 @@ export class Timeline {
       }
     }
     ctx.restore();
+  }
+
+  // Training-step boundaries and annotations as faint lines with their names, when at most
+  // MAX_MARKERS are in view (zoom in to see them on a long run).
+  drawMarkers(u, ctx) {
+    const MAX_MARKERS = 40;
+    const [from, to] = this.range || [0, 0];
+    const visible = (this.markers || []).filter((m) => m.step >= from && m.step < to);
+    if (!visible.length || visible.length > MAX_MARKERS) return;
+    const { top, height } = u.bbox;
+    ctx.strokeStyle = 'rgba(95,99,104,0.35)';
+    ctx.fillStyle = '#5f6368';
+    ctx.lineWidth = 1;
+    ctx.font = `${10 * devicePixelRatio}px sans-serif`;
+    let labelEnd = -Infinity; // labels that would overlap the previous one are left out
+    for (const m of visible) {
+      const x = Math.round(u.valToPos(m.step, 'x', true)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      const text = m.kind === 'step_begin' ? `${m.text || 'step'} ${m.value}` : m.text;
+      if (text && x + 3 > labelEnd) {
+        ctx.fillText(text, x + 3, top + height - 4 * devicePixelRatio);
+        labelEnd = x + 3 + ctx.measureText(text).width + 6;
+      }
+    }
   }
 
   destroy() {
