@@ -1,9 +1,10 @@
 /* api_buffers.c — the viewer's JSON API, part two: buffers. /api/buffers_at_peak (the three
  * orders of XProf's "HLO Ops at Peak Memory Allocation", straight from the analysis),
- * /api/buffer (the card of one buffer), /api/allocations (the rectangles of the allocation
- * timeline for a window of steps and addresses, capped to the largest so a 1M-event profile
- * stays fast; search by op name) and /api/oom (OOM events with their diagnosis, and the
- * profile's markers). */
+ * /api/buffers_at (the same at any step), /api/buffer (the card of one buffer),
+ * /api/allocations (the rectangles of the allocation timeline for a window of steps and
+ * addresses, capped to the largest with an overview raster of all, so a 1M-event profile stays
+ * fast; search by op name) and /api/oom (OOM events with their diagnosis, and the profile's
+ * markers). */
 #include "viewer/viewer.h"
 
 #include <inttypes.h>

@@ -1,14 +1,15 @@
 /* profile_cache.c — the profiles the viewer has loaded, shared by all request threads.
  *
  * The logdir is listed through hbm_logdir_list at most every HBM__LISTING_MS, so runs written
- * while the server is up appear without a restart. A profile is loaded on first use (outside
- * the lock, other requests for the same file wait for it), reloaded when its size or mtime
- * changes, and its analyses (one hbm_analyze per memory space) are computed once. At most
- * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is
- * dropped first. */
+ * while the server is up appear without a restart; entries whose real path leaves the logdir
+ * (symlinks) are dropped from the listing. A profile is loaded on first use (outside the lock,
+ * other requests for the same file wait for it), reloaded when its size, mtime or inode
+ * changes (a file still being written at most every HBM__LISTING_MS), and what is derived from
+ * it is computed once: the analyses (one hbm_analyze per memory space), address extents, the
+ * buffer of each step, and the answers already given (routes.c). At most HBM__CACHE_MAX
+ * profiles stay loaded; the least recently used one that no request holds is dropped first. */
 #include "viewer/viewer.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

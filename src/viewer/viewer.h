@@ -1,9 +1,10 @@
 /* viewer.h — internal header of the Memory Viewer (`hbm view`): an HTTP server (server.c) that
- * answers a JSON API (api.c, api_buffers.c) about the profiles of an XProf-style logdir and
+ * answers a JSON API (api.c, api_buffers.c, api_compare.c) about the profiles of an XProf-style logdir and
  * serves the page embedded at build time (assets, generated from web/ by cmake/viewer.cmake).
  *
  * The request handler (routes.c) is independent of the socket: it takes a method, a decoded
  * path and the query arguments and fills a response, so tests and the fuzzer call it directly.
+ * density.c draws the allocation timeline's overview raster; query.c holds the arguments.
  * Profiles are loaded through hbm_profile_load and analysed through hbm_analyze only; the
  * cache (profile_cache.c) keeps them and their analyses and reloads a file when it changes.
  * Run and profile names in requests are looked up in hbm_logdir_list's listing and nowhere
