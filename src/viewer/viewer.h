@@ -1,6 +1,7 @@
-/* viewer.h — internal header of the Memory Viewer (`hbm view`): an HTTP server (server.c) that
- * answers a JSON API (api.c, api_buffers.c, api_compare.c) about the profiles of an XProf-style logdir and
- * serves the page embedded at build time (assets, generated from web/ by cmake/viewer.cmake).
+/* viewer.h — internal header of the Memory Viewer (`hbm view`): an HTTP server (server.c)
+ * that answers a JSON API (api.c, api_buffers.c, api_compare.c) about the profiles of an
+ * XProf-style logdir and serves the page embedded at build time (assets, generated from web/
+ * by cmake/viewer.cmake).
  *
  * The request handler (routes.c) is independent of the socket: it takes a method, a decoded
  * path and the query arguments and fills a response, so tests and the fuzzer call it directly.
