@@ -207,7 +207,10 @@ static void use_operands(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, 
 /* Copies the values of subtree `src_k` of the operand into subtree `dst_k` of in. */
 static void forward_subtree(hlo_dataflow_t *df, uint32_t dst_off, uint32_t dst_k, uint32_t src_off,
                             uint32_t src_k, uint32_t n) {
-  memmove(&df->pool[dst_off + dst_k], &df->pool[src_off + src_k], n * sizeof(uint32_t));
+  if (n == 1) /* an array: the common case */
+    df->pool[dst_off + dst_k] = df->pool[src_off + src_k];
+  else
+    memmove(&df->pool[dst_off + dst_k], &df->pool[src_off + src_k], n * sizeof(uint32_t));
 }
 
 static bool is_entry_param_writable(const hlo_module_t *m, const hlo_instr_t *in, uint32_t k) {
@@ -740,6 +743,14 @@ hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df) {
   hbm__hlo_vec_init(&df->stack, sizeof(uint32_t));
   hbm__hlo_vec_init(&df->outputs, sizeof(uint32_t));
   hbm__error_clear();
+  /* Sized for a module without much control flow: one step and a value or so per
+   * instruction, an edge per element-wise op. */
+  size_t n = m->n_instrs + 16;
+  hbm__hlo_vec_reserve(&df->values, n);
+  hbm__hlo_vec_reserve(&df->steps, n);
+  hbm__hlo_vec_reserve(&df->edges, n);
+  hbm__hlo_vec_reserve(&df->frame_pos, n);
+  pool_reserve(df, n);
   uint32_t entry;
   bool ok = new_frame(df, m->entry, m->entry->n_params, &entry) && push_task(df, entry) &&
             run_frames(df) && thread_local_values(df);

@@ -84,6 +84,19 @@ void hbm__hlo_vec_free(hlo_vec_t *v) {
   v->len = v->cap = 0;
 }
 
+bool hbm__hlo_vec_reserve(hlo_vec_t *v, size_t n) {
+  if (n <= v->cap)
+    return true;
+  void *d = realloc(v->data, n * v->item);
+  if (!d) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (planner)");
+    return false;
+  }
+  v->data = d;
+  v->cap = n;
+  return true;
+}
+
 bool hbm__hlo_vec_push(hlo_vec_t *v, const void *item) {
   if (v->len == v->cap) {
     size_t cap = v->cap ? v->cap * 2 : 16;

@@ -5,9 +5,10 @@
  * on top. The heap size it ends with is XLA's temp allocation size, fragmentation included.
  *
  * Finding the placed buffers that overlap an interval: a short-lived one (most buffers)
- * that overlaps [s, e) starts in [s - SHORT, e), a short scan of the intervals sorted by
- * start; long-lived ones sit in a segment tree over the same order holding the latest end
- * placed under each node, so a query costs O(k log n) for the k long ones it meets. */
+ * that overlaps [s, e) starts in [s - L, e), a short scan of the intervals sorted by start,
+ * where L is chosen so that at most 1/64 of the intervals are longer; those sit in a
+ * segment tree over the same order holding the latest end placed under each node, so a
+ * query costs O(k log n) for the k long ones it meets. */
 #include "hlo.h"
 
 #include <stdlib.h>
@@ -96,10 +97,9 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
   return r ? v + (a - r) : v;
 }
 
-#define SHORT 64 /* steps: the longest interval the scan finds */
-
 typedef struct heap_state {
   hlo_interval_t *iv;
+  uint32_t short_len;  /* intervals this long or shorter are found by scanning */
   uint8_t *placed;     /* per interval, short ones only */
   start_key_t *sorted; /* intervals by start */
   uint32_t *slot_of;   /* interval index → position in sorted */
@@ -136,15 +136,36 @@ static bool push_found(heap_state_t *h, const hlo_interval_t *x) {
   return true;
 }
 
-static bool is_long(const hlo_interval_t *x) { return x->end - x->start > SHORT; }
+static bool is_long(const heap_state_t *h, const hlo_interval_t *x) {
+  return x->end - x->start > h->short_len;
+}
+
+/* The smallest power of two (at least 16) that at most n/64 intervals are longer than. */
+static uint32_t choose_short_len(const hlo_interval_t *iv, size_t n) {
+  size_t by_log[33] = {0};
+  for (size_t i = 0; i < n; i++) {
+    uint32_t len = iv[i].end > iv[i].start ? iv[i].end - iv[i].start : 0;
+    int lg = 0;
+    while (lg < 32 && (1u << lg) < len)
+      lg++;
+    by_log[lg]++; /* len <= 2^lg */
+  }
+  size_t longer = n;
+  for (int lg = 0; lg < 32; lg++) {
+    longer -= by_log[lg];
+    if (lg >= 4 && longer <= n / 64)
+      return 1u << lg;
+  }
+  return 1u << 31;
+}
 
 /* Appends to found[] the placed intervals that overlap interval `idx` in time; false if
  * memory ran out. Walking outwards from idx's own place in the start order replaces binary
- * searches: only intervals starting in [start - SHORT, end) can be short and overlap. */
+ * searches: only intervals starting in [start - short_len, end) can be short and overlap. */
 static bool tree_overlapping(heap_state_t *h, size_t n, uint32_t idx) {
   const hlo_interval_t *q = &h->iv[idx];
   uint32_t start_q = q->start, end_q = q->end;
-  uint32_t from = start_q > SHORT ? start_q - SHORT : 0;
+  uint32_t from = start_q > h->short_len ? start_q - h->short_len : 0;
   size_t slot = h->slot_of[idx];
   size_t prefix = slot; /* first position starting at or after end_q */
   while (prefix < n && h->sorted[prefix].start < end_q)
@@ -286,6 +307,7 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
     h.leaves *= 2;
   h.tree = calloc(2 * h.leaves, sizeof *h.tree);
   h.placed = calloc(n, 1);
+  h.short_len = choose_short_len(iv, n);
   bool ok = h.sorted && h.slot_of && h.tree && h.placed && make_groups(iv, n, &g);
   if (ok)
     ok = (order = malloc(g.n * sizeof *order)) != NULL;
@@ -329,7 +351,7 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
       hlo_interval_t *x = &iv[mem[j]];
       bool placed = x->size && x->end > x->start;
       x->offset = placed ? offset : 0;
-      if (placed && is_long(x)) {
+      if (placed && is_long(&h, x)) {
         tree_place(&h, h.slot_of[mem[j]], x->end);
         h.n_long_placed++;
       } else if (placed)

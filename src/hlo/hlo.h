@@ -42,6 +42,8 @@ void hbm__hlo_vec_init(hlo_vec_t *v, size_t item_size);
 void hbm__hlo_vec_free(hlo_vec_t *v);
 /* Appends one item (copied from `item`); false when memory ran out. */
 bool hbm__hlo_vec_push(hlo_vec_t *v, const void *item);
+/* Makes room for n items in all (a hint: false only when memory ran out). */
+bool hbm__hlo_vec_reserve(hlo_vec_t *v, size_t n);
 #define HLO_VEC_AT(v, type, i) (((type *)(v)->data)[i])
 
 /* A slice of the module text. */

@@ -44,14 +44,6 @@ bool hbm__hlo_lex_error_at(hlo_lexer_t *lx, size_t at, const char *fmt, ...) {
   return false;
 }
 
-static bool is_ident_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-static bool is_ident_char(char c) {
-  return is_ident_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
-}
-
 bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what) {
   hbm__hlo_lex_skip_ws(lx);
   if (lx->pos >= lx->len)
@@ -59,9 +51,9 @@ bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what) {
   /* Show the token (or character) found, printable characters only. */
   char found[40];
   size_t n = 0, p = lx->pos;
-  if (is_ident_char(lx->text[p]) || lx->text[p] == '%') {
+  if (hbm__hlo_is_ident_char(lx->text[p]) || lx->text[p] == '%') {
     while (p < lx->len && n + 1 < sizeof found &&
-           (is_ident_char(lx->text[p]) || (p == lx->pos && lx->text[p] == '%')))
+           (hbm__hlo_is_ident_char(lx->text[p]) || (p == lx->pos && lx->text[p] == '%')))
       found[n++] = lx->text[p++];
   } else {
     unsigned char c = (unsigned char)lx->text[p];
@@ -127,24 +119,12 @@ bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two) {
   return true;
 }
 
-bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {
-  hbm__hlo_lex_skip_ws(lx);
-  if (lx->failed || lx->pos >= lx->len || !is_ident_start(lx->text[lx->pos]))
-    return false;
-  size_t start = lx->pos;
-  while (lx->pos < lx->len && is_ident_char(lx->text[lx->pos]))
-    lx->pos++;
-  out->p = lx->text + start;
-  out->n = (uint32_t)(lx->pos - start);
-  return true;
-}
-
 bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out) {
   hbm__hlo_lex_skip_ws(lx);
   size_t save = lx->pos;
   if (!lx->failed && lx->pos < lx->len && lx->text[lx->pos] == '%')
     lx->pos++;
-  if (lx->pos < lx->len && lx->pos > save && !is_ident_start(lx->text[lx->pos])) {
+  if (lx->pos < lx->len && lx->pos > save && !hbm__hlo_is_ident_start(lx->text[lx->pos])) {
     lx->pos = save;
     return false;
   }
@@ -160,7 +140,7 @@ bool hbm__hlo_lex_at_word(hlo_lexer_t *lx, const char *word) {
   size_t n = strlen(word);
   if (lx->failed || lx->pos + n > lx->len || memcmp(lx->text + lx->pos, word, n) != 0)
     return false;
-  return lx->pos + n == lx->len || !is_ident_char(lx->text[lx->pos + n]);
+  return lx->pos + n == lx->len || !hbm__hlo_is_ident_char(lx->text[lx->pos + n]);
 }
 
 bool hbm__hlo_lex_accept_word(hlo_lexer_t *lx, const char *word) {

@@ -47,8 +47,27 @@ static inline bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c) {
 bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c);
 /* Accepts a two-character punctuation ("->", "<="). */
 bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two);
+static inline bool hbm__hlo_is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static inline bool hbm__hlo_is_ident_char(char c) {
+  return hbm__hlo_is_ident_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
+}
+
 /* [A-Za-z_][A-Za-z0-9_.-]* */
-bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out);
+static inline bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed || lx->pos >= lx->len || !hbm__hlo_is_ident_start(lx->text[lx->pos]))
+    return false;
+  size_t start = lx->pos, p = start + 1;
+  while (p < lx->len && hbm__hlo_is_ident_char(lx->text[p]))
+    p++;
+  lx->pos = p;
+  out->p = lx->text + start;
+  out->n = (uint32_t)(p - start);
+  return true;
+}
 /* An identifier with an optional '%' in front (the '%' is not part of *out). */
 bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out);
 /* True when the next token is the identifier `word` (not consumed). */

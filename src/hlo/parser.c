@@ -678,6 +678,8 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
  * "add(f32[] %x, f32[] %y)"). */
 static bool at_operand_shape(hlo_lexer_t *lx) {
   char c = hbm__hlo_lex_peek(lx);
+  if (c == '%')
+    return false; /* the usual case: a name */
   if (c == '(')
     return true;
   size_t save = lx->pos;
