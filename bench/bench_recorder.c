@@ -1,13 +1,17 @@
-/* bench_recorder.c — what profiling costs the allocating thread. Each figure is the median
- * of 7 runs, in ns per recorded event (an alloc or a free), single thread:
+/* bench_recorder.c — what profiling costs. Each figure is the median of 7 runs of 200k
+ * events (an event = one alloc or one free), in ns per event:
+ *   thread    CPU time of the recording thread (CLOCK_THREAD_CPUTIME_ID), so that other
+ *             processes on a shared machine do not count: the cost on top of the allocation;
+ *   writer    CPU time of the rest of the process over the capture, stop included: the
+ *             writer thread encoding, compressing and writing the events (on another core).
+ * Configurations:
  *   hooks     hbm__rec_alloc/free called as the allocator calls them, without a capture
  *             (one atomic load and a branch) and with one (the record itself);
  *   tagged    the same with a tag of four strings, copied into the record (hbm__rec_alloc)
- *             or kept by address (hbm__rec_alloc_stable, what the allocator uses);
- *   sustained 4M events in a row: the writer thread must keep up (compression included),
- *             else the recording thread helps it;
+ *             or kept by address (hbm__rec_alloc_stable, for the allocator's interned tags);
+ *   4M        4M events in a row: the writer must keep up, else the recording thread helps;
  *   alloc     hbm_alloc/hbm_free of 256 B on the simulated device, without and with a
- *             capture: the cost on top of the allocation.
+ *             capture.
  * Usage: bench_recorder [runs]   (prints a table; BENCHMARKS.md quotes it) */
 #include "hbm.h"
 #include "profile/recorder.h"
@@ -21,11 +25,16 @@
 #define BURST 200000 /* events per timed run: fits in the recorder's queue */
 #define SUSTAINED 4000000
 
-static double now_ns(void) {
+static double cpu_ns(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
+
+/* A measurement: the recording thread's and the rest of the process's CPU per event. */
+typedef struct cost {
+  double thread, writer;
+} cost_t;
 
 static int compare_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -48,48 +57,57 @@ static void capture(bool on) {
     hbm_profiler_stop();
 }
 
-/* ns per event of `events` hook calls (alloc/free pairs); stable: hbm__rec_alloc_stable. */
-static double run_hooks(int id, int events, const hbm_tag_t *tag, bool stable) {
-  double t0 = now_ns();
-  for (int i = 0; i < events / 2; i++) {
+typedef struct workload {
+  int id;
+  const hbm_tag_t *tag;
+  bool stable;
+  hbm_device_t *dev; /* set: hbm_alloc/hbm_free instead of the hooks */
+  int events;
+} workload_t;
+
+static void run(const workload_t *w) {
+  for (int i = 0; i < w->events / 2; i++) {
+    if (w->dev) {
+      hbm_free(w->dev, hbm_alloc(w->dev, 256, 0));
+      continue;
+    }
     uint64_t addr = 0x7f0000000000ull + (uint64_t)(i & 1023) * 4096;
-    if (stable)
-      hbm__rec_alloc_stable(id, addr, 256, 256, tag);
+    if (w->stable)
+      hbm__rec_alloc_stable(w->id, addr, 256, 256, w->tag);
     else
-      hbm__rec_alloc(id, addr, 256, 256, tag);
-    hbm__rec_free(id, addr);
+      hbm__rec_alloc(w->id, addr, 256, 256, w->tag);
+    hbm__rec_free(w->id, addr);
   }
-  return (now_ns() - t0) / events;
 }
 
-static double hooks_median(int runs, bool on, int id, int events, const hbm_tag_t *tag,
-                           bool stable) {
-  double v[64];
+/* One run: the capture (when on) spans the workload and the stop that writes it out. */
+static cost_t measure(const workload_t *w, bool on) {
+  capture(on);
+  double process0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), thread0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+  run(w);
+  double thread = cpu_ns(CLOCK_THREAD_CPUTIME_ID) - thread0;
+  capture(false);
+  double process = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  double writer = process - thread; /* the writer thread, and stop() writing the rest */
+  return (cost_t){thread / w->events, writer > 0 ? writer / w->events : 0};
+}
+
+static cost_t median_cost(int runs, const workload_t *w, bool on) {
+  double t[64], wr[64];
   for (int r = 0; r < runs; r++) {
-    capture(on);
-    v[r] = run_hooks(id, events, tag, stable);
-    capture(false);
+    cost_t c = measure(w, on);
+    t[r] = c.thread, wr[r] = c.writer;
   }
-  return median(v, runs);
+  return (cost_t){median(t, runs), median(wr, runs)};
 }
 
-static double run_allocator(hbm_device_t *dev, int events) {
-  double t0 = now_ns();
-  for (int i = 0; i < events / 2; i++) {
-    void *p = hbm_alloc(dev, 256, 0);
-    hbm_free(dev, p);
-  }
-  return (now_ns() - t0) / events;
-}
-
-static double allocator_median(int runs, bool on, hbm_device_t *dev) {
-  double v[64];
-  for (int r = 0; r < runs; r++) {
-    capture(on);
-    v[r] = run_allocator(dev, BURST);
-    capture(false);
-  }
-  return median(v, runs);
+static void print_row(const char *what, cost_t c, const cost_t *base) {
+  printf("  %-42s %8.2f", what, c.thread);
+  if (base)
+    printf("  (+%5.2f)", c.thread - base->thread);
+  else
+    printf("  %8s", "");
+  printf("  %8.2f\n", c.writer);
 }
 
 int main(int argc, char **argv) {
@@ -99,13 +117,16 @@ int main(int argc, char **argv) {
   int id = hbm__rec_device_open("bench0", "bfc", 1ull << 34, NULL, NULL);
   hbm_tag_t tag = {"jit(train_step)/transformer/layer_3/attention/dot_general", "bf16[8,2048,128]",
                    HBM_CAT_TEMPORARY, "activations", "model.py:142"};
-  run_hooks(id, BURST, NULL, false); /* warm-up */
-  double off = hooks_median(runs, false, id, BURST, NULL, false);
-  double on = hooks_median(runs, true, id, BURST, NULL, false);
-  double tagged = hooks_median(runs, true, id, BURST, &tag, false);
-  double stable = hooks_median(runs, true, id, BURST, &tag, true);
-  double sustained = hooks_median(runs < 3 ? runs : 3, true, id, SUSTAINED, NULL, false);
-  double sustained_tagged = hooks_median(runs < 3 ? runs : 3, true, id, SUSTAINED, &tag, true);
+  workload_t plain = {id, NULL, false, NULL, BURST}, copied = {id, &tag, false, NULL, BURST},
+             stable = {id, &tag, true, NULL, BURST},
+             plain_long = {id, NULL, false, NULL, SUSTAINED},
+             stable_long = {id, &tag, true, NULL, SUSTAINED};
+  run(&plain); /* warm-up */
+  int long_runs = runs < 3 ? runs : 3;
+  cost_t off = median_cost(runs, &plain, false), on = median_cost(runs, &plain, true);
+  cost_t tag_copy = median_cost(runs, &copied, true), tag_stable = median_cost(runs, &stable, true);
+  cost_t on_long = median_cost(long_runs, &plain_long, true);
+  cost_t stable_long_cost = median_cost(long_runs, &stable_long, true);
   hbm__rec_device_close(id);
 
   hbm_config_t cfg;
@@ -117,25 +138,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_recorder: %s\n", hbm_last_error());
     return 1;
   }
-  run_allocator(dev, BURST);
-  double alloc_off = allocator_median(runs, false, dev);
-  double alloc_on = allocator_median(runs, true, dev);
+  workload_t allocs = {0, NULL, false, dev, BURST};
+  run(&allocs);
+  cost_t alloc_off = median_cost(runs, &allocs, false), alloc_on = median_cost(runs, &allocs, true);
   hbm_close(dev);
 
-  printf("recorder cost, ns per event (median of %d runs, %d events each; single thread)\n", runs,
-         BURST);
-  printf("  %-44s %8.2f\n", "hooks, no capture", off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "hooks, capturing", on, on - off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "hooks, capturing, tagged (4 strings)", tagged, tagged - off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "hooks, capturing, tagged, stable strings", stable,
-         stable - off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "hooks, capturing, 4M events in a row", sustained,
-         sustained - off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "the same, tagged with stable strings", sustained_tagged,
-         sustained_tagged - off);
-  printf("  %-44s %8.2f\n", "hbm_alloc+hbm_free 256B, no capture", alloc_off);
-  printf("  %-44s %8.2f  (+%.2f)\n", "hbm_alloc+hbm_free 256B, capturing", alloc_on,
-         alloc_on - alloc_off);
+  printf("recorder cost, ns per event, median of %d runs of %d events (4M: %d runs)\n", runs, BURST,
+         long_runs);
+  printf("  %-42s %8s  %8s  %8s\n", "", "thread", "(added)", "writer");
+  print_row("hooks, no capture", off, NULL);
+  print_row("hooks, capturing", on, &off);
+  print_row("hooks, capturing, tag copied (4 strings)", tag_copy, &off);
+  print_row("hooks, capturing, tag by address (stable)", tag_stable, &off);
+  print_row("hooks, capturing, 4M events", on_long, &off);
+  print_row("hooks, capturing, 4M events, tag by address", stable_long_cost, &off);
+  print_row("hbm_alloc+hbm_free 256B, no capture", alloc_off, NULL);
+  print_row("hbm_alloc+hbm_free 256B, capturing", alloc_on, &alloc_off);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", logdir);
   if (system(cmd) != 0)
