@@ -458,6 +458,24 @@ static void huge_sizes_allocate_nothing_huge(void **state) {
   assert_non_null(strstr(hbm_profile_meta(p, "lost"), "decompresses to more than"));
   assert_true(hbm_profile_step_count(p) == 0);
   hbm_profile_free(p);
+  /* more memory spaces than a reader takes (each one is analysed on its own) */
+  uint8_t *spaces = malloc(8 * 5000 + 8); /* type, length, index (2 bytes), 4 fields */
+  size_t k = 0;
+  spaces[k++] = HBM_REC_STRING, spaces[k++] = 1, spaces[k++] = 'S';
+  for (unsigned i = 0; i < 5000; i++) {
+    uint8_t body[16];
+    size_t b = hbm__put_varint(body, i);
+    body[b++] = 1, body[b++] = 0, body[b++] = 0, body[b++] = 0; /* name 1, no device */
+    spaces[k++] = HBM_REC_SPACE, spaces[k++] = (uint8_t)b;
+    memcpy(spaces + k, body, b);
+    k += b;
+  }
+  len = build_file(file, sizeof file, spaces, k, (uint32_t)k);
+  free(spaces);
+  p = hbm__trace_parse(file, len, "spaces.hbmtrace", 0);
+  assert_non_null(p);
+  assert_non_null(strstr(hbm_profile_meta(p, "lost"), "more than 4096 memory spaces"));
+  hbm_profile_free(p);
   /* header announcing a 4 GiB body */
   uint8_t header[HBM_TRACE_HEADER_FIXED] = "HBMTRACE\x01\x00\x00\x00";
   hbm__put_le32(header + 12, 0xffffffffu);

@@ -24,6 +24,8 @@
 #define HBM_TRACE_BLOCK_HEAD 16             /* magic, compressed length, raw length, CRC */
 #define HBM_TRACE_BLOCK_RAW_MAX (16u << 20) /* largest raw block a reader accepts */
 #define HBM_TRACE_BLOCK_TARGET (256u << 10) /* writers start a new block past this */
+#define HBM_TRACE_MAX_META 4096             /* metadata entries a reader accepts */
+#define HBM_TRACE_MAX_SPACES 4096           /* memory spaces a reader accepts */
 
 /* Record types. */
 enum {

@@ -114,6 +114,8 @@ static bool read_space(reader_t *r, cursor_t *c) {
     return bad(r, "a space record is cut short");
   if (index != (uint64_t)hbm_profile_space_count(r->p))
     return bad(r, "space %llu defined out of order", (unsigned long long)index);
+  if (index >= HBM_TRACE_MAX_SPACES)
+    return bad(r, "more than %d memory spaces", HBM_TRACE_MAX_SPACES);
   if (color < INT32_MIN || color > INT32_MAX)
     return bad(r, "space colour %lld out of range", (long long)color);
   return hbm_profile_add_space(r->p, name ? name : "", device, (int)color, limit) >= 0 ||
@@ -455,6 +457,9 @@ static hbm_status_t read_header(reader_t *r, const uint8_t *data, size_t len, si
   if (!r->p)
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading the header", r->name);
   uint64_t n_meta = get_u(&c);
+  if (n_meta > HBM_TRACE_MAX_META)
+    return hbm__error(HBM_ERR_PARSE, "%s: the header announces %llu metadata entries (at most %d)",
+                      r->name, (unsigned long long)n_meta, HBM_TRACE_MAX_META);
   for (uint64_t i = 0; i < n_meta && !c.bad; i++) {
     char *kv[2] = {NULL, NULL};
     for (int k = 0; k < 2 && !c.bad; k++) {
