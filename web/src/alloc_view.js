@@ -450,6 +450,15 @@ export class AllocView {
     if (hit) this.api.onRectClick(hit.id);
   }
 
+  // Shows steps [from, to) (the memory timeline's zoom, when the two are linked).
+  showSteps(from, to) {
+    if (!this.summary) return;
+    this.view.x0 = Math.max(0, from);
+    this.view.x1 = Math.min(this.summary.n_steps, Math.max(from + 1, to));
+    this.draw();
+    this.scheduleFetch();
+  }
+
   reset() {
     this.view = { x0: 0, x1: Math.max(1, this.summary.n_steps), y0: 0, y1: this.extent || 1 };
     this.draw();

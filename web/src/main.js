@@ -528,6 +528,9 @@ for (const order of ['program', 'size', 'padding']) {
   });
 }
 window.hbmViewer.views = views;
+views.timeline.onZoom = (from, to) => {
+  if ($('link-zoom').checked) views.alloc.showSteps(from, to);
+};
 
 function bind() {
   $('run-select').addEventListener('change', (e) => selectRun(e.target.value));

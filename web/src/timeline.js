@@ -152,13 +152,15 @@ export class Timeline {
   }
 
   reset() {
-    this.load(0, this.nSteps, false);
+    if (this.onZoom) this.onZoom(0, this.nSteps);
+    return this.load(0, this.nSteps, false);
   }
 
   zoomTo(from, to) {
     from = Math.max(0, Math.floor(from));
     to = Math.min(this.nSteps, Math.ceil(to));
     if (to - from < 2) to = Math.min(this.nSteps, from + 2);
+    if (this.onZoom) this.onZoom(from, to); // the allocation timeline follows, when linked
     return this.load(from, to, false);
   }
 
