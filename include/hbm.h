@@ -460,14 +460,18 @@ typedef struct hbm_summary {
   uint64_t indefinite_bytes;      /* buffers live for the whole program (HBM_BUF_INDEFINITE) */
   uint64_t argument_bytes;        /* parameters live at the peak */
   uint64_t output_bytes;          /* outputs live at the peak */
-  uint64_t temporary_bytes;       /* peak_bytes - indefinite_bytes */
+  uint64_t temporary_bytes;       /* peak_bytes minus buffers live at the peak that are
+                                     indefinite or program inputs/outputs, constants,
+                                     thread-local (XProf's peak - indefinite); untagged
+                                     buffers count as temporaries */
   uint64_t heap_bytes;            /* highest address+size in use (plan: heap size with
                                      fragmentation; runtime: span of reserved memory) */
   uint64_t peak_reserved_bytes;   /* max reserved over steps (runtime); heap_bytes for plans */
   uint64_t reserved_at_peak;      /* reserved at peak_step */
   uint64_t limit_bytes;           /* the space's limit, 0 = unknown */
   double fragmentation_at_peak;   /* 1 - largest free block / free bytes, within reserved
-                                     memory at peak_step (0 when nothing free) */
+                                     memory at peak_step (0 when nothing free; -1 when the
+                                     profile records no reserved memory, e.g. an RMM log) */
   uint64_t largest_free_at_peak;
   size_t n_buffers_at_peak;
   size_t n_oom;
@@ -487,7 +491,9 @@ typedef struct hbm_group_total {
   size_t count;
 } hbm_group_total_t;
 
-/* Analyses one memory space of p (p must outlive the analysis). */
+/* Analyses one memory space of p (p must outlive the analysis). All the work is done here;
+ * the hbm_analysis_* readers below only read, so any number of threads may call them on one
+ * analysis at once. */
 hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space);
 void hbm_analysis_free(hbm_analysis_t *a);
 const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a);
@@ -578,6 +584,55 @@ hbm_status_t hbm_alloc_log_parse(const char *data, size_t len, const char *name,
 void hbm_alloc_log_free(hbm_alloc_log_t *log);
 /* The log as a runtime profile (one step per event). */
 hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *name);
+
+/* Replays a log through libhbm on a private simulated device (its own HBM_SIM_NAME, never
+ * shared with other processes; the allocator never touches device memory, so a replay
+ * writes nothing there). The device has `memory` bytes and the allocator may use all of
+ * them (XLA_PYTHON_CLIENT_MEM_FRACTION=1). 'allocate failure' lines of the log are counted,
+ * not replayed. */
+typedef struct hbm_replay_options {
+  hbm_mode_t mode;  /* default HBM_MODE_BFC */
+  uint64_t memory;  /* device memory; 0: 16 GiB, or twice the peak live bytes rounded up to
+                       a GiB when that is more */
+  int min_memory;   /* also search the smallest memory (1 MiB resolution) the log runs on */
+  int repeat;       /* timed replays after the first (warm-up) one; 0: 5, < 0: none */
+  /* Called now and then with a phase ("replay", "timing", "min-memory") and the fraction
+   * of the whole work done, in [0, 1]; may be NULL. */
+  void (*progress)(void *ctx, const char *phase, double done);
+  void *progress_ctx;
+} hbm_replay_options_t;
+
+typedef struct hbm_replay_result {
+  hbm_mode_t mode;
+  uint64_t events;              /* allocate and free events replayed */
+  uint64_t allocations;         /* of which allocations */
+  uint64_t failure_records;     /* 'allocate failure' lines in the log (not replayed) */
+  uint64_t skipped_lines;       /* bad lines the reader skipped (lenient) */
+  uint64_t memory_bytes;        /* the device memory of the replay */
+  uint64_t peak_live_bytes;     /* the log's peak (hbm_analyze, as `hbm report` says) */
+  uint64_t peak_reserved_bytes; /* the allocator's peak reserved (expandable: mapped) */
+  uint64_t min_memory_bytes;    /* 0 when not searched (or when no memory up to 1024 TiB runs
+                                   the log) */
+  uint64_t failed_allocations;  /* allocations that failed in the first replay */
+  int64_t first_failure_event;  /* index among the log's events, -1 when none failed */
+  int64_t first_failure_line;   /* its line in the log */
+  uint64_t first_failure_size;
+  char *first_failure_message;  /* the allocator's diagnosis (malloc'd), NULL when none */
+  int timed_replays;            /* replays behind ns_per_op */
+  double ns_per_op;             /* median over the timed replays of time / events; 0 if none */
+  double ns_per_op_min, ns_per_op_max;
+} hbm_replay_result_t;
+
+void hbm_replay_options_default(hbm_replay_options_t *opt);
+/* Replays log per opt (NULL: defaults). Fills *out (free it with hbm_replay_result_free);
+ * failed allocations are results, not errors: errors are bad options and host trouble. */
+hbm_status_t hbm_replay_run(const hbm_alloc_log_t *log, const hbm_replay_options_t *opt,
+                            hbm_replay_result_t *out);
+void hbm_replay_result_free(hbm_replay_result_t *r);
+/* The smallest device memory (a multiple of 1 MiB) on which the log runs in `mode` without
+ * one failed allocation; found by bisection above the log's peak. *out = 0 when even
+ * 1024 TiB does not do. */
+hbm_status_t hbm_replay_min_memory(const hbm_alloc_log_t *log, hbm_mode_t mode, uint64_t *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* The compile-time planner for XLA HLO                                                        */

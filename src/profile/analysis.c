@@ -166,8 +166,6 @@ static void find_peak(hbm_analysis_t *a) {
   sum->peak_unpadded_bytes = a->unpadded[sum->peak_step];
   sum->padding_bytes =
       sum->peak_bytes > sum->peak_unpadded_bytes ? sum->peak_bytes - sum->peak_unpadded_bytes : 0;
-  sum->temporary_bytes =
-      sum->peak_bytes > sum->indefinite_bytes ? sum->peak_bytes - sum->indefinite_bytes : 0;
   if (a->reserved) {
     sum->reserved_at_peak = a->reserved[sum->peak_step];
     for (int64_t s = 0; s < a->p->n_steps; s++)
@@ -225,6 +223,17 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
     sum->category_bytes[b->category] += b->size;
   }
   sum->n_buffers_at_peak = n;
+  /* Temporaries: everything at the peak that is not program input/output, constant or
+   * thread-local (XProf's peak minus indefinite, which for runtime profiles, where nothing is
+   * flagged indefinite, comes from the tags). Untagged buffers count as temporaries. */
+  uint64_t program = 0;
+  for (size_t k = 0; k < n; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    bool temporary = b->category == HBM_CAT_TEMPORARY || b->category == HBM_CAT_UNKNOWN;
+    if ((b->flags & HBM_BUF_INDEFINITE) || !temporary)
+      program += b->size;
+  }
+  sum->temporary_bytes = sum->peak_bytes > program ? sum->peak_bytes - program : 0;
   sum->argument_bytes = sum->category_bytes[HBM_CAT_PARAMETER];
   sum->output_bytes = sum->category_bytes[HBM_CAT_OUTPUT];
   memcpy(a->by_size, a->at_peak, n * sizeof *a->at_peak);
