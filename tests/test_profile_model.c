@@ -53,6 +53,7 @@ static void runtime_peak_and_buffers(void **state) {
   assert_int_equal(s->n_buffers_at_peak, 3);
   assert_int_equal(s->argument_bytes, 100);
   assert_int_equal(s->category_bytes[HBM_CAT_TEMPORARY], 400);
+  assert_int_equal(s->temporary_bytes, 400); /* the parameter A is not a temporary */
   assert_true(s->fragmentation_at_peak < 0); /* no reservation data */
   uint64_t expect[] = {100, 400, 450, 150, 500, 150};
   for (int i = 0; i < 6; i++)
