@@ -222,10 +222,14 @@ static void write_numbers(FILE *out, const hbm_profile_t *p, const hbm_summary_t
             bytes_text(s->limit_bytes, a, sizeof a), percent(s->peak_bytes, s->limit_bytes));
   else
     fprintf(out, "  limit            unknown\n");
-  if (s->reserved_at_peak > s->peak_bytes)
+  if (s->fragmentation_at_peak < 0)
+    fprintf(out, "  fragmentation    unknown (no reserved memory recorded)\n");
+  else if (s->reserved_at_peak > s->peak_bytes)
     fprintf(out, "  fragmentation    %.1f%% at the peak (largest free block %s of %s free)\n",
             100.0 * s->fragmentation_at_peak, bytes_text(s->largest_free_at_peak, a, sizeof a),
             bytes_text(s->reserved_at_peak - s->peak_bytes, b, sizeof b));
+  else
+    fprintf(out, "  fragmentation    none at the peak (nothing free in reserved memory)\n");
   fprintf(out, "  buffers          %lld in this space, %zu live at the peak\n",
           (long long)s->n_buffers, s->n_buffers_at_peak);
 }
