@@ -1,9 +1,10 @@
 /* test_alloc_modes.c — the allocator through its public API, mode by mode, on the sim device:
- * bfc preallocates the limit at the first allocation, growth takes doubling regions and
- * never gives them back, platform takes and returns exactly what is asked, async follows
- * cudaMallocAsync's stream rules and its preallocation variable; every mode respects the
- * limit, hands out memory that reads back what was written, honours alignments, keeps exact
- * statistics, walks its live blocks with their tags, and refuses bad arguments. */
+ * bfc preallocates the limit at the first allocation, growth commits memory contiguously —
+ * only what a request lacks — and never gives it back, platform takes and returns exactly
+ * what is asked, async follows cudaMallocAsync's stream rules and its preallocation
+ * variable; every mode respects the limit, hands out memory that reads back what was
+ * written, honours alignments, keeps exact statistics, walks its live blocks with their
+ * tags, and refuses bad arguments. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,41 +86,57 @@ static void bfc_preallocates_at_first_use(void **state) {
   hbm_close(dev);
 }
 
-static void growth_takes_doubling_regions(void **state) {
+/* Growth commits memory at the end of one address range, exactly what a request lacks in
+ * whole 2 MiB granules, so the arena stays one region whose free tail grows; nothing is ever
+ * given back. */
+static void growth_commits_what_is_lacking(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_GROWTH, 64 * MiB, 0.5);
+  hbm_device_t *dev = open_mode(HBM_MODE_GROWTH, 64 * MiB, 0.5); /* limit 32 MiB */
   void *a = hbm_alloc(dev, 1000, 0);
   assert_non_null(a);
   assert_true(stats_of(dev).bytes_reserved == 2 * MiB);
-  void *b = hbm_alloc(dev, 3 * MiB, 0);
+  void *b = hbm_alloc(dev, 3 * MiB, 0); /* lacks 1 MiB + 1 KiB beyond the free tail */
   assert_non_null(b);
-  assert_true(stats_of(dev).bytes_reserved == 6 * MiB); /* + 4 MiB */
-  void *c = hbm_alloc(dev, 5 * MiB, 0);
+  assert_true(stats_of(dev).bytes_reserved == 4 * MiB);
+  assert_true((char *)b == (char *)a + 1024); /* one region: right after a */
+  void *c = hbm_alloc(dev, 5 * MiB, 0);       /* lacks 4 MiB + 1 KiB */
   assert_non_null(c);
-  assert_true(stats_of(dev).bytes_reserved == 14 * MiB); /* + 8 MiB */
-  assert_true(device_free(dev) == 50 * MiB);
+  assert_true(stats_of(dev).bytes_reserved == 10 * MiB);
+  assert_true((char *)c == (char *)b + 3 * MiB);
+  assert_true(device_free(dev) == 54 * MiB);
   hbm_free(dev, a);
   hbm_free(dev, b);
   hbm_free(dev, c);
-  assert_true(stats_of(dev).bytes_reserved == 14 * MiB); /* kept */
-  void *d = hbm_alloc(dev, 7 * MiB, 0);                  /* reuses the 8 MiB region */
+  assert_true(stats_of(dev).bytes_reserved == 10 * MiB); /* kept */
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  assert_true(stats_of(dev).bytes_reserved == 10 * MiB); /* even by a trim */
+  hbm_stats_t s = stats_of(dev);
+  assert_true(s.largest_free_block == 10 * MiB && s.fragmentation == 0.0); /* coalesced */
+  void *d = hbm_alloc(dev, 7 * MiB, 0); /* reuses what was freed */
   assert_non_null(d);
-  assert_true(stats_of(dev).bytes_reserved == 14 * MiB);
-  void *e = hbm_alloc(dev, 10 * MiB, 0); /* + 16 MiB */
-  assert_non_null(e);
-  assert_true(stats_of(dev).bytes_reserved == 30 * MiB);
-  assert_null(hbm_alloc(dev, 9 * MiB, 0)); /* only 2 MiB of the limit left */
+  assert_true(stats_of(dev).bytes_reserved == 10 * MiB);
+  assert_non_null(hbm_alloc(dev, 10 * MiB, 0)); /* 3 MiB free at the tail: 8 MiB more */
+  assert_true(stats_of(dev).bytes_reserved == 18 * MiB);
+  assert_non_null(hbm_alloc(dev, 9 * MiB, 0)); /* 1 MiB free at the tail: 8 MiB more */
+  assert_true(stats_of(dev).bytes_reserved == 26 * MiB);
+  assert_null(hbm_alloc(dev, 8 * MiB, 0)); /* would need 8 MiB more: over the limit */
   assert_int_equal(hbm_last_status(), HBM_ERR_NO_MEMORY);
-  assert_true(stats_of(dev).peak_bytes_reserved == 30 * MiB);
+  assert_non_null(strstr(hbm_last_error(), "may still grow by 6.00MiB"));
+  assert_true(stats_of(dev).peak_bytes_reserved == 26 * MiB);
+  assert_non_null(hbm_alloc(dev, 6 * MiB, 0)); /* exactly up to the limit */
+  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
+  hbm_free(dev, d);
+  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
   hbm_close(dev);
-  /* The next region is clamped to what the limit leaves. */
-  dev = open_mode(HBM_MODE_GROWTH, 40 * MiB, 0.5);
-  assert_non_null(hbm_alloc(dev, 1000, 0));    /* 2 MiB */
-  assert_non_null(hbm_alloc(dev, 3 * MiB, 0)); /* 4 MiB */
-  assert_non_null(hbm_alloc(dev, 7 * MiB, 0)); /* 8 MiB */
-  assert_true(stats_of(dev).bytes_reserved == 14 * MiB);
-  assert_non_null(hbm_alloc(dev, 5 * MiB, 0)); /* 16 MiB would pass the 20 MiB limit: 6 */
+  /* A limit that is not a whole number of granules: its last bytes come as a region. */
+  dev = open_mode(HBM_MODE_GROWTH, 41 * MiB, 0.5); /* limit 20.5 MiB */
+  assert_non_null(hbm_alloc(dev, 20 * MiB, 0));
   assert_true(stats_of(dev).bytes_reserved == 20 * MiB);
+  void *g = hbm_alloc(dev, 300 * KiB, 0);
+  assert_non_null(g);
+  assert_true(stats_of(dev).bytes_reserved == 20 * MiB + 300 * KiB);
+  memset(g, 0x5a, 300 * KiB);
+  assert_null(hbm_alloc(dev, 300 * KiB, 0));
   hbm_close(dev);
 }
 
@@ -735,7 +752,7 @@ static void profile_dir_starts_a_capture(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bfc_preallocates_at_first_use),
-      cmocka_unit_test(growth_takes_doubling_regions),
+      cmocka_unit_test(growth_commits_what_is_lacking),
       cmocka_unit_test(platform_is_exact_and_returns),
       cmocka_unit_test(async_follows_stream_order),
       cmocka_unit_test(async_preallocation_and_trim),

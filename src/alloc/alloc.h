@@ -3,8 +3,9 @@
  * How the layer fits together:
  *   options.c      the environment variables, in one table → hbm_config_t
  *   device*.c      physical memory of one accelerator (device.h): sim or CUDA
- *   bfc.c          the best-fit-with-coalescing arena (TLSF: segregated free lists with
- *                  bitmaps, O(1) search) and the "bfc" (preallocated) and "growth" strategies
+ *   arena.c        the best-fit-with-coalescing arena (TLSF: segregated free lists with
+ *                  bitmaps) shared by the bfc, growth, async and expandable strategies
+ *   bfc.c          the "bfc" (preallocated) and "growth" strategies
  *   platform.c     the "platform" strategy: exact sizes from the device, returned at once
  *   async_pool.c   the "async" strategy: a stream-ordered growing pool
  *   expandable.c   the "expandable" strategy (virtual range + physical granules)
@@ -21,6 +22,7 @@
 #define HBM_ALLOC_H
 
 #include "alloc/device.h"
+#include "alloc/lock.h"
 #include "base/base.h"
 #include "hbm.h"
 
@@ -30,6 +32,9 @@
 
 /* Every block is at least this large and its size a multiple of it (as XLA's BFC). */
 #define HBM__MIN_BLOCK 256u
+/* Requests of this size or more are placed at the high end of the free chunk chosen for
+ * them, smaller ones at its low end (arena.c says why). */
+#define HBM__PLACE_HIGH (4ull << 20)
 
 static inline uint64_t hbm__round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 /* x rounded up to a multiple of `to`, or UINT64_MAX when that overflows. */
@@ -88,6 +93,7 @@ typedef struct hbm__chunk_info {
   uint64_t addr;
   uint64_t size;
   bool in_use;
+  uint64_t handle; /* the strategy's handle of the block (arena strategies) */
 } hbm__chunk_info_t;
 
 /* What the front gives a strategy when it creates one. */
@@ -102,6 +108,7 @@ typedef struct hbm__strategy_env {
 } hbm__strategy_env_t;
 
 typedef struct hbm__strategy hbm__strategy_t;
+typedef struct hbm__arena hbm__arena_t;
 
 typedef struct hbm__strategy_ops {
   const char *name;
@@ -129,6 +136,10 @@ typedef struct hbm__strategy_ops {
 struct hbm__strategy {
   const hbm__strategy_ops_t *ops;
   hbm__strategy_env_t env;
+  /* Set by strategies whose blocks are plain blocks of this arena (bfc, growth): the front
+   * then calls hbm__arena_alloc / hbm__arena_release itself, and ops->alloc only when the
+   * arena cannot serve a request (to preallocate, grow, or say why not). */
+  hbm__arena_t *arena;
 };
 
 /* Constructors, one per mode. They take nothing from the device yet. */
@@ -138,22 +149,41 @@ hbm_status_t hbm__platform_create(const hbm__strategy_env_t *env, hbm__strategy_
 hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
 hbm_status_t hbm__expandable_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
 
-/* ---- the best-fit-with-coalescing arena (bfc.c), shared by the bfc, growth and async
- * strategies: host-side chunks over regions of device addresses. Not locked. ---- */
+/* ---- the best-fit-with-coalescing arena (arena.c), shared by the bfc, growth, async and
+ * expandable strategies: host-side chunks over regions of device addresses. Not locked. ---- */
 
-typedef struct hbm__arena hbm__arena_t;
-
-hbm__arena_t *hbm__arena_new(void);
+/* indexed: the arena keeps an address index per region, for hbm__arena_find. */
+hbm__arena_t *hbm__arena_new(bool indexed);
 /* Frees the metadata (not the regions: release them first with hbm__arena_for_each_region). */
 void hbm__arena_delete(hbm__arena_t *a);
-/* Adds [base, base + size) as free memory; base and size multiples of 256. */
-hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size);
-/* A block of at least size bytes (rounded up to 256) aligned to `alignment`.
- * HBM_ERR_NO_MEMORY (no message set) when no free chunk fits; HBM_ERR_HOST_MEMORY. */
+/* Requests of `threshold` bytes or more go to the high end of the free chunk chosen for them
+ * (default HBM__PLACE_HIGH; UINT64_MAX: every request at the low end). */
+void hbm__arena_place_high(hbm__arena_t *a, uint64_t threshold);
+/* Adds [base, base + size) as free memory; base and size multiples of 256. The region may
+ * later be extended up to max_size bytes (max_size <= size: it may not). */
+hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size,
+                                   uint64_t max_size);
+/* Grows the region that starts at `base` by `added` bytes at its end (a multiple of 256). */
+hbm_status_t hbm__arena_extend_region(hbm__arena_t *a, uint64_t base, uint64_t added);
+/* The size of the free chunk that ends the region at `base` (0 if its last chunk is used). */
+uint64_t hbm__arena_free_tail(hbm__arena_t *a, uint64_t base);
+/* A block of at least size bytes (rounded up to 256) aligned to `alignment`; the arena
+ * remembers `size` as the block's requested size. HBM_ERR_NO_MEMORY (no message set) when
+ * no free chunk fits; HBM_ERR_HOST_MEMORY. */
 hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment,
                               hbm__block_t *out);
 /* Frees a block, coalescing with free neighbours. */
 void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b);
+/* Indexed arenas: the handle of the used block starting at addr, UINT32_MAX if none. */
+uint32_t hbm__arena_find(const hbm__arena_t *a, uint64_t addr);
+/* Indexed arenas: releases the used block starting at addr and says its requested size and
+ * tag; false when no block starts there. */
+bool hbm__arena_release_at(hbm__arena_t *a, uint64_t addr, uint64_t *requested, uint32_t *tag);
+/* The block of a handle, its requested size and its tag (either pointer may be NULL). */
+void hbm__arena_block(const hbm__arena_t *a, uint32_t handle, hbm__block_t *out,
+                      uint64_t *requested, uint32_t *tag);
+/* The front's tag index of a used block (0: none). */
+void hbm__arena_set_tag(hbm__arena_t *a, uint32_t handle, uint32_t tag);
 /* Cuts a used block in two: b keeps its first `keep` bytes (a multiple of 256), *rest gets
  * the others, also in use. */
 hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest);
@@ -166,8 +196,12 @@ void hbm__arena_drop_free_regions(hbm__arena_t *a,
                                   void *ctx);
 void hbm__arena_for_each_region(const hbm__arena_t *a,
                                 void (*fn)(void *ctx, uint64_t base, uint64_t size), void *ctx);
+/* Every chunk of every region, regions in address order, chunks in address order. */
 hbm_status_t hbm__arena_walk(const hbm__arena_t *a, int (*fn)(const hbm__chunk_info_t *, void *),
                              void *ctx);
+/* Calls fn for every free chunk, in no particular order. */
+void hbm__arena_for_each_free(const hbm__arena_t *a,
+                              void (*fn)(void *ctx, uint64_t addr, uint64_t size), void *ctx);
 
 /* ---- streams ---- */
 
@@ -186,17 +220,37 @@ static inline void *hbm__stream_native(const hbm_stream_t *s) { return s ? s->na
  * empty, from this thread's innermost annotation scope. Returns false when the result is
  * empty (no tag at all). */
 bool hbm__tag_resolve(const hbm_tag_t *explicit_tag, hbm_tag_t *out);
+/* How many annotation scopes this thread has open (for the front's hot path: no tag and no
+ * scope means no tag to resolve). */
+extern _Thread_local size_t hbm__annotation_depth __attribute__((tls_model("initial-exec")));
 
 /* ---- the front (front.c) ---- */
 
-/* A live block as the front knows it: its strategy block, its requested size, its tags
- * (interned in the device's string table). */
+/* A live block as the front knows it: its strategy block (whose address is the key), its
+ * requested size, and its tags (an index into the device's tag table, 0 when untagged).
+ * Blocks of arena strategies (strategy->arena) are kept by the arena itself, which finds
+ * them by address; the table below holds the blocks of the other strategies. */
 typedef struct hbm__record {
-  uint64_t size;
   hbm__block_t block;
-  hbm_tag_t tag;
-  uint32_t next_free; /* free-list link while unused */
+  uint64_t size;
+  uint32_t tag;
 } hbm__record_t;
+
+/* The live blocks of a device: open addressing on the address, linear probing, deletion by
+ * backward shift (no tombstones), at most half full. Records move when others are removed:
+ * pointers into it are valid until the next change. An empty slot has address 0. */
+typedef struct hbm__live_table {
+  hbm__record_t *slots;
+  uint64_t mask;  /* capacity - 1 (capacity a power of two, or 0 when none yet) */
+  unsigned shift; /* 64 - log2(capacity) */
+  uint64_t count;
+} hbm__live_table_t;
+
+/* An entry of a device's tag table. */
+typedef struct hbm__tag_slot {
+  hbm_tag_t tag;
+  uint32_t next_free; /* link in the list of unused entries */
+} hbm__tag_slot_t;
 
 struct hbm_device {
   hbm_config_t cfg;
@@ -209,11 +263,11 @@ struct hbm_device {
   bool oom_list_buffers; /* list the largest live buffers in OOM texts even when no
                             profile is captured (tests, `hbm demo`) */
 
-  pthread_mutex_t lock; /* guards everything below and the strategy */
-  hbm__record_t *records;
-  uint32_t records_cap;
-  uint32_t free_record; /* head of the free list (UINT32_MAX: none) */
-  hbm_u64map_t live;    /* address → record index */
+  hbm__devlock_t lock; /* guards everything below and the strategy */
+  hbm__live_table_t live;
+  hbm__tag_slot_t *tags; /* tags of live blocks (interned strings); tags[0] is unused */
+  uint32_t tags_cap;
+  uint32_t free_tag; /* head of the list of unused entries (0: none) */
   hbm_intern_t *strings;
   uint64_t in_use;
   uint64_t peak_in_use;
@@ -225,13 +279,16 @@ struct hbm_device {
   uint64_t next_stream_id;
 };
 
+/* The tags of a live record (all empty for an untagged block). Under dev->lock. */
+const hbm_tag_t *hbm__record_tag(const hbm_device_t *dev, const hbm__record_t *r);
+
 /* hbm_alloc, hbm_alloc_tagged and hbm_alloc_async in one: tag may be NULL (the thread's
  * annotation scope still applies). */
 void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
                  const hbm_tag_t *tag);
-/* Lists live blocks, largest first, into a malloc'd array (*n of them); NULL when none or
- * when host memory ran out. Called under dev->lock. */
-hbm__record_t **hbm__live_by_size(hbm_device_t *dev, size_t *n);
+/* The live blocks, largest first, in a malloc'd array (*n of them); NULL when host memory
+ * ran out. Called under dev->lock. */
+hbm__record_t *hbm__live_by_size(hbm_device_t *dev, size_t *n);
 /* Lets a device list its largest live buffers in every OOM text (not only while profiling). */
 void hbm__device_set_oom_buffers(hbm_device_t *dev, bool on);
 /* The strategy of a device (tests: walks over reservations). */

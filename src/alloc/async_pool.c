@@ -89,7 +89,7 @@ static hbm_status_t add_segment(async_pool_t *p, uint64_t size, hbm_reserve_op_t
     refused(why, op == HBM_RESERVE_PREALLOCATE ? HBM__FAIL_PREALLOC : HBM__FAIL_DEVICE, size);
     return HBM_ERR_NO_MEMORY;
   }
-  hbm_status_t st = hbm__arena_add_region(p->arena, (uint64_t)(uintptr_t)base, size);
+  hbm_status_t st = hbm__arena_add_region(p->arena, (uint64_t)(uintptr_t)base, size, size);
   if (st != HBM_OK) {
     hbm__device_region_free(env->device, base, size);
     why->kind = HBM__FAIL_HOST;
@@ -420,7 +420,7 @@ hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t *
     hbm_u64map_init(&p->native_live);
     hbm_u64map_init(&p->native_aligned);
     st = d->ops->pool_create(d, env->limit, &p->native);
-  } else if (!(p->arena = hbm__arena_new())) {
+  } else if (!(p->arena = hbm__arena_new(false))) {
     st = HBM_ERR_HOST_MEMORY;
   }
   if (st != HBM_OK) {

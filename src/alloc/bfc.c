@@ -1,407 +1,51 @@
-/* bfc.c — the best-fit-with-coalescing arena and the two strategies built on it:
+/* bfc.c — the two strategies built on the best-fit arena (arena.c):
  *   "bfc"    (XLA's default): the whole limit taken from the device at the first allocation,
  *            everything sub-allocated from that one region;
- *   "growth" (XLA_PYTHON_CLIENT_PREALLOCATE=false): regions taken on demand — 2 MiB first,
- *            doubling as XLA's BFC does — freed memory reused, never given back.
+ *   "growth" (XLA_PYTHON_CLIENT_PREALLOCATE=false): memory taken on demand, freed memory
+ *            reused, never given back (XLA's semantics).
  *
- * The arena keeps its metadata on the host and never touches device memory. Chunks are
- * 256-byte multiples (XLA's minimum and rounding). Free chunks sit in segregated lists
- * indexed TLSF-style: a first level per power of two and 32 linear subdivisions of each,
- * with one bitmap per level, so finding a free chunk that surely fits is a few bit scans
- * (O(1)) whatever the number of chunks. When that "good fit" finds nothing, the one class
- * that may still hold a big-enough chunk is searched for its best fit, so an allocation
- * fails only when no free chunk can hold it. Chunks know their address-order neighbours in
- * their region, and a freed chunk merges with free neighbours at once, so no two free
- * chunks are ever adjacent. Chunk records live in one array and refer to each other by
- * index (32 bits), which keeps them small and makes the handle given to the front an
- * index. */
+ * Growth differs from XLA in how it grows. XLA takes separate regions of doubling size (2 MiB,
+ * 4 MiB, ...), which cannot merge with each other: a freed block at the end of one region
+ * and one at the start of the next stay two holes, and the last doubling can take twice what
+ * is needed — XLA's growth mode reserves 1.2-2x the peak on real logs. Here, where the device
+ * has virtual memory (the sim device, CUDA with VMM), growth reserves an address range the
+ * size of the limit once and commits physical memory at its end, granule by granule, exactly
+ * as much as the request that did not fit lacks: the arena stays one region whose free tail
+ * simply grows, so the reservation follows the arena's high-water mark (1.00-1.04x the peak
+ * on the real logs). Without virtual memory it falls back to XLA's doubling regions. */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define NIL UINT32_MAX
-#define SL_BITS 5
-#define SL_COUNT (1u << SL_BITS)
-#define FL_COUNT 52 /* sizes up to 2^56 units of 256 bytes */
-#define MAX_UNITS (1ull << 55)
+#define FIRST_REGION (2ull << 20)
+/* In a growing range "the high end of a chunk" is often just below where the range will
+ * grow next, so fewer blocks go there than in a preallocated arena: on the real logs this
+ * threshold keeps the reservation within 1.00-1.04x of the peak (4 MiB: up to 1.07x). */
+#define GROWTH_PLACE_HIGH (16ull << 20)
 #define UNIT HBM__MIN_BLOCK
 
-typedef struct chunk {
-  uint64_t addr;
-  uint64_t size;       /* bytes, a multiple of 256 */
-  uint32_t prev, next; /* address-order neighbours in the region (NIL at its ends) */
-  uint32_t free_prev;  /* links in the size-class list while free */
-  uint32_t free_next;  /* ... and in the list of unused records while unused */
-  uint32_t region;
-  uint8_t is_free;
-  uint8_t fl, sl; /* its class while free */
-} chunk_t;
-
-typedef struct region {
-  uint64_t base, size;
-  uint32_t first; /* its lowest chunk */
-  bool live;
-} region_t;
-
-struct hbm__arena {
-  chunk_t *chunks;
-  uint32_t n_chunks, cap_chunks;
-  uint32_t unused; /* free list of chunk records */
-  region_t *regions;
-  uint32_t n_regions, cap_regions;
-  uint64_t fl_bitmap;
-  uint32_t sl_bitmap[FL_COUNT];
-  uint32_t heads[FL_COUNT][SL_COUNT];
-  uint64_t reserved;  /* bytes in live regions */
-  uint64_t allocated; /* bytes in used chunks */
-};
-
-/* ---- size classes ---- */
-
-static unsigned msb64(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); }
-
-static void size_class(uint64_t units, unsigned *fl, unsigned *sl) {
-  if (units < SL_COUNT) {
-    *fl = 0;
-    *sl = (unsigned)units;
-    return;
-  }
-  unsigned msb = msb64(units);
-  *fl = msb - SL_BITS + 1;
-  *sl = (unsigned)(units >> (msb - SL_BITS)) & (SL_COUNT - 1);
-}
-
-/* The smallest class boundary >= units: every chunk in that class or above fits. */
-static uint64_t round_to_class(uint64_t units) {
-  if (units < SL_COUNT)
-    return units;
-  uint64_t step = 1ull << (msb64(units) - SL_BITS);
-  return (units + step - 1) & ~(step - 1);
-}
-
-/* ---- free lists ---- */
-
-static void insert_free(hbm__arena_t *a, uint32_t i) {
-  chunk_t *c = &a->chunks[i];
-  unsigned fl, sl;
-  size_class(c->size / UNIT, &fl, &sl);
-  c->is_free = 1;
-  c->fl = (uint8_t)fl;
-  c->sl = (uint8_t)sl;
-  c->free_prev = NIL;
-  c->free_next = a->heads[fl][sl];
-  if (c->free_next != NIL)
-    a->chunks[c->free_next].free_prev = i;
-  a->heads[fl][sl] = i;
-  a->fl_bitmap |= 1ull << fl;
-  a->sl_bitmap[fl] |= 1u << sl;
-}
-
-static void remove_free(hbm__arena_t *a, uint32_t i) {
-  chunk_t *c = &a->chunks[i];
-  unsigned fl = c->fl, sl = c->sl;
-  if (c->free_prev != NIL)
-    a->chunks[c->free_prev].free_next = c->free_next;
-  else
-    a->heads[fl][sl] = c->free_next;
-  if (c->free_next != NIL)
-    a->chunks[c->free_next].free_prev = c->free_prev;
-  if (a->heads[fl][sl] == NIL) {
-    a->sl_bitmap[fl] &= ~(1u << sl);
-    if (!a->sl_bitmap[fl])
-      a->fl_bitmap &= ~(1ull << fl);
-  }
-  c->is_free = 0;
-}
-
-/* The head of the first non-empty class at or above (fl, sl), NIL if none. */
-static uint32_t find_class_at_least(const hbm__arena_t *a, unsigned fl, unsigned sl) {
-  if (fl >= FL_COUNT)
-    return NIL;
-  uint32_t sl_map = a->sl_bitmap[fl] & (~0u << sl);
-  if (!sl_map) {
-    uint64_t fl_map = fl + 1 < 64 ? a->fl_bitmap & (~0ull << (fl + 1)) : 0;
-    if (!fl_map)
-      return NIL;
-    fl = (unsigned)__builtin_ctzll(fl_map);
-    sl_map = a->sl_bitmap[fl];
-  }
-  sl = (unsigned)__builtin_ctz(sl_map);
-  return a->heads[fl][sl];
-}
-
-/* The smallest chunk of at least `units` in units' own class (the good-fit search skips it,
- * since not all of its chunks fit). */
-static uint32_t best_in_own_class(const hbm__arena_t *a, uint64_t units) {
-  unsigned fl, sl;
-  size_class(units, &fl, &sl);
-  uint32_t best = NIL;
-  for (uint32_t i = a->heads[fl][sl]; i != NIL; i = a->chunks[i].free_next) {
-    const chunk_t *c = &a->chunks[i];
-    if (c->size >= units * UNIT && (best == NIL || c->size < a->chunks[best].size))
-      best = i;
-  }
-  return best;
-}
-
-/* ---- chunk records ---- */
-
-/* Makes sure n records can be taken without allocating, so that an operation either fails
- * before it changes anything or succeeds. */
-static bool reserve_records(hbm__arena_t *a, uint32_t n) {
-  uint32_t spare = 0;
-  for (uint32_t i = a->unused; i != NIL && spare < n; i = a->chunks[i].free_next)
-    spare++;
-  if (spare + (a->cap_chunks - a->n_chunks) >= n)
-    return true;
-  uint32_t cap = a->cap_chunks ? a->cap_chunks * 2 : 64;
-  if (cap < a->n_chunks + n || cap > NIL - 1)
-    return false;
-  chunk_t *grown = realloc(a->chunks, (size_t)cap * sizeof *grown);
-  if (!grown)
-    return false;
-  a->chunks = grown;
-  a->cap_chunks = cap;
-  return true;
-}
-
-static uint32_t take_record(hbm__arena_t *a) {
-  uint32_t i = a->unused;
-  if (i != NIL)
-    a->unused = a->chunks[i].free_next;
-  else
-    i = a->n_chunks++;
-  memset(&a->chunks[i], 0, sizeof a->chunks[i]);
-  return i;
-}
-
-static void drop_record(hbm__arena_t *a, uint32_t i) {
-  a->chunks[i].free_next = a->unused;
-  a->chunks[i].size = 0;
-  a->unused = i;
-}
-
-/* Cuts chunk i at `keep` bytes; the new record (returned) holds the rest and follows i in
- * address order. Records must have been reserved. */
-static uint32_t split_chunk(hbm__arena_t *a, uint32_t i, uint64_t keep) {
-  uint32_t j = take_record(a);
-  chunk_t *c = &a->chunks[i], *rest = &a->chunks[j];
-  rest->addr = c->addr + keep;
-  rest->size = c->size - keep;
-  rest->region = c->region;
-  rest->prev = i;
-  rest->next = c->next;
-  if (c->next != NIL)
-    a->chunks[c->next].prev = j;
-  c->next = j;
-  c->size = keep;
-  return j;
-}
-
-/* Merges chunk j (which follows i) into i. */
-static void merge_next(hbm__arena_t *a, uint32_t i, uint32_t j) {
-  chunk_t *c = &a->chunks[i], *n = &a->chunks[j];
-  c->size += n->size;
-  c->next = n->next;
-  if (n->next != NIL)
-    a->chunks[n->next].prev = i;
-  drop_record(a, j);
-}
-
-/* ---- the arena ---- */
-
-hbm__arena_t *hbm__arena_new(void) {
-  hbm__arena_t *a = calloc(1, sizeof *a);
-  if (!a) {
-    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for an allocator arena");
-    return NULL;
-  }
-  a->unused = NIL;
-  memset(a->heads, 0xff, sizeof a->heads);
-  return a;
-}
-
-void hbm__arena_delete(hbm__arena_t *a) {
-  if (!a)
-    return;
-  free(a->chunks);
-  free(a->regions);
-  free(a);
-}
-
-hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size) {
-  if (size == 0 || size % UNIT || base % UNIT || size / UNIT > MAX_UNITS)
-    return hbm__error(HBM_ERR_INTERNAL, "arena region %#llx+%llu is not 256-byte aligned",
-                      (unsigned long long)base, (unsigned long long)size);
-  uint32_t r = a->n_regions;
-  for (uint32_t i = 0; i < a->n_regions; i++)
-    if (!a->regions[i].live)
-      r = i;
-  if (r == a->n_regions && a->n_regions == a->cap_regions) {
-    uint32_t cap = a->cap_regions ? a->cap_regions * 2 : 8;
-    region_t *grown = realloc(a->regions, cap * sizeof *grown);
-    if (!grown)
-      return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena regions");
-    a->regions = grown;
-    a->cap_regions = cap;
-  }
-  if (!reserve_records(a, 1))
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
-  if (r == a->n_regions)
-    a->n_regions++;
-  uint32_t i = take_record(a);
-  a->chunks[i] = (chunk_t){.addr = base, .size = size, .prev = NIL, .next = NIL, .region = r};
-  a->regions[r] = (region_t){.base = base, .size = size, .first = i, .live = true};
-  insert_free(a, i);
-  a->reserved += size;
-  return HBM_OK;
-}
-
-hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment,
-                              hbm__block_t *out) {
-  uint64_t units = size / UNIT + (size % UNIT != 0);
-  uint64_t pad = alignment > UNIT ? alignment / UNIT - 1 : 0;
-  if (size == 0 || units > MAX_UNITS || pad > MAX_UNITS)
-    return HBM_ERR_NO_MEMORY;
-  uint64_t need = units + pad; /* with pad, any start leaves room to align */
-  unsigned fl, sl;
-  size_class(round_to_class(need), &fl, &sl);
-  uint32_t i = find_class_at_least(a, fl, sl);
-  if (i == NIL)
-    i = best_in_own_class(a, need);
-  if (i == NIL)
-    return HBM_ERR_NO_MEMORY;
-  if (!reserve_records(a, 2))
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
-  remove_free(a, i);
-  uint64_t gap = hbm__round_up(a->chunks[i].addr, alignment) - a->chunks[i].addr;
-  if (gap) { /* the unaligned head stays free */
-    uint32_t j = split_chunk(a, i, gap);
-    insert_free(a, i);
-    i = j;
-  }
-  if (a->chunks[i].size > units * UNIT) /* the tail stays free */
-    insert_free(a, split_chunk(a, i, units * UNIT));
-  a->allocated += a->chunks[i].size;
-  out->addr = a->chunks[i].addr;
-  out->allocated = a->chunks[i].size;
-  out->handle = i;
-  return HBM_OK;
-}
-
-void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b) {
-  uint32_t i = (uint32_t)b->handle;
-  a->allocated -= a->chunks[i].size;
-  uint32_t prev = a->chunks[i].prev, next = a->chunks[i].next;
-  if (next != NIL && a->chunks[next].is_free) {
-    remove_free(a, next);
-    merge_next(a, i, next);
-  }
-  if (prev != NIL && a->chunks[prev].is_free) {
-    remove_free(a, prev);
-    merge_next(a, prev, i);
-    i = prev;
-  }
-  insert_free(a, i);
-}
-
-hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest) {
-  uint32_t i = (uint32_t)b->handle;
-  if (keep == 0 || keep % UNIT || keep >= a->chunks[i].size)
-    return hbm__error(HBM_ERR_INTERNAL, "arena split at %llu of a %llu-byte chunk",
-                      (unsigned long long)keep, (unsigned long long)a->chunks[i].size);
-  if (!reserve_records(a, 1))
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
-  uint32_t j = split_chunk(a, i, keep);
-  b->allocated = keep;
-  rest->addr = a->chunks[j].addr;
-  rest->allocated = a->chunks[j].size;
-  rest->handle = j;
-  return HBM_OK;
-}
-
-uint64_t hbm__arena_largest_free(const hbm__arena_t *a) {
-  if (!a->fl_bitmap)
-    return 0;
-  unsigned fl = msb64(a->fl_bitmap);
-  unsigned sl = 31u - (unsigned)__builtin_clz(a->sl_bitmap[fl]);
-  uint64_t largest = 0;
-  for (uint32_t i = a->heads[fl][sl]; i != NIL; i = a->chunks[i].free_next)
-    if (a->chunks[i].size > largest)
-      largest = a->chunks[i].size;
-  return largest;
-}
-
-uint64_t hbm__arena_reserved(const hbm__arena_t *a) { return a->reserved; }
-uint64_t hbm__arena_allocated(const hbm__arena_t *a) { return a->allocated; }
-
-void hbm__arena_drop_free_regions(hbm__arena_t *a,
-                                  void (*release)(void *ctx, uint64_t base, uint64_t size),
-                                  void *ctx) {
-  for (uint32_t r = 0; r < a->n_regions; r++) {
-    region_t *region = &a->regions[r];
-    uint32_t first = region->first;
-    if (!region->live || !a->chunks[first].is_free || a->chunks[first].size != region->size)
-      continue;
-    remove_free(a, first);
-    drop_record(a, first);
-    region->live = false;
-    a->reserved -= region->size;
-    release(ctx, region->base, region->size);
-  }
-}
-
-void hbm__arena_for_each_region(const hbm__arena_t *a,
-                                void (*fn)(void *ctx, uint64_t base, uint64_t size), void *ctx) {
-  for (uint32_t r = 0; r < a->n_regions; r++)
-    if (a->regions[r].live)
-      fn(ctx, a->regions[r].base, a->regions[r].size);
-}
-
-static int compare_region_base(const void *x, const void *y, void *arena) {
-  const region_t *regions = ((const hbm__arena_t *)arena)->regions;
-  uint64_t a = regions[*(const uint32_t *)x].base, b = regions[*(const uint32_t *)y].base;
-  return a < b ? -1 : a > b;
-}
-
-hbm_status_t hbm__arena_walk(const hbm__arena_t *a, int (*fn)(const hbm__chunk_info_t *, void *),
-                             void *ctx) {
-  uint32_t *order = malloc((a->n_regions + 1) * sizeof *order);
-  if (!order)
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory walking an arena");
-  uint32_t n = 0;
-  for (uint32_t r = 0; r < a->n_regions; r++)
-    if (a->regions[r].live)
-      order[n++] = r;
-  qsort_r(order, n, sizeof *order, compare_region_base, (void *)a);
-  int stop = 0;
-  for (uint32_t k = 0; k < n && !stop; k++) {
-    const region_t *region = &a->regions[order[k]];
-    for (uint32_t i = region->first; i != NIL && !stop; i = a->chunks[i].next) {
-      hbm__chunk_info_t info = {.region_base = region->base,
-                                .region_size = region->size,
-                                .addr = a->chunks[i].addr,
-                                .size = a->chunks[i].size,
-                                .in_use = !a->chunks[i].is_free};
-      stop = fn(&info, ctx);
-    }
-  }
-  free(order);
-  return HBM_OK;
-}
-
-/* ---- the bfc and growth strategies ---- */
-
-#define FIRST_REGION (2ull << 20)
+/* Physical memory committed at the end of the growth range. */
+typedef struct piece {
+  uint64_t addr, size;
+  hbm__phys_t phys;
+} piece_t;
 
 typedef struct bfc {
   hbm__strategy_t base;
   hbm__arena_t *arena;
   bool preallocate;
   bool preallocated;
-  uint64_t next_region; /* growth: the size the next region will have (doubles) */
   uint64_t peak_reserved;
+  /* growth on a virtual range */
+  bool range_tried;   /* whether reserving it was attempted */
+  uint64_t range;     /* its base, 0 when there is none */
+  uint64_t range_cap; /* the most that may be committed in it (granule multiple) */
+  uint64_t committed;
+  piece_t *pieces;
+  size_t n_pieces, cap_pieces;
+  /* growth by regions (no virtual memory) */
+  uint64_t next_region; /* the size the next region will have (doubles) */
 } bfc_t;
 
 static bfc_t *bfc_of(hbm__strategy_t *s) { return (bfc_t *)s; }
@@ -418,6 +62,12 @@ static void device_refused(hbm__failure_t *why, hbm__failure_kind_t kind, uint64
   snprintf(why->detail, sizeof why->detail, "%s", hbm_last_error());
 }
 
+static void report(bfc_t *b, hbm_reserve_op_t op, uint64_t addr, uint64_t size) {
+  hbm__strategy_env_t *env = &b->base.env;
+  if (env->on_reserve)
+    env->on_reserve(env->ctx, op, addr, size);
+}
+
 /* Takes a region from the device and hands it to the arena. */
 static hbm_status_t add_device_region(bfc_t *b, uint64_t size, hbm_reserve_op_t op,
                                       hbm__failure_t *why) {
@@ -429,28 +79,90 @@ static hbm_status_t add_device_region(bfc_t *b, uint64_t size, hbm_reserve_op_t 
                    size);
     return HBM_ERR_NO_MEMORY;
   }
-  st = hbm__arena_add_region(b->arena, (uint64_t)(uintptr_t)base, size);
+  st = hbm__arena_add_region(b->arena, (uint64_t)(uintptr_t)base, size, size);
   if (st != HBM_OK) {
     hbm__device_region_free(env->device, base, size);
     why->kind = HBM__FAIL_HOST;
     return st;
   }
   note_reserved(b);
-  if (env->on_reserve)
-    env->on_reserve(env->ctx, op, (uint64_t)(uintptr_t)base, size);
+  report(b, op, (uint64_t)(uintptr_t)base, size);
   return HBM_OK;
 }
 
-/* Growth: a new region of at least `need` bytes within the limit. Like XLA, regions double
- * (2 MiB, 4 MiB, ...) so that few are needed; unlike XLA, when the device refuses the doubled
- * size, it asks once for exactly what is needed. */
-static hbm_status_t grow(bfc_t *b, uint64_t need, hbm__failure_t *why) {
-  uint64_t limit = b->base.env.limit, reserved = hbm__arena_reserved(b->arena);
-  uint64_t headroom = limit > reserved ? (limit - reserved) / UNIT * UNIT : 0;
-  if (need > headroom) {
-    why->kind = HBM__FAIL_LIMIT;
+/* ---- growth on a virtual range ---- */
+
+/* Reserves the range once; false (and growth by regions) when the device cannot. */
+static bool have_range(bfc_t *b) {
+  if (b->range_tried)
+    return b->range != 0;
+  b->range_tried = true;
+  hbm__device_t *d = b->base.env.device;
+  uint64_t gran = d->granularity, cap = b->base.env.limit / gran * gran;
+  void *base;
+  if (cap == 0 || hbm__device_va_reserve(d, cap, &base) != HBM_OK) {
+    hbm__error_clear();
+    return false;
+  }
+  b->range = (uint64_t)(uintptr_t)base;
+  b->range_cap = cap;
+  return true;
+}
+
+static bool remember_piece(bfc_t *b, piece_t piece) {
+  if (b->n_pieces == b->cap_pieces) {
+    size_t cap = b->cap_pieces ? b->cap_pieces * 2 : 16;
+    piece_t *grown = realloc(b->pieces, cap * sizeof *grown);
+    if (!grown)
+      return false;
+    b->pieces = grown;
+    b->cap_pieces = cap;
+  }
+  b->pieces[b->n_pieces++] = piece;
+  return true;
+}
+
+/* Commits `size` more bytes (a granule multiple) at the end of the range. */
+static hbm_status_t commit(bfc_t *b, uint64_t size, hbm__failure_t *why) {
+  hbm__device_t *d = b->base.env.device;
+  piece_t piece = {.addr = b->range + b->committed, .size = size};
+  if (hbm__device_phys_create(d, size, &piece.phys) != HBM_OK) {
+    device_refused(why, HBM__FAIL_DEVICE, size);
     return HBM_ERR_NO_MEMORY;
   }
+  hbm_status_t st = hbm__device_map(d, (void *)(uintptr_t)piece.addr, size, piece.phys, 0);
+  if (st == HBM_OK && !remember_piece(b, piece))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the growth allocator");
+  if (st == HBM_OK)
+    st = b->committed ? hbm__arena_extend_region(b->arena, b->range, size)
+                      : hbm__arena_add_region(b->arena, b->range, size, b->range_cap);
+  if (st != HBM_OK) {
+    if (b->n_pieces && b->pieces[b->n_pieces - 1].addr == piece.addr)
+      b->n_pieces--;
+    hbm__device_unmap(d, (void *)(uintptr_t)piece.addr, size);
+    hbm__device_phys_release(d, piece.phys, size);
+    why->kind = st == HBM_ERR_HOST_MEMORY ? HBM__FAIL_HOST : HBM__FAIL_DEVICE;
+    return st == HBM_ERR_HOST_MEMORY ? st : HBM_ERR_NO_MEMORY;
+  }
+  b->committed += size;
+  note_reserved(b);
+  report(b, HBM_RESERVE_GROW, piece.addr, size);
+  return HBM_OK;
+}
+
+/* What a request of `need` bytes lacks beyond the free tail of the range, in whole granules. */
+static uint64_t range_shortfall(bfc_t *b, uint64_t need) {
+  uint64_t gran = b->base.env.device->granularity;
+  uint64_t tail = b->committed ? hbm__arena_free_tail(b->arena, b->range) : 0;
+  return hbm__round_up_sat(need > tail ? need - tail : UNIT, gran);
+}
+
+/* ---- growth by regions ---- */
+
+/* A new region of at least `need` bytes within the limit. Like XLA, regions double (2 MiB,
+ * 4 MiB, ...) so that few are needed; unlike XLA, when the device refuses the doubled size,
+ * it asks once for exactly what is needed. */
+static hbm_status_t grow_region(bfc_t *b, uint64_t need, uint64_t headroom, hbm__failure_t *why) {
   bool increased = false;
   while (need > b->next_region) {
     b->next_region *= 2;
@@ -465,34 +177,57 @@ static hbm_status_t grow(bfc_t *b, uint64_t need, hbm__failure_t *why) {
   return st;
 }
 
+static hbm_status_t grow(bfc_t *b, uint64_t need, hbm__failure_t *why) {
+  uint64_t limit = b->base.env.limit, reserved = hbm__arena_reserved(b->arena);
+  uint64_t headroom = limit > reserved ? (limit - reserved) / UNIT * UNIT : 0;
+  if (have_range(b)) {
+    uint64_t size = range_shortfall(b, need);
+    if (size <= b->range_cap - b->committed && size <= headroom)
+      return commit(b, size, why);
+    /* the last bytes of a limit that is not a granule multiple: a region of their own */
+    if (need <= headroom)
+      return add_device_region(b, need, HBM_RESERVE_GROW, why);
+  } else if (need <= headroom) {
+    return grow_region(b, need, headroom, why);
+  }
+  why->kind = HBM__FAIL_LIMIT;
+  return HBM_ERR_NO_MEMORY;
+}
+
+/* ---- the strategy ---- */
+
 static hbm_status_t bfc_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alignment,
                               hbm_stream_t *stream, hbm__block_t *out, hbm__failure_t *why) {
   bfc_t *b = bfc_of(s);
   (void)stream;
+  hbm_status_t st = hbm__arena_alloc(b->arena, size, alignment, out);
+  if (HBM_LIKELY(st == HBM_OK))
+    return st;
+  if (st != HBM_ERR_NO_MEMORY) {
+    why->kind = HBM__FAIL_HOST;
+    return st;
+  }
   uint64_t limit = s->env.limit;
   if (size > limit) {
     why->kind = HBM__FAIL_LIMIT;
     return HBM_ERR_NO_MEMORY;
   }
-  if (b->preallocate && !b->preallocated) {
-    hbm_status_t st = add_device_region(b, limit, HBM_RESERVE_PREALLOCATE, why);
+  if (b->preallocate) {
+    if (b->preallocated) {
+      why->kind = HBM__FAIL_LIMIT;
+      return HBM_ERR_NO_MEMORY;
+    }
+    st = add_device_region(b, limit, HBM_RESERVE_PREALLOCATE, why);
     if (st != HBM_OK)
       return st;
     b->preallocated = true;
+  } else {
+    /* Regions are at least region_alignment-aligned; a stricter alignment needs slack. */
+    uint64_t align_slack = alignment > s->env.device->region_alignment ? alignment - UNIT : 0;
+    st = grow(b, hbm__round_up(size, UNIT) + align_slack, why);
+    if (st != HBM_OK)
+      return st;
   }
-  hbm_status_t st = hbm__arena_alloc(b->arena, size, alignment, out);
-  if (st != HBM_ERR_NO_MEMORY || b->preallocate) {
-    if (st == HBM_ERR_NO_MEMORY)
-      why->kind = HBM__FAIL_LIMIT;
-    else if (st != HBM_OK)
-      why->kind = HBM__FAIL_HOST;
-    return st;
-  }
-  /* Regions are at least region_alignment-aligned; a stricter alignment needs slack. */
-  uint64_t align_slack = alignment > s->env.device->region_alignment ? alignment - UNIT : 0;
-  st = grow(b, hbm__round_up(size, UNIT) + align_slack, why);
-  if (st != HBM_OK)
-    return st;
   st = hbm__arena_alloc(b->arena, size, alignment, out);
   if (st != HBM_OK)
     why->kind = st == HBM_ERR_NO_MEMORY ? HBM__FAIL_LIMIT : HBM__FAIL_HOST;
@@ -531,15 +266,31 @@ static uint64_t bfc_largest_free(hbm__strategy_t *s) {
 }
 
 static void release_region(void *ctx, uint64_t base, uint64_t size) {
-  hbm__strategy_env_t *env = ctx;
-  hbm__device_region_free(env->device, (void *)(uintptr_t)base, size);
-  if (env->on_reserve)
-    env->on_reserve(env->ctx, HBM_RESERVE_RELEASE, base, size);
+  bfc_t *b = ctx;
+  if (b->range && base == b->range)
+    return; /* the growth range: its pieces are released below */
+  hbm__device_region_free(b->base.env.device, (void *)(uintptr_t)base, size);
+  report(b, HBM_RESERVE_RELEASE, base, size);
+}
+
+static void release_range(bfc_t *b) {
+  hbm__device_t *d = b->base.env.device;
+  for (size_t i = 0; i < b->n_pieces; i++) {
+    const piece_t *p = &b->pieces[i];
+    hbm__device_unmap(d, (void *)(uintptr_t)p->addr, p->size);
+    hbm__device_phys_release(d, p->phys, p->size);
+  }
+  if (b->committed)
+    report(b, HBM_RESERVE_RELEASE, b->range, b->committed);
+  if (b->range)
+    hbm__device_va_release(d, (void *)(uintptr_t)b->range, b->range_cap);
+  free(b->pieces);
 }
 
 static void bfc_destroy(hbm__strategy_t *s) {
   bfc_t *b = bfc_of(s);
-  hbm__arena_for_each_region(b->arena, release_region, &s->env);
+  hbm__arena_for_each_region(b->arena, release_region, b);
+  release_range(b);
   hbm__arena_delete(b->arena);
   free(b);
 }
@@ -560,13 +311,16 @@ hbm_status_t hbm__bfc_create(const hbm__strategy_env_t *env, bool preallocate,
   bfc_t *b = calloc(1, sizeof *b);
   if (!b)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for a BFC allocator");
-  b->arena = hbm__arena_new();
+  b->arena = hbm__arena_new(true);
   if (!b->arena) {
     free(b);
     return HBM_ERR_HOST_MEMORY;
   }
   b->base.ops = &bfc_ops;
   b->base.env = *env;
+  b->base.arena = b->arena;
+  if (!preallocate)
+    hbm__arena_place_high(b->arena, GROWTH_PLACE_HIGH);
   b->preallocate = preallocate;
   b->next_region = FIRST_REGION;
   *out = &b->base;

@@ -8,54 +8,51 @@
  * change of reservation. The lock is per device, never global; the strategy runs under it.
  * An allocation that cannot be served goes to oom.c for its diagnosis. */
 #include "alloc/alloc.h"
+#include "alloc/live.h"
 #include "profile/recorder.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_RECORD UINT32_MAX
 #define MAX_ALIGNMENT (1ull << 30)
 
-/* ---- the live-block table ---- */
+/* ---- tags of live blocks ---- */
 
-static hbm__record_t *record_at(hbm_device_t *dev, uint32_t i) { return &dev->records[i]; }
+static const hbm_tag_t no_tag;
 
-static uint32_t take_record(hbm_device_t *dev) {
-  if (dev->free_record == NO_RECORD) {
-    uint32_t cap = dev->records_cap ? dev->records_cap * 2 : 256;
-    if (cap <= dev->records_cap)
-      return NO_RECORD;
-    hbm__record_t *grown = realloc(dev->records, (size_t)cap * sizeof *grown);
+const hbm_tag_t *hbm__record_tag(const hbm_device_t *dev, const hbm__record_t *r) {
+  return r->tag ? &dev->tags[r->tag].tag : &no_tag;
+}
+
+/* An entry of the tag table holding t's strings interned in the device's string table (they
+ * outlive the caller's); 0 when host memory ran out. */
+static uint32_t store_tag(hbm_device_t *dev, const hbm_tag_t *t) {
+  if (!dev->free_tag) {
+    uint32_t old = dev->tags_cap, cap = old ? old * 2 : 64;
+    hbm__tag_slot_t *grown = cap > old ? realloc(dev->tags, cap * sizeof *grown) : NULL;
     if (!grown)
-      return NO_RECORD;
-    for (uint32_t i = dev->records_cap; i < cap; i++)
-      grown[i].next_free = i + 1 < cap ? i + 1 : NO_RECORD;
-    dev->records = grown;
-    dev->free_record = dev->records_cap;
-    dev->records_cap = cap;
+      return 0;
+    for (uint32_t i = cap - 1; i >= (old ? old : 1); i--) {
+      grown[i].next_free = dev->free_tag;
+      dev->free_tag = i;
+    }
+    dev->tags = grown;
+    dev->tags_cap = cap;
   }
-  uint32_t i = dev->free_record;
-  dev->free_record = dev->records[i].next_free;
+  uint32_t i = dev->free_tag;
+  hbm__tag_slot_t *slot = &dev->tags[i];
+  dev->free_tag = slot->next_free;
+  slot->tag.category = t->category;
+  slot->tag.op = hbm_intern(dev->strings, t->op);
+  slot->tag.shape = hbm_intern(dev->strings, t->shape);
+  slot->tag.group = hbm_intern(dev->strings, t->group);
+  slot->tag.source = hbm_intern(dev->strings, t->source);
   return i;
 }
 
-static void drop_record(hbm_device_t *dev, uint32_t i) {
-  dev->records[i].next_free = dev->free_record;
-  dev->free_record = i;
-}
-
-/* The tag's strings interned in the device's table (they outlive the caller's). */
-static hbm_tag_t intern_tag(hbm_device_t *dev, const hbm_tag_t *t) {
-  hbm_tag_t out = {.category = t->category};
-  out.op = hbm_intern(dev->strings, t->op);
-  out.shape = hbm_intern(dev->strings, t->shape);
-  out.group = hbm_intern(dev->strings, t->group);
-  out.source = hbm_intern(dev->strings, t->source);
-  return out;
-}
-
-static bool has_tag(const hbm_tag_t *t) {
-  return t->op || t->shape || t->group || t->source || t->category != HBM_CAT_UNKNOWN;
+static void drop_tag(hbm_device_t *dev, uint32_t i) {
+  dev->tags[i].next_free = dev->free_tag;
+  dev->free_tag = i;
 }
 
 /* ---- opening and closing ---- */
@@ -65,18 +62,19 @@ static void record_reservation(void *ctx, hbm_reserve_op_t op, uint64_t addr, ui
   hbm__rec_reserve(dev->rec_id, op, addr, size);
 }
 
+static hbm__record_t *live_records(hbm_device_t *dev, size_t *n);
+
 /* For a profile started while the device is in use: tell the recorder what is live. */
 static void describe_live_blocks(void *ctx) {
   hbm_device_t *dev = ctx;
-  pthread_mutex_lock(&dev->lock);
-  for (size_t i = 0; i < dev->live.cap; i++) {
-    if (dev->live.used[i] != 1)
-      continue;
-    const hbm__record_t *r = record_at(dev, (uint32_t)dev->live.values[i]);
-    hbm__rec_alloc(dev->rec_id, r->block.addr, r->size, r->block.allocated,
-                   has_tag(&r->tag) ? &r->tag : NULL);
-  }
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
+  size_t n;
+  hbm__record_t *all = live_records(dev, &n);
+  for (size_t i = 0; all && i < n; i++)
+    hbm__rec_alloc(dev->rec_id, all[i].block.addr, all[i].size, all[i].block.allocated,
+                   all[i].tag ? &dev->tags[all[i].tag].tag : NULL);
+  free(all);
+  hbm__devlock_unlock(&dev->lock);
 }
 
 static hbm_status_t create_strategy(hbm_device_t *dev) {
@@ -125,10 +123,8 @@ hbm_device_t *hbm_open(const hbm_config_t *cfg) {
   dev->cfg = *cfg;
   hbm__config_mark_code_origins(&dev->cfg);
   dev->mode = hbm_config_mode(cfg);
-  dev->free_record = NO_RECORD;
   dev->rec_id = -1;
-  hbm_u64map_init(&dev->live);
-  pthread_mutex_init(&dev->lock, NULL);
+  hbm__devlock_init(&dev->lock);
   hbm_status_t st = hbm__device_open(cfg, &dev->phys, dev->device_note, sizeof dev->device_note);
   if (st == HBM_OK) {
     dev->limit = hbm__config_limit(cfg, dev->phys->total);
@@ -155,9 +151,8 @@ void hbm_close(hbm_device_t *dev) {
     hbm__rec_device_close(dev->rec_id);
   hbm__device_close(dev->phys);
   hbm_intern_free(dev->strings);
-  hbm_u64map_free(&dev->live);
-  free(dev->records);
-  pthread_mutex_destroy(&dev->lock);
+  hbm__live_free(&dev->live);
+  free(dev->tags);
   free(dev);
 }
 
@@ -175,77 +170,115 @@ hbm_status_t hbm_device_memory(hbm_device_t *dev, uint64_t *total, uint64_t *fre
 
 /* ---- allocation ---- */
 
-static hbm_status_t check_alignment(size_t *alignment) {
-  if (*alignment == 0)
-    *alignment = HBM__MIN_BLOCK;
-  if (*alignment & (*alignment - 1))
-    return hbm__error(HBM_ERR_INVALID, "alignment %zu is not a power of two", *alignment);
-  if (*alignment > MAX_ALIGNMENT)
-    return hbm__error(HBM_ERR_INVALID, "alignment %zu is larger than 1GiB", *alignment);
+/* The checks of hbm__alloc's arguments, off the hot path: false (with the message set) when
+ * they are refused; *alignment becomes at least 256. */
+static bool arguments_refused(hbm_device_t *dev, size_t size, size_t *alignment,
+                              hbm_stream_t *stream) {
+  if (!dev) {
+    hbm__error(HBM_ERR_INVALID, "hbm_alloc: NULL device");
+    return true;
+  }
+  if (size == 0) {
+    hbm__error(HBM_ERR_INVALID, "hbm_alloc: size 0; allocations are at least 1 byte");
+    return true;
+  }
+  if (*alignment & (*alignment - 1)) {
+    hbm__error(HBM_ERR_INVALID, "alignment %zu is not a power of two", *alignment);
+    return true;
+  }
+  if (*alignment > MAX_ALIGNMENT) {
+    hbm__error(HBM_ERR_INVALID, "alignment %zu is larger than 1GiB", *alignment);
+    return true;
+  }
+  if (stream && stream->dev != dev) {
+    hbm__error(HBM_ERR_INVALID, "hbm_alloc_async: the stream belongs to another device");
+    return true;
+  }
   if (*alignment < HBM__MIN_BLOCK)
     *alignment = HBM__MIN_BLOCK;
-  return HBM_OK;
+  return false;
 }
 
-/* Enters a served block in the table and the statistics. Under the lock. */
+/* Enters a served block in the table (the arena keeps its own) and the statistics. Under
+ * the lock. */
 static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__block_t *b,
                                    const hbm_tag_t *tag) {
-  uint32_t i = take_record(dev);
-  if (i == NO_RECORD)
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the live-block table");
-  if (!hbm_u64map_put(&dev->live, b->addr, i)) {
-    drop_record(dev, i);
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the live-block table");
+  uint32_t tag_index = 0;
+  if (HBM_UNLIKELY(tag) && !(tag_index = store_tag(dev, tag)))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the tags of live blocks");
+  hbm__arena_t *arena = dev->strategy->arena;
+  if (arena) {
+    if (HBM_UNLIKELY(tag_index))
+      hbm__arena_set_tag(arena, (uint32_t)b->handle, tag_index);
+  } else {
+    hbm__record_t r = {.block = *b, .size = size, .tag = tag_index};
+    if (!hbm__live_insert(&dev->live, &r)) {
+      if (tag_index)
+        drop_tag(dev, tag_index);
+      return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the live-block table");
+    }
   }
-  hbm__record_t *r = record_at(dev, i);
-  r->size = size;
-  r->block = *b;
-  memset(&r->tag, 0, sizeof r->tag);
-  if (tag)
-    r->tag = intern_tag(dev, tag);
   dev->in_use += size;
   if (dev->in_use > dev->peak_in_use)
     dev->peak_in_use = dev->in_use;
   dev->num_allocs++;
   dev->num_live++;
-  hbm__rec_alloc(dev->rec_id, b->addr, size, b->allocated, tag ? &r->tag : NULL);
+  if (HBM_UNLIKELY(hbm__rec_active()))
+    hbm__rec_alloc(dev->rec_id, b->addr, size, b->allocated,
+                   tag ? &dev->tags[tag_index].tag : NULL);
   return HBM_OK;
+}
+
+/* The strategy's own allocation (the arena could not serve it, or the strategy has none),
+ * and the diagnosis when it fails. Under the lock. */
+static hbm_status_t strategy_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment,
+                                   hbm_stream_t *stream, hbm__block_t *b) {
+  hbm__failure_t why;
+  memset(&why, 0, sizeof why);
+  hbm_status_t st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, b, &why);
+  if (st == HBM_OK)
+    return st;
+  if (st == HBM_ERR_NO_MEMORY && why.kind != HBM__FAIL_HOST) {
+    dev->num_ooms++;
+    hbm__oom_report(dev, size, alignment, &why);
+  } else if (hbm_last_status() == HBM_OK) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory allocating %llu bytes",
+               (unsigned long long)size);
+  }
+  return st;
+}
+
+static inline void release_block(hbm_device_t *dev, const hbm__block_t *b, hbm_stream_t *stream,
+                                 bool ordered) {
+  hbm__strategy_t *s = dev->strategy;
+  if (s->arena)
+    hbm__arena_release(s->arena, b);
+  else
+    s->ops->free(s, b, stream, ordered);
 }
 
 void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
                  const hbm_tag_t *tag) {
-  if (!dev) {
-    hbm__error(HBM_ERR_INVALID, "hbm_alloc: NULL device");
+  if (HBM_UNLIKELY(!dev || size == 0 || (alignment & (alignment - 1)) ||
+                   alignment > HBM__MIN_BLOCK || stream) &&
+      arguments_refused(dev, size, &alignment, stream))
     return NULL;
-  }
-  if (size == 0) {
-    hbm__error(HBM_ERR_INVALID, "hbm_alloc: size 0; allocations are at least 1 byte");
-    return NULL;
-  }
-  if (check_alignment(&alignment) != HBM_OK)
-    return NULL;
-  if (stream && stream->dev != dev) {
-    hbm__error(HBM_ERR_INVALID, "hbm_alloc_async: the stream belongs to another device");
-    return NULL;
-  }
+  if (alignment < HBM__MIN_BLOCK)
+    alignment = HBM__MIN_BLOCK;
   hbm_tag_t resolved;
-  bool tagged = hbm__tag_resolve(tag, &resolved);
+  bool tagged = (tag || hbm__annotation_depth) && hbm__tag_resolve(tag, &resolved);
   hbm__block_t b;
-  hbm__failure_t why;
-  memset(&why, 0, sizeof why);
-  pthread_mutex_lock(&dev->lock);
-  hbm_status_t st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, &b, &why);
-  if (st == HBM_OK) {
+  hbm__strategy_t *s = dev->strategy;
+  hbm__devlock_lock(&dev->lock);
+  hbm_status_t st = s->arena ? hbm__arena_alloc(s->arena, size, alignment, &b) : HBM_ERR_NO_MEMORY;
+  if (HBM_UNLIKELY(st != HBM_OK))
+    st = strategy_alloc(dev, size, alignment, stream, &b);
+  if (HBM_LIKELY(st == HBM_OK)) {
     st = remember_block(dev, size, &b, tagged ? &resolved : NULL);
-    if (st != HBM_OK)
-      dev->strategy->ops->free(dev->strategy, &b, stream, false);
-  } else if (st == HBM_ERR_NO_MEMORY && why.kind != HBM__FAIL_HOST) {
-    dev->num_ooms++;
-    hbm__oom_report(dev, size, alignment, &why);
-  } else if (hbm_last_status() == HBM_OK) {
-    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory allocating %zu bytes", size);
+    if (HBM_UNLIKELY(st != HBM_OK))
+      release_block(dev, &b, stream, false);
   }
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   return st == HBM_OK ? (void *)(uintptr_t)b.addr : NULL;
 }
 
@@ -257,28 +290,46 @@ void *hbm_alloc_async(hbm_device_t *dev, size_t size, hbm_stream_t *stream) {
   return hbm__alloc(dev, size, 0, stream, NULL);
 }
 
+/* Takes the block at addr out of the live blocks and gives it back to the strategy; its
+ * requested size and tag go to *size and *tag. False when addr is not live. Under the lock. */
+static inline bool forget_block(hbm_device_t *dev, uint64_t addr, hbm_stream_t *stream,
+                                bool ordered, uint64_t *size, uint32_t *tag) {
+  hbm__strategy_t *s = dev->strategy;
+  if (s->arena)
+    return hbm__arena_release_at(s->arena, addr, size, tag);
+  hbm__record_t *r = hbm__live_find(&dev->live, addr);
+  if (!r)
+    return false;
+  *size = r->size;
+  *tag = r->tag;
+  s->ops->free(s, &r->block, stream, ordered);
+  hbm__live_erase(&dev->live, r);
+  return true;
+}
+
 static hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream, bool ordered) {
   if (!ptr)
     return HBM_OK;
-  if (!dev)
+  if (HBM_UNLIKELY(!dev))
     return hbm__error(HBM_ERR_INVALID, "hbm_free: NULL device");
-  if (stream && stream->dev != dev)
+  if (HBM_UNLIKELY(stream && stream->dev != dev))
     return hbm__error(HBM_ERR_INVALID, "hbm_free_async: the stream belongs to another device");
-  uint64_t addr = (uint64_t)(uintptr_t)ptr, i;
-  pthread_mutex_lock(&dev->lock);
-  if (!hbm_u64map_remove(&dev->live, addr, &i)) {
-    pthread_mutex_unlock(&dev->lock);
+  uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
+  uint32_t tag;
+  hbm__devlock_lock(&dev->lock);
+  if (HBM_UNLIKELY(!forget_block(dev, addr, stream, ordered, &size, &tag))) {
+    hbm__devlock_unlock(&dev->lock);
     return hbm__error(HBM_ERR_NOT_FOUND, "hbm_free: %p is not a live block of device %s", ptr,
                       dev->phys->name);
   }
-  hbm__record_t *r = record_at(dev, (uint32_t)i);
-  dev->strategy->ops->free(dev->strategy, &r->block, stream, ordered);
-  dev->in_use -= r->size;
+  dev->in_use -= size;
   dev->num_frees++;
   dev->num_live--;
-  drop_record(dev, (uint32_t)i);
-  hbm__rec_free(dev->rec_id, addr);
-  pthread_mutex_unlock(&dev->lock);
+  if (HBM_UNLIKELY(tag))
+    drop_tag(dev, tag);
+  if (HBM_UNLIKELY(hbm__rec_active()))
+    hbm__rec_free(dev->rec_id, addr);
+  hbm__devlock_unlock(&dev->lock);
   return HBM_OK;
 }
 
@@ -288,15 +339,28 @@ hbm_status_t hbm_free_async(hbm_device_t *dev, void *ptr, hbm_stream_t *stream) 
   return free_block(dev, ptr, stream, true);
 }
 
+/* The live record of addr (a copy); false if addr is not live. Under the lock. */
+static bool find_block(hbm_device_t *dev, uint64_t addr, hbm__record_t *out) {
+  hbm__arena_t *arena = dev->strategy->arena;
+  if (arena) {
+    uint32_t h = hbm__arena_find(arena, addr);
+    if (h != UINT32_MAX)
+      hbm__arena_block(arena, h, &out->block, &out->size, &out->tag);
+    return h != UINT32_MAX;
+  }
+  const hbm__record_t *r = hbm__live_find(&dev->live, addr);
+  if (r)
+    *out = *r;
+  return r != NULL;
+}
+
 size_t hbm_block_size(hbm_device_t *dev, const void *ptr) {
   if (!dev || !ptr)
     return 0;
-  uint64_t i;
-  size_t size = 0;
-  pthread_mutex_lock(&dev->lock);
-  if (hbm_u64map_get(&dev->live, (uint64_t)(uintptr_t)ptr, &i))
-    size = (size_t)record_at(dev, (uint32_t)i)->size;
-  pthread_mutex_unlock(&dev->lock);
+  hbm__record_t r;
+  hbm__devlock_lock(&dev->lock);
+  size_t size = find_block(dev, (uint64_t)(uintptr_t)ptr, &r) ? (size_t)r.size : 0;
+  hbm__devlock_unlock(&dev->lock);
   return size;
 }
 
@@ -317,11 +381,11 @@ hbm_stream_t *hbm_stream_create(hbm_device_t *dev) {
     return NULL;
   }
   s->dev = dev;
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   s->id = ++dev->next_stream_id;
   s->next = dev->streams;
   dev->streams = s;
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   return s;
 }
 
@@ -331,10 +395,10 @@ hbm_status_t hbm_stream_synchronize(hbm_device_t *dev, hbm_stream_t *stream) {
   hbm_status_t st = dev->phys->ops->stream_sync(dev->phys, hbm__stream_native(stream));
   if (st != HBM_OK)
     return st;
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   if (dev->strategy->ops->stream_sync)
     st = dev->strategy->ops->stream_sync(dev->strategy, stream);
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   return st;
 }
 
@@ -344,7 +408,7 @@ hbm_status_t hbm_stream_destroy(hbm_device_t *dev, hbm_stream_t *stream) {
   if (!dev || stream->dev != dev)
     return hbm__error(HBM_ERR_INVALID, "hbm_stream_destroy: no such stream on this device");
   dev->phys->ops->stream_sync(dev->phys, stream->native);
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   if (dev->strategy && dev->strategy->ops->stream_destroy)
     dev->strategy->ops->stream_destroy(dev->strategy, stream);
   for (hbm_stream_t **p = &dev->streams; *p; p = &(*p)->next) {
@@ -353,7 +417,7 @@ hbm_status_t hbm_stream_destroy(hbm_device_t *dev, hbm_stream_t *stream) {
       break;
     }
   }
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   dev->phys->ops->stream_destroy(dev->phys, stream->native);
   free(stream);
   return HBM_OK;
@@ -364,9 +428,9 @@ hbm_status_t hbm_stream_destroy(hbm_device_t *dev, hbm_stream_t *stream) {
 hbm_status_t hbm_trim(hbm_device_t *dev) {
   if (!dev)
     return hbm__error(HBM_ERR_INVALID, "hbm_trim: NULL device");
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   hbm_status_t st = dev->strategy->ops->trim(dev->strategy);
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   return st;
 }
 
@@ -374,7 +438,7 @@ hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out) {
   if (!dev || !out)
     return hbm__error(HBM_ERR_INVALID, "hbm_get_stats: NULL argument");
   hbm__strategy_stats_t s;
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   dev->strategy->ops->stats(dev->strategy, &s);
   out->bytes_in_use = dev->in_use;
   out->peak_bytes_in_use = dev->peak_in_use;
@@ -382,7 +446,7 @@ hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out) {
   out->num_frees = dev->num_frees;
   out->num_live = dev->num_live;
   out->num_ooms = dev->num_ooms;
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   out->bytes_reserved = s.reserved;
   out->peak_bytes_reserved = s.peak_reserved;
   out->bytes_limit = dev->limit;
@@ -392,32 +456,54 @@ hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out) {
 }
 
 static int compare_by_address(const void *x, const void *y) {
-  uint64_t a = (*(hbm__record_t *const *)x)->block.addr;
-  uint64_t b = (*(hbm__record_t *const *)y)->block.addr;
+  uint64_t a = ((const hbm__record_t *)x)->block.addr, b = ((const hbm__record_t *)y)->block.addr;
   return a < b ? -1 : a > b;
 }
 
 static int compare_by_size_desc(const void *x, const void *y) {
-  uint64_t a = (*(hbm__record_t *const *)x)->size, b = (*(hbm__record_t *const *)y)->size;
+  uint64_t a = ((const hbm__record_t *)x)->size, b = ((const hbm__record_t *)y)->size;
   if (a != b)
     return a > b ? -1 : 1;
   return compare_by_address(x, y);
 }
 
-/* The live records, in a malloc'd array. Under the lock. */
-static hbm__record_t **live_records(hbm_device_t *dev, size_t *n) {
+typedef struct record_list {
+  const hbm__arena_t *arena;
+  hbm__record_t *out;
+  size_t n, cap;
+} record_list_t;
+
+static int add_arena_block(const hbm__chunk_info_t *c, void *ctx) {
+  record_list_t *l = ctx;
+  if (c->in_use && l->n < l->cap) {
+    hbm__record_t *r = &l->out[l->n++];
+    hbm__arena_block(l->arena, (uint32_t)c->handle, &r->block, &r->size, &r->tag);
+  }
+  return 0;
+}
+
+/* Copies of the live records, in a malloc'd array. Under the lock. */
+static hbm__record_t *live_records(hbm_device_t *dev, size_t *n) {
   *n = 0;
-  hbm__record_t **out = malloc((dev->live.count + 1) * sizeof *out);
+  hbm__arena_t *arena = dev->strategy->arena;
+  size_t cap = arena ? dev->num_live : dev->live.count;
+  hbm__record_t *out = malloc((cap + 1) * sizeof *out);
   if (!out)
     return NULL;
-  for (size_t i = 0; i < dev->live.cap; i++)
-    if (dev->live.used[i] == 1)
-      out[(*n)++] = record_at(dev, (uint32_t)dev->live.values[i]);
+  if (arena) {
+    record_list_t l = {.arena = arena, .out = out, .cap = cap};
+    hbm__arena_walk(arena, add_arena_block, &l);
+    *n = l.n;
+    return out;
+  }
+  for (uint64_t i = 0; dev->live.slots && i <= dev->live.mask; i++)
+    if (dev->live.slots[i].block.addr)
+      out[(*n)++] = dev->live.slots[i];
   return out;
 }
 
-hbm__record_t **hbm__live_by_size(hbm_device_t *dev, size_t *n) {
-  hbm__record_t **all = live_records(dev, n);
+hbm__record_t *hbm__live_by_size(hbm_device_t *dev, size_t *n) {
+  hbm__record_t *all = live_records(dev, n);
   if (all)
     qsort(all, *n, sizeof *all, compare_by_size_desc);
   return all;
@@ -426,36 +512,37 @@ hbm__record_t **hbm__live_by_size(hbm_device_t *dev, size_t *n) {
 hbm_status_t hbm_walk(hbm_device_t *dev, int (*fn)(const hbm_block_info_t *, void *), void *ctx) {
   if (!dev || !fn)
     return hbm__error(HBM_ERR_INVALID, "hbm_walk: NULL argument");
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   size_t n;
-  hbm__record_t **all = live_records(dev, &n);
+  hbm__record_t *all = live_records(dev, &n);
   if (!all) {
-    pthread_mutex_unlock(&dev->lock);
+    hbm__devlock_unlock(&dev->lock);
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory walking live blocks");
   }
   qsort(all, n, sizeof *all, compare_by_address);
   for (size_t i = 0; i < n; i++) {
-    const hbm__record_t *r = all[i];
+    const hbm__record_t *r = &all[i];
+    const hbm_tag_t *t = hbm__record_tag(dev, r);
     hbm_block_info_t info = {.ptr = (const void *)(uintptr_t)r->block.addr,
                              .size = (size_t)r->size,
                              .allocated = (size_t)r->block.allocated,
-                             .op = r->tag.op,
-                             .shape = r->tag.shape,
-                             .category = r->tag.category,
-                             .group = r->tag.group,
-                             .source = r->tag.source};
+                             .op = t->op,
+                             .shape = t->shape,
+                             .category = t->category,
+                             .group = t->group,
+                             .source = t->source};
     if (fn(&info, ctx))
       break;
   }
   free(all);
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
   return HBM_OK;
 }
 
 void hbm__device_set_oom_buffers(hbm_device_t *dev, bool on) {
-  pthread_mutex_lock(&dev->lock);
+  hbm__devlock_lock(&dev->lock);
   dev->oom_list_buffers = on;
-  pthread_mutex_unlock(&dev->lock);
+  hbm__devlock_unlock(&dev->lock);
 }
 
 hbm__strategy_t *hbm__device_strategy(hbm_device_t *dev) { return dev->strategy; }

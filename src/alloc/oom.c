@@ -346,7 +346,7 @@ static void write_field(hbm_strbuf_t *sb, const char *name, const char *value) {
 /* The largest live buffers, like XLA's "Peak buffers:" list. */
 static void write_live_buffers(hbm_strbuf_t *sb, hbm_device_t *dev) {
   size_t n;
-  hbm__record_t **live = hbm__live_by_size(dev, &n);
+  hbm__record_t *live = hbm__live_by_size(dev, &n);
   if (!live)
     return;
   char a[32];
@@ -354,15 +354,16 @@ static void write_live_buffers(hbm_strbuf_t *sb, hbm_device_t *dev) {
   hbm_strbuf_printf(sb, "Peak buffers: the %zu largest of %zu live buffers (%s in use):\n", shown,
                     n, fmt(dev->in_use, a));
   for (size_t i = 0; i < shown; i++) {
-    const hbm__record_t *r = live[i];
+    const hbm__record_t *r = &live[i];
+    const hbm_tag_t *tag = hbm__record_tag(dev, r);
     hbm_strbuf_printf(sb, "\tBuffer %zu:\n\t\tSize: %s (%llu bytes)\n", i + 1, fmt(r->size, a),
                       (unsigned long long)r->size);
-    write_field(sb, "Operator", r->tag.op);
-    write_field(sb, "Shape", r->tag.shape);
-    if (r->tag.category != HBM_CAT_UNKNOWN)
-      write_field(sb, "Category", hbm_category_name(r->tag.category));
-    write_field(sb, "Group", r->tag.group);
-    write_field(sb, "Source", r->tag.source);
+    write_field(sb, "Operator", tag->op);
+    write_field(sb, "Shape", tag->shape);
+    if (tag->category != HBM_CAT_UNKNOWN)
+      write_field(sb, "Category", hbm_category_name(tag->category));
+    write_field(sb, "Group", tag->group);
+    write_field(sb, "Source", tag->source);
     hbm_strbuf_printf(sb, "\t\tAddress: %#llx\n", (unsigned long long)r->block.addr);
   }
   free(live);

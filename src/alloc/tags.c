@@ -15,7 +15,9 @@ typedef struct scope {
 } scope_t;
 
 static _Thread_local scope_t *scopes;
-static _Thread_local size_t depth, capacity;
+static _Thread_local size_t capacity;
+_Thread_local size_t hbm__annotation_depth __attribute__((tls_model("initial-exec")));
+#define depth hbm__annotation_depth
 
 static char *copy_field(const char *s, bool *failed) {
   if (!s)

@@ -1,0 +1,91 @@
+/* lock.h — the lock of a device, built for the allocator's hot path.
+ *
+ * Two parts:
+ *   - hbm__mutex_t: a futex mutex whose uncontended lock and unlock are one atomic instruction
+ *     each, inlined (pthread's costs two calls and a type dispatch); waiters spin briefly,
+ *     then sleep in the kernel, so a long critical section does not burn the other core.
+ *   - hbm__devlock_t: that mutex, biased towards the one thread that uses the device. Most
+ *     programs allocate from one thread, and on x86 every locked instruction waits for the
+ *     store buffer to drain: two of them were half the time of an allocation. The owner
+ *     enters with a plain store to `busy` and a plain load of `biased` (Dekker's protocol);
+ *     the first other thread to take the lock revokes the bias for good: it takes the mutex,
+ *     clears `biased`, runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) — a memory barrier
+ *     on every running thread of the process, so that either the owner sees `biased` cleared
+ *     or the revoker sees `busy` set — and waits for `busy` to drop. From then on every
+ *     thread, the owner too, takes the mutex. Without membarrier (old kernels, some sandboxes)
+ *     a device is never biased.
+ * The orderings that carry happens-before (release store of `busy` / acquire load by the
+ * revoker; the mutex) are C11 atomics, which ThreadSanitizer follows. */
+#ifndef HBM_ALLOC_LOCK_H
+#define HBM_ALLOC_LOCK_H
+
+#include "base/base.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- the mutex ---- */
+
+typedef struct hbm__mutex {
+  _Atomic uint32_t state; /* 0 free, 1 locked, 2 locked and someone may sleep on it */
+} hbm__mutex_t;
+
+void hbm__mutex_lock_slow(hbm__mutex_t *m);
+void hbm__mutex_wake(hbm__mutex_t *m);
+
+static inline bool hbm__mutex_trylock(hbm__mutex_t *m) {
+  uint32_t expected = 0;
+  return atomic_compare_exchange_strong_explicit(&m->state, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
+static inline void hbm__mutex_lock(hbm__mutex_t *m) {
+  if (HBM_UNLIKELY(!hbm__mutex_trylock(m)))
+    hbm__mutex_lock_slow(m);
+}
+
+static inline void hbm__mutex_unlock(hbm__mutex_t *m) {
+  if (HBM_UNLIKELY(atomic_exchange_explicit(&m->state, 0, memory_order_release) == 2))
+    hbm__mutex_wake(m);
+}
+
+/* ---- the biased device lock ---- */
+
+typedef struct hbm__devlock {
+  _Atomic uint32_t busy;       /* the owner is inside without the mutex */
+  _Atomic uint32_t biased;     /* the owner may enter without the mutex */
+  _Atomic(const void *) owner; /* the owning thread's token, NULL until someone locks */
+  hbm__mutex_t mutex;
+} hbm__devlock_t;
+
+/* One per thread: its address tells threads apart. */
+extern _Thread_local char hbm__thread_token __attribute__((tls_model("initial-exec")));
+
+void hbm__devlock_init(hbm__devlock_t *l);
+void hbm__devlock_lock_slow(hbm__devlock_t *l);
+/* Whether the bias was revoked: another thread than the owner has used the lock. */
+static inline bool hbm__devlock_shared(hbm__devlock_t *l) {
+  return !atomic_load_explicit(&l->biased, memory_order_relaxed);
+}
+
+static inline void hbm__devlock_lock(hbm__devlock_t *l) {
+  if (HBM_LIKELY(atomic_load_explicit(&l->owner, memory_order_relaxed) == &hbm__thread_token)) {
+    atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the store, then the load (membarrier pairs) */
+    if (HBM_LIKELY(atomic_load_explicit(&l->biased, memory_order_relaxed)))
+      return;
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+  }
+  hbm__devlock_lock_slow(l);
+}
+
+static inline void hbm__devlock_unlock(hbm__devlock_t *l) {
+  if (atomic_load_explicit(&l->busy, memory_order_relaxed) &&
+      atomic_load_explicit(&l->owner, memory_order_relaxed) == &hbm__thread_token)
+    atomic_store_explicit(&l->busy, 0, memory_order_release);
+  else
+    hbm__mutex_unlock(&l->mutex);
+}
+
+#endif /* HBM_ALLOC_LOCK_H */
