@@ -1,7 +1,7 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
  * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump) and
- * turns it into the one profile model. HLO and XLA dumps are planned with default options;
- * the plan's profile is copied so that the caller owns a plain hbm_profile_t. */
+ * turns it into the one profile model. HLO and XLA dumps are planned with default options
+ * and the caller takes the plan's profile. */
 #include "base/base.h"
 #include "profile/trace_format.h"
 
@@ -79,34 +79,7 @@ static format_t detect(const char *data, size_t len) {
   return FORMAT_UNKNOWN;
 }
 
-/* ---- plans: the profile is the plan's, so it is copied ---- */
-
-static hbm_status_t copy_contents(hbm_profile_t *dst, const hbm_profile_t *src) {
-  hbm_status_t s = HBM_OK;
-  for (size_t i = 0; i < hbm_profile_meta_count(src) && s == HBM_OK; i++) {
-    const char *k = hbm_profile_meta_key(src, i);
-    s = hbm_profile_set_meta(dst, k, hbm_profile_meta(src, k));
-  }
-  for (int i = 0; i < hbm_profile_space_count(src) && s == HBM_OK; i++) {
-    const hbm_space_info_t *sp = hbm_profile_space(src, i);
-    if (hbm_profile_add_space(dst, sp->name, sp->device, sp->color, sp->limit) < 0)
-      s = hbm_last_status();
-  }
-  for (int64_t i = 0; i < hbm_profile_step_count(src) && s == HBM_OK; i++)
-    if (hbm_profile_add_step(dst, hbm_profile_step_time(src, i), hbm_profile_step_label(src, i)) <
-        0)
-      s = hbm_last_status();
-  for (int64_t i = 0; i < hbm_profile_buffer_count(src) && s == HBM_OK; i++)
-    if (hbm_profile_add_buffer(dst, hbm_profile_buffer(src, i)) < 0)
-      s = hbm_last_status();
-  for (size_t i = 0; i < hbm_profile_reserve_count(src) && s == HBM_OK; i++)
-    s = hbm_profile_add_reserve(dst, hbm_profile_reserve(src, i));
-  for (size_t i = 0; i < hbm_profile_oom_count(src) && s == HBM_OK; i++)
-    s = hbm_profile_add_oom(dst, hbm_profile_oom(src, i));
-  for (size_t i = 0; i < hbm_profile_marker_count(src) && s == HBM_OK; i++)
-    s = hbm_profile_add_marker(dst, hbm_profile_marker(src, i));
-  return s == HBM_OK ? hbm_profile_finish(dst) : s;
-}
+/* ---- plans: the caller takes the plan's profile ---- */
 
 static hbm_profile_t *load_plan(const char *path) {
   hbm_plan_options_t options;
@@ -114,13 +87,8 @@ static hbm_profile_t *load_plan(const char *path) {
   hbm_plan_t *plan = hbm_plan_file(path, &options);
   if (!plan)
     return NULL;
-  const hbm_profile_t *src = hbm_plan_profile(plan);
-  hbm_profile_t *p = src ? hbm_profile_new(hbm_profile_kind(src), hbm_profile_name(src)) : NULL;
-  if (p && copy_contents(p, src) != HBM_OK) {
-    hbm_profile_free(p);
-    p = NULL;
-  }
-  if (!src)
+  hbm_profile_t *p = hbm_plan_take_profile(plan);
+  if (!p)
     hbm__error(HBM_ERR_INTERNAL, "%s: the plan has no profile", path);
   hbm_plan_free(plan);
   return p;
