@@ -10,8 +10,12 @@
  * are realistic; the demo writes only a few bytes of each buffer. */
 #include "alloc/alloc.h" /* hbm__device_set_oom_buffers: always list the live buffers here */
 #include "cli.h"
+#ifdef HBM_HAVE_VIEWER
+#include "viewer/viewer.h"
+#endif
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SEED_BYTES 214748364800ull /* bf16[327680,327680] */
@@ -101,10 +105,24 @@ static int allocate_the_seeds_array(hbm_device_t *dev) {
 
 static void print_usage(FILE *out) {
   fprintf(out,
-          "usage: hbm demo [--logdir DIR]   (default DIR: /tmp/hbm)\n\n"
+          "usage: hbm demo [--logdir DIR] [--serve] [--port N]   (default DIR: /tmp/hbm)\n\n"
           "Runs the seed's program on the simulated device with the profiler on: a small\n"
           "model, then a bf16[327680,327680] array (214748364800 bytes) that does not fit\n"
-          "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n");
+          "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n"
+          "--serve then serves the profile in the Memory Viewer on 127.0.0.1:PORT (default\n"
+          "6006) until Ctrl-C, as `hbm view --logdir DIR` does.\n");
+}
+
+/* --serve: the demo's logdir in the Memory Viewer; the server's exit status. */
+static int serve_logdir(const char *logdir, int port) {
+#ifdef HBM_HAVE_VIEWER
+  fflush(stdout);
+  return hbm_viewer_serve(logdir, "127.0.0.1", port, stderr);
+#else
+  (void)port;
+  return cli_fail("demo", 1, "this hbm was built without the viewer (HBM_VIEWER=OFF); "
+                  "run `hbm report %s` instead", logdir);
+#endif
 }
 
 /* The configuration: the environment's, on the sim device unless HBM_DEVICE names one. */
@@ -149,9 +167,19 @@ static int run_model(hbm_device_t *dev, void **held, size_t *n_held) {
 
 int hbm_cmd_demo(int argc, char **argv) {
   const char *logdir = "/tmp/hbm";
+  bool serve = false;
+  int port = 6006;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--logdir") && i + 1 < argc) {
       logdir = argv[++i];
+    } else if (!strcmp(argv[i], "--serve")) {
+      serve = true;
+    } else if (!strcmp(argv[i], "--port") && i + 1 < argc) {
+      char *end;
+      long value = strtol(argv[++i], &end, 10);
+      if (*end || value < 0 || value > 65535)
+        return cli_fail("demo", 2, "--port: '%s' is not a port number (0-65535)", argv[i]);
+      port = (int)value;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       print_usage(stdout);
       return 0;
@@ -194,5 +222,5 @@ int hbm_cmd_demo(int argc, char **argv) {
   hbm_close(dev);
   if (profiling && hbm_profiler_stop() == HBM_OK && saved[0])
     printf("\nprofile: %s\nsee it with: hbm report %s\n", saved, logdir);
-  return rc;
+  return serve ? serve_logdir(logdir, port) : rc;
 }
