@@ -133,7 +133,8 @@ static void stream_ordered_pool(void **state) {
 static void every_mode_on_the_gpu(void **state) {
   (void)state;
   hbm__device_close(open_gpu());
-  const hbm_mode_t modes[] = {HBM_MODE_BFC, HBM_MODE_GROWTH, HBM_MODE_PLATFORM, HBM_MODE_ASYNC};
+  const hbm_mode_t modes[] = {HBM_MODE_BFC, HBM_MODE_GROWTH, HBM_MODE_PLATFORM, HBM_MODE_ASYNC,
+                              HBM_MODE_EXPANDABLE};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     hbm_config_t cfg;
     hbm_config_default(&cfg);

@@ -184,6 +184,8 @@ void hbm__arena_block(const hbm__arena_t *a, uint32_t handle, hbm__block_t *out,
                       uint64_t *requested, uint32_t *tag);
 /* The front's tag index of a used block (0: none). */
 void hbm__arena_set_tag(hbm__arena_t *a, uint32_t handle, uint32_t tag);
+/* The requested size and tag of a used block. */
+void hbm__arena_set_user(hbm__arena_t *a, uint32_t handle, uint64_t requested, uint32_t tag);
 /* Cuts a used block in two: b keeps its first `keep` bytes (a multiple of 256), *rest gets
  * the others, also in use. */
 hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest);
@@ -252,7 +254,10 @@ typedef struct hbm__tag_slot {
   uint32_t next_free; /* link in the list of unused entries */
 } hbm__tag_slot_t;
 
+typedef struct hbm__tcache hbm__tcache_t;
+
 struct hbm_device {
+  uint64_t uid; /* unique among the devices this process opened */
   hbm_config_t cfg;
   hbm_mode_t mode;
   hbm__device_t *phys;
@@ -277,6 +282,8 @@ struct hbm_device {
   uint64_t num_ooms;
   hbm_stream_t *streams;
   uint64_t next_stream_id;
+  hbm__tcache_t **caches; /* per-thread caches (tcache.c), by slot; NULL slots are free */
+  uint32_t n_caches, caches_cap;
 };
 
 /* The tags of a live record (all empty for an untagged block). Under dev->lock. */
@@ -293,6 +300,42 @@ hbm__record_t *hbm__live_by_size(hbm_device_t *dev, size_t *n);
 void hbm__device_set_oom_buffers(hbm_device_t *dev, bool on);
 /* The strategy of a device (tests: walks over reservations). */
 hbm__strategy_t *hbm__device_strategy(hbm_device_t *dev);
+
+/* What the device holds for its user: bytes in use, live blocks and the peak, counting the
+ * per-thread caches. Under dev->lock. */
+void hbm__device_usage(hbm_device_t *dev, uint64_t *in_use, uint64_t *num_live, uint64_t *peak);
+
+/* ---- per-thread caches (tcache.c) ---- */
+
+/* In an arena chunk's tag: the block is held by the per-thread cache in slot tag & ~mark. */
+#define HBM__CACHE_MARK 0x80000000u
+
+typedef struct hbm__tcache_totals {
+  int64_t in_use;
+  uint64_t allocs, frees, live;
+} hbm__tcache_totals_t;
+
+/* Without the device's lock (arena strategies, untagged, no stream, not profiling, once the
+ * device is shared by threads): an allocation from this thread's cache; a free of a block
+ * this thread's cache handed out. False: not served, take the locked path. */
+bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uint64_t *addr);
+bool hbm__tcache_free(hbm_device_t *dev, uint64_t addr);
+/* Under the device's lock. A block a cache handed out (mark from its chunk), freed on the
+ * locked path: taken out of that cache; false when the cache does not hold it as live. */
+bool hbm__tcache_give_back(hbm_device_t *dev, uint32_t mark, uint64_t addr, uint64_t *requested);
+/* The requested size of a live block a cache handed out; false when it does not hold it. */
+bool hbm__tcache_find(hbm_device_t *dev, uint32_t mark, uint64_t addr, uint64_t *requested);
+/* This thread's cache takes a freed arena block (marking its chunk); false: no room. */
+bool hbm__tcache_keep(hbm_device_t *dev, const hbm__block_t *b);
+/* Every cache's freed blocks back to the arena; caches of exited threads reaped. */
+void hbm__tcache_drain(hbm_device_t *dev);
+void hbm__tcache_totals(hbm_device_t *dev, hbm__tcache_totals_t *out);
+/* Bytes in use through the caches, read without their locks (for the peak). */
+int64_t hbm__tcache_in_use(hbm_device_t *dev);
+/* Copies of the live blocks the caches handed out (at most cap); returns how many. */
+size_t hbm__tcache_records(hbm_device_t *dev, hbm__record_t *out, size_t cap);
+/* At hbm_close: lets go of the caches (their threads free them when they meet them). */
+void hbm__tcache_close(hbm_device_t *dev);
 
 /* ---- oom.c ---- */
 

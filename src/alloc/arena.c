@@ -583,6 +583,12 @@ void hbm__arena_block(const hbm__arena_t *a, uint32_t handle, hbm__block_t *out,
 
 void hbm__arena_place_high(hbm__arena_t *a, uint64_t threshold) { a->place_high = threshold; }
 
+void hbm__arena_set_user(hbm__arena_t *a, uint32_t handle, uint64_t requested, uint32_t tag) {
+  chunk_t *c = &a->chunks[handle];
+  c->slack = (uint32_t)(c->size - requested);
+  c->tag = tag;
+}
+
 void hbm__arena_set_tag(hbm__arena_t *a, uint32_t handle, uint32_t tag) {
   a->chunks[handle].tag = tag;
 }

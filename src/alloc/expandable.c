@@ -247,6 +247,7 @@ static hbm_status_t exp_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alignm
     return st;
   for (uint64_t taken = first; taken < g; taken++) /* granule g failed */
     drop_granule(e, taken);
+  shrink_cache(e, 0); /* memory ran short: keep no free granule mapped */
   hbm__arena_release(e->arena, out);
   return st;
 }

@@ -11,6 +11,7 @@
 #include "alloc/live.h"
 #include "profile/recorder.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,13 +116,19 @@ hbm_device_t *hbm_open(const hbm_config_t *cfg) {
   }
   if (hbm_config_validate(cfg) != HBM_OK || start_profile(cfg) != HBM_OK)
     return NULL;
-  hbm_device_t *dev = calloc(1, sizeof *dev);
+  /* Aligned for the lock's cache lines (lock.h). */
+  hbm_device_t *dev =
+      aligned_alloc(_Alignof(hbm_device_t), hbm__round_up(sizeof *dev, _Alignof(hbm_device_t)));
+  if (dev)
+    memset(dev, 0, sizeof *dev);
   if (!dev) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory opening a device");
     return NULL;
   }
   dev->cfg = *cfg;
   hbm__config_mark_code_origins(&dev->cfg);
+  static atomic_uint_fast64_t next_uid;
+  dev->uid = atomic_fetch_add(&next_uid, 1) + 1;
   dev->mode = hbm_config_mode(cfg);
   dev->rec_id = -1;
   hbm__devlock_init(&dev->lock);
@@ -145,6 +152,7 @@ void hbm_close(hbm_device_t *dev) {
     return;
   while (dev->streams)
     hbm_stream_destroy(dev, dev->streams);
+  hbm__tcache_close(dev);
   if (dev->strategy)
     dev->strategy->ops->destroy(dev->strategy);
   if (dev->rec_id >= 0)
@@ -219,8 +227,11 @@ static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__
     }
   }
   dev->in_use += size;
-  if (dev->in_use > dev->peak_in_use)
-    dev->peak_in_use = dev->in_use;
+  uint64_t total = dev->in_use;
+  if (HBM_UNLIKELY(dev->n_caches)) /* the peak, sampled with what the caches hand out */
+    total += (uint64_t)hbm__tcache_in_use(dev);
+  if (total > dev->peak_in_use)
+    dev->peak_in_use = total;
   dev->num_allocs++;
   dev->num_live++;
   if (HBM_UNLIKELY(hbm__rec_active()))
@@ -236,6 +247,11 @@ static hbm_status_t strategy_alloc(hbm_device_t *dev, uint64_t size, uint64_t al
   hbm__failure_t why;
   memset(&why, 0, sizeof why);
   hbm_status_t st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, b, &why);
+  if (st == HBM_ERR_NO_MEMORY && dev->n_caches) { /* first, what threads' caches hold */
+    hbm__tcache_drain(dev);
+    memset(&why, 0, sizeof why);
+    st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, b, &why);
+  }
   if (st == HBM_OK)
     return st;
   if (st == HBM_ERR_NO_MEMORY && why.kind != HBM__FAIL_HOST) {
@@ -269,6 +285,9 @@ void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t 
   bool tagged = (tag || hbm__annotation_depth) && hbm__tag_resolve(tag, &resolved);
   hbm__block_t b;
   hbm__strategy_t *s = dev->strategy;
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && s->arena && !tagged && !stream &&
+      !hbm__rec_active() && hbm__tcache_alloc(dev, size, alignment, &b.addr))
+    return (void *)(uintptr_t)b.addr;
   hbm__devlock_lock(&dev->lock);
   hbm_status_t st = s->arena ? hbm__arena_alloc(s->arena, size, alignment, &b) : HBM_ERR_NO_MEMORY;
   if (HBM_UNLIKELY(st != HBM_OK))
@@ -290,21 +309,54 @@ void *hbm_alloc_async(hbm_device_t *dev, size_t size, hbm_stream_t *stream) {
   return hbm__alloc(dev, size, 0, stream, NULL);
 }
 
+/* What forget_block found. */
+typedef enum forgotten { NOT_LIVE, DEVICE_BLOCK, CACHE_BLOCK } forgotten_t;
+
+/* forget_block for a device shared by threads: the block may be one a thread's cache handed
+ * out (its counters then change, not the device's), and a freed block may stay in this
+ * thread's cache instead of going back to the arena. */
+static forgotten_t forget_shared_block(hbm_device_t *dev, uint64_t addr, uint64_t *size,
+                                       uint32_t *tag) {
+  hbm__arena_t *arena = dev->strategy->arena;
+  uint32_t h = hbm__arena_find(arena, addr);
+  if (h == UINT32_MAX)
+    return NOT_LIVE;
+  hbm__block_t b;
+  hbm__arena_block(arena, h, &b, size, tag);
+  forgotten_t what = DEVICE_BLOCK;
+  if (*tag & HBM__CACHE_MARK) {
+    if (!hbm__tcache_give_back(dev, *tag, addr, size))
+      return NOT_LIVE; /* freed into a cache already */
+    *tag = 0;
+    what = CACHE_BLOCK;
+  }
+  if (*tag) {
+    drop_tag(dev, *tag);
+    *tag = 0;
+  }
+  if (hbm__rec_active() || !hbm__tcache_keep(dev, &b))
+    hbm__arena_release(arena, &b);
+  return what;
+}
+
 /* Takes the block at addr out of the live blocks and gives it back to the strategy; its
- * requested size and tag go to *size and *tag. False when addr is not live. Under the lock. */
-static inline bool forget_block(hbm_device_t *dev, uint64_t addr, hbm_stream_t *stream,
-                                bool ordered, uint64_t *size, uint32_t *tag) {
+ * requested size and tag go to *size and *tag. Under the lock. */
+static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_stream_t *stream,
+                                       bool ordered, uint64_t *size, uint32_t *tag) {
   hbm__strategy_t *s = dev->strategy;
-  if (s->arena)
-    return hbm__arena_release_at(s->arena, addr, size, tag);
+  if (s->arena) {
+    if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
+      return forget_shared_block(dev, addr, size, tag);
+    return hbm__arena_release_at(s->arena, addr, size, tag) ? DEVICE_BLOCK : NOT_LIVE;
+  }
   hbm__record_t *r = hbm__live_find(&dev->live, addr);
   if (!r)
-    return false;
+    return NOT_LIVE;
   *size = r->size;
   *tag = r->tag;
   s->ops->free(s, &r->block, stream, ordered);
   hbm__live_erase(&dev->live, r);
-  return true;
+  return DEVICE_BLOCK;
 }
 
 static hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream, bool ordered) {
@@ -316,15 +368,21 @@ static hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *strea
     return hbm__error(HBM_ERR_INVALID, "hbm_free_async: the stream belongs to another device");
   uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
   uint32_t tag;
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && !stream && dev->strategy->arena &&
+      !hbm__rec_active() && hbm__tcache_free(dev, addr))
+    return HBM_OK;
   hbm__devlock_lock(&dev->lock);
-  if (HBM_UNLIKELY(!forget_block(dev, addr, stream, ordered, &size, &tag))) {
+  forgotten_t what = forget_block(dev, addr, stream, ordered, &size, &tag);
+  if (HBM_UNLIKELY(what == NOT_LIVE)) {
     hbm__devlock_unlock(&dev->lock);
     return hbm__error(HBM_ERR_NOT_FOUND, "hbm_free: %p is not a live block of device %s", ptr,
                       dev->phys->name);
   }
-  dev->in_use -= size;
-  dev->num_frees++;
-  dev->num_live--;
+  if (HBM_LIKELY(what == DEVICE_BLOCK)) {
+    dev->in_use -= size;
+    dev->num_frees++;
+    dev->num_live--;
+  }
   if (HBM_UNLIKELY(tag))
     drop_tag(dev, tag);
   if (HBM_UNLIKELY(hbm__rec_active()))
@@ -344,9 +402,14 @@ static bool find_block(hbm_device_t *dev, uint64_t addr, hbm__record_t *out) {
   hbm__arena_t *arena = dev->strategy->arena;
   if (arena) {
     uint32_t h = hbm__arena_find(arena, addr);
-    if (h != UINT32_MAX)
-      hbm__arena_block(arena, h, &out->block, &out->size, &out->tag);
-    return h != UINT32_MAX;
+    if (h == UINT32_MAX)
+      return false;
+    hbm__arena_block(arena, h, &out->block, &out->size, &out->tag);
+    if (!(out->tag & HBM__CACHE_MARK))
+      return true;
+    bool live = hbm__tcache_find(dev, out->tag, addr, &out->size);
+    out->tag = 0;
+    return live;
   }
   const hbm__record_t *r = hbm__live_find(&dev->live, addr);
   if (r)
@@ -429,6 +492,7 @@ hbm_status_t hbm_trim(hbm_device_t *dev) {
   if (!dev)
     return hbm__error(HBM_ERR_INVALID, "hbm_trim: NULL device");
   hbm__devlock_lock(&dev->lock);
+  hbm__tcache_drain(dev);
   hbm_status_t st = dev->strategy->ops->trim(dev->strategy);
   hbm__devlock_unlock(&dev->lock);
   return st;
@@ -438,13 +502,17 @@ hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out) {
   if (!dev || !out)
     return hbm__error(HBM_ERR_INVALID, "hbm_get_stats: NULL argument");
   hbm__strategy_stats_t s;
+  hbm__tcache_totals_t cached;
   hbm__devlock_lock(&dev->lock);
   dev->strategy->ops->stats(dev->strategy, &s);
-  out->bytes_in_use = dev->in_use;
+  hbm__tcache_totals(dev, &cached);
+  out->bytes_in_use = dev->in_use + (uint64_t)cached.in_use;
+  if (out->bytes_in_use > dev->peak_in_use)
+    dev->peak_in_use = out->bytes_in_use;
   out->peak_bytes_in_use = dev->peak_in_use;
-  out->num_allocs = dev->num_allocs;
-  out->num_frees = dev->num_frees;
-  out->num_live = dev->num_live;
+  out->num_allocs = dev->num_allocs + cached.allocs;
+  out->num_frees = dev->num_frees + cached.frees;
+  out->num_live = dev->num_live + cached.live;
   out->num_ooms = dev->num_ooms;
   hbm__devlock_unlock(&dev->lock);
   out->bytes_reserved = s.reserved;
@@ -473,11 +541,13 @@ typedef struct record_list {
   size_t n, cap;
 } record_list_t;
 
+/* Live blocks of the device itself; those threads' caches hold are listed by the caches. */
 static int add_arena_block(const hbm__chunk_info_t *c, void *ctx) {
   record_list_t *l = ctx;
   if (c->in_use && l->n < l->cap) {
-    hbm__record_t *r = &l->out[l->n++];
+    hbm__record_t *r = &l->out[l->n];
     hbm__arena_block(l->arena, (uint32_t)c->handle, &r->block, &r->size, &r->tag);
+    l->n += !(r->tag & HBM__CACHE_MARK);
   }
   return 0;
 }
@@ -486,14 +556,16 @@ static int add_arena_block(const hbm__chunk_info_t *c, void *ctx) {
 static hbm__record_t *live_records(hbm_device_t *dev, size_t *n) {
   *n = 0;
   hbm__arena_t *arena = dev->strategy->arena;
-  size_t cap = arena ? dev->num_live : dev->live.count;
+  hbm__tcache_totals_t cached;
+  hbm__tcache_totals(dev, &cached);
+  size_t cap = arena ? dev->num_live + cached.live : dev->live.count;
   hbm__record_t *out = malloc((cap + 1) * sizeof *out);
   if (!out)
     return NULL;
   if (arena) {
     record_list_t l = {.arena = arena, .out = out, .cap = cap};
     hbm__arena_walk(arena, add_arena_block, &l);
-    *n = l.n;
+    *n = l.n + hbm__tcache_records(dev, out + l.n, cap - l.n);
     return out;
   }
   for (uint64_t i = 0; dev->live.slots && i <= dev->live.mask; i++)
@@ -546,3 +618,11 @@ void hbm__device_set_oom_buffers(hbm_device_t *dev, bool on) {
 }
 
 hbm__strategy_t *hbm__device_strategy(hbm_device_t *dev) { return dev->strategy; }
+
+void hbm__device_usage(hbm_device_t *dev, uint64_t *in_use, uint64_t *num_live, uint64_t *peak) {
+  hbm__tcache_totals_t cached;
+  hbm__tcache_totals(dev, &cached);
+  *in_use = dev->in_use + (uint64_t)cached.in_use;
+  *num_live = dev->num_live + cached.live;
+  *peak = *in_use > dev->peak_in_use ? *in_use : dev->peak_in_use;
+}

@@ -64,17 +64,21 @@ void hbm__devlock_init(hbm__devlock_t *l) {
   pthread_once(&membarrier_once, register_membarrier);
   atomic_init(&l->busy, 0);
   atomic_init(&l->biased, BIAS_ALLOWED && membarrier_ready);
+  atomic_init(&l->shared, 0);
   atomic_init(&l->owner, NULL);
   atomic_init(&l->mutex.state, 0);
 }
 
 void hbm__devlock_lock_slow(hbm__devlock_t *l) {
-  const void *me = &hbm__thread_token, *none = NULL;
-  /* The first thread to lock a biased device becomes its owner. */
-  if (atomic_load_explicit(&l->biased, memory_order_relaxed) &&
-      atomic_compare_exchange_strong(&l->owner, &none, me)) {
-    hbm__devlock_lock(l);
-    return;
+  const void *me = &hbm__thread_token, *owner = NULL;
+  /* The first thread to lock a device becomes its owner; with a bias, it enters biased. */
+  if (atomic_compare_exchange_strong(&l->owner, &owner, me)) {
+    if (atomic_load_explicit(&l->biased, memory_order_relaxed)) {
+      hbm__devlock_lock(l);
+      return;
+    }
+  } else if (owner != me && !atomic_load_explicit(&l->shared, memory_order_relaxed)) {
+    atomic_store_explicit(&l->shared, 1, memory_order_relaxed);
   }
   hbm__mutex_lock(&l->mutex);
   if (!atomic_load_explicit(&l->biased, memory_order_relaxed))

@@ -52,11 +52,15 @@ static inline void hbm__mutex_unlock(hbm__mutex_t *m) {
 
 /* ---- the biased device lock ---- */
 
+/* The flags are read on every operation and, once threads share a device, hardly ever
+ * written: the mutex, which the sharing threads write, has a cache line of its own. */
 typedef struct hbm__devlock {
   _Atomic uint32_t busy;       /* the owner is inside without the mutex */
   _Atomic uint32_t biased;     /* the owner may enter without the mutex */
+  _Atomic uint32_t shared;     /* a thread other than the owner has taken the lock */
   _Atomic(const void *) owner; /* the owning thread's token, NULL until someone locks */
-  hbm__mutex_t mutex;
+  _Alignas(64) hbm__mutex_t mutex;
+  char after_mutex[64 - sizeof(hbm__mutex_t)];
 } hbm__devlock_t;
 
 /* One per thread: its address tells threads apart. */
@@ -64,9 +68,9 @@ extern _Thread_local char hbm__thread_token __attribute__((tls_model("initial-ex
 
 void hbm__devlock_init(hbm__devlock_t *l);
 void hbm__devlock_lock_slow(hbm__devlock_t *l);
-/* Whether the bias was revoked: another thread than the owner has used the lock. */
+/* Whether a thread other than the first one has taken the lock (it stays so). */
 static inline bool hbm__devlock_shared(hbm__devlock_t *l) {
-  return !atomic_load_explicit(&l->biased, memory_order_relaxed);
+  return atomic_load_explicit(&l->shared, memory_order_relaxed);
 }
 
 static inline void hbm__devlock_lock(hbm__devlock_t *l) {

@@ -306,12 +306,13 @@ static void write_facts(hbm_strbuf_t *sb, const oom_facts_t *f) {
                     fmt(f->total, b));
   put_setting(sb, cfg, HBM_CFG_MEM_FRACTION);
   hbm_strbuf_puts(sb, "\n");
+  uint64_t in_use, live, peak;
+  hbm__device_usage(f->dev, &in_use, &live, &peak);
   hbm_strbuf_printf(sb,
                     "  in use: %llu bytes (%s) in %llu block%s, peak %s; reserved %s, "
                     "peak %s\n",
-                    (unsigned long long)dev->in_use, fmt(dev->in_use, a),
-                    (unsigned long long)dev->num_live, dev->num_live == 1 ? "" : "s",
-                    fmt(dev->peak_in_use, b), fmt(f->stats.reserved, c),
+                    (unsigned long long)in_use, fmt(in_use, a), (unsigned long long)live,
+                    live == 1 ? "" : "s", fmt(peak, b), fmt(f->stats.reserved, c),
                     fmt(f->stats.peak_reserved, d));
   hbm_strbuf_printf(sb,
                     "  largest free block: %llu bytes (%s); free inside reserved memory "
@@ -351,8 +352,10 @@ static void write_live_buffers(hbm_strbuf_t *sb, hbm_device_t *dev) {
     return;
   char a[32];
   size_t shown = n < LISTED_BUFFERS ? n : LISTED_BUFFERS;
+  uint64_t in_use, live_count, peak;
+  hbm__device_usage(dev, &in_use, &live_count, &peak);
   hbm_strbuf_printf(sb, "Peak buffers: the %zu largest of %zu live buffers (%s in use):\n", shown,
-                    n, fmt(dev->in_use, a));
+                    n, fmt(in_use, a));
   for (size_t i = 0; i < shown; i++) {
     const hbm__record_t *r = &live[i];
     const hbm_tag_t *tag = hbm__record_tag(dev, r);

@@ -137,7 +137,12 @@ static hbm_device_t *open_replay_device(hbm_mode_t mode, uint64_t memory) {
   cfg.mem_fraction = 1.0;
   snprintf(cfg.sim_name, sizeof cfg.sim_name, "replay-%d-%u", (int)getpid(),
            atomic_fetch_add(&counter, 1));
-  hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
+  hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_FLAG);
+  /* What a diagnosis names as the origin of these settings: the replay's options. */
+  const hbm_config_field_t set[] = {HBM_CFG_DEVICE, HBM_CFG_SIM_MEMORY, HBM_CFG_SIM_NAME,
+                                    HBM_CFG_MEM_FRACTION};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(set); i++)
+    cfg.origin[set[i]] = HBM_ORIGIN_FLAG;
   return hbm_open(&cfg);
 }
 

@@ -1,8 +1,234 @@
-/* cmd_replay.c — placeholder until its layer lands; replaced by the real command. */
+/* cmd_replay.c — `hbm replay LOG [--mode M] [--memory SIZE] [--min-memory] [--json]
+ * [--lenient] [--repeat N]`: an RMM allocation log replayed through libhbm on a private
+ * simulated device (hbm_replay_run): the log's peak live bytes, the mode's peak reserved
+ * bytes, the smallest memory the log runs on, the first allocation that fails and why, and
+ * the time per operation. A progress bar goes to stderr when it is a terminal and the work
+ * is long. Exit status: 0 when every allocation succeeded, 1 when some failed or the log is
+ * bad, 2 for a usage error. */
 #include "cli.h"
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Above this many events (or with a search), the replay shows its progress. */
+#define LONG_LOG 50000
+
+typedef struct options {
+  const char *path;
+  hbm_replay_options_t replay;
+  bool json, lenient;
+} options_t;
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: hbm replay LOG [--mode MODE] [--memory SIZE] [--min-memory] [--json]\n"
+          "                  [--lenient] [--repeat N]\n\n"
+          "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream) through the\n"
+          "allocator on a private simulated device whose memory is never touched.\n\n"
+          "  --mode MODE    bfc (default), growth, platform, async or expandable\n"
+          "  --memory SIZE  device memory, all of it usable (default: 16GiB, or twice the\n"
+          "                 log's peak when that is more)\n"
+          "  --min-memory   also find the smallest memory (1 MiB resolution) on which the\n"
+          "                 log runs without one failed allocation\n"
+          "  --json         machine-readable result\n"
+          "  --lenient      skip malformed lines, frees of unknown pointers and second\n"
+          "                 allocations of live pointers, and count them\n"
+          "  --repeat N     timed replays after the warm-up one (default 5; 0: no timing)\n");
+}
+
+static int parse_repeat(const char *text, int *out) {
+  char *end;
+  long n = strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || n < 0 || n > 1000)
+    return cli_fail("replay", 2, "--repeat: expected 0 to 1000 replays, got '%s'", text);
+  *out = n == 0 ? -1 : (int)n;
+  return 0;
+}
+
+static int parse_options(int argc, char **argv, options_t *o) {
+  hbm_replay_options_default(&o->replay);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(a, "--json")) {
+      o->json = true;
+    } else if (!strcmp(a, "--lenient")) {
+      o->lenient = true;
+    } else if (!strcmp(a, "--min-memory")) {
+      o->replay.min_memory = 1;
+    } else if (!strcmp(a, "--mode") && has_value) {
+      if (hbm_mode_parse(argv[++i], &o->replay.mode) != HBM_OK)
+        return cli_fail("replay", 2, "--mode: %s", hbm_last_error());
+    } else if (!strcmp(a, "--memory") && has_value) {
+      if (cli_parse_size("replay", "--memory", argv[++i], &o->replay.memory))
+        return 2;
+    } else if (!strcmp(a, "--repeat") && has_value) {
+      if (parse_repeat(argv[++i], &o->replay.repeat))
+        return 2;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      print_usage(stdout);
+      return -1;
+    } else if (a[0] != '-' && !o->path) {
+      o->path = a;
+    } else {
+      print_usage(stderr);
+      return 2;
+    }
+  }
+  if (!o->path) {
+    print_usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+/* ---- progress ---- */
+
+static void draw_progress(void *ctx, const char *phase, double done) {
+  (void)ctx;
+  int filled = (int)(done * 30 + 0.5);
+  fprintf(stderr, "\r  %-10s [%.*s%*s] %3d%%", phase, filled, "##############################",
+          30 - filled, "", (int)(done * 100 + 0.5));
+  fflush(stderr);
+}
+
+static void clear_progress(void) { fprintf(stderr, "\r%*s\r", 52, ""); }
+
+static bool wants_progress(const options_t *o, const hbm_alloc_log_t *log) {
+  return isatty(STDERR_FILENO) &&
+         (log->n_events >= LONG_LOG || o->replay.min_memory ||
+          o->replay.mode == HBM_MODE_PLATFORM || o->replay.mode == HBM_MODE_EXPANDABLE);
+}
+
+/* ---- output ---- */
+
+static const char *bytes(uint64_t n, char *buf) { return hbm_format_bytes(n, buf, 32); }
+
+static void print_indented(const char *text, const char *indent) {
+  while (*text) {
+    const char *nl = strchr(text, '\n');
+    int n = nl ? (int)(nl - text) : (int)strlen(text);
+    printf("%s%.*s\n", indent, n, text);
+    text += n + (nl != NULL);
+  }
+}
+
+static double ratio(uint64_t x, uint64_t peak) { return peak ? (double)x / (double)peak : 0.0; }
+
+static void print_text(const options_t *o, const hbm_alloc_log_t *log,
+                       const hbm_replay_result_t *r) {
+  char a[32], b[32];
+  printf("hbm replay %s: mode %s on %s of simulated memory\n", o->path, hbm_mode_name(r->mode),
+         bytes(r->memory_bytes, a));
+  printf("  events               %llu (%llu allocation%s)", (unsigned long long)r->events,
+         (unsigned long long)r->allocations, r->allocations == 1 ? "" : "s");
+  if (r->failure_records)
+    printf(", %llu 'allocate failure' record%s not replayed",
+           (unsigned long long)r->failure_records, r->failure_records == 1 ? "" : "s");
+  printf("\n");
+  if (r->skipped_lines)
+    printf("  skipped lines        %llu (first: %s)\n", (unsigned long long)r->skipped_lines,
+           log->first_skip);
+  printf("  peak live            %s (%llu bytes)\n", bytes(r->peak_live_bytes, a),
+         (unsigned long long)r->peak_live_bytes);
+  printf("  peak reserved        %s (%llu bytes), %.4fx peak live%s\n",
+         bytes(r->peak_reserved_bytes, a), (unsigned long long)r->peak_reserved_bytes,
+         ratio(r->peak_reserved_bytes, r->peak_live_bytes),
+         r->mode == HBM_MODE_EXPANDABLE ? " (physical memory mapped)" : "");
+  if (o->replay.min_memory) {
+    if (r->min_memory_bytes)
+      printf("  min memory           %s (%llu bytes), %.4fx peak live\n",
+             bytes(r->min_memory_bytes, a), (unsigned long long)r->min_memory_bytes,
+             ratio(r->min_memory_bytes, r->peak_live_bytes));
+    else
+      printf("  min memory           none: the log does not run on any simulated device\n");
+  }
+  printf("  failed allocations   %llu\n", (unsigned long long)r->failed_allocations);
+  if (r->first_failure_event >= 0) {
+    printf("  first failure        event %lld (line %lld of the log), %s requested:\n",
+           (long long)r->first_failure_event, (long long)r->first_failure_line,
+           bytes(r->first_failure_size, b));
+    print_indented(r->first_failure_message ? r->first_failure_message : "", "    ");
+  }
+  if (r->timed_replays)
+    printf("  time per operation   %.1f ns (median of %d replays after a warm-up; %.1f to "
+           "%.1f)\n",
+           r->ns_per_op, r->timed_replays, r->ns_per_op_min, r->ns_per_op_max);
+}
+
+static json_t *first_failure_json(const hbm_replay_result_t *r) {
+  if (r->first_failure_event < 0)
+    return json_null();
+  return json_pack("{s:I, s:I, s:I, s:s}", "event", (json_int_t)r->first_failure_event, "line",
+                   (json_int_t)r->first_failure_line, "size", (json_int_t)r->first_failure_size,
+                   "message", r->first_failure_message ? r->first_failure_message : "");
+}
+
+static int print_json(const options_t *o, const hbm_alloc_log_t *log,
+                      const hbm_replay_result_t *r) {
+  json_t *root = json_object();
+  json_object_set_new(root, "log", json_string(o->path));
+  json_object_set_new(root, "mode", json_string(hbm_mode_name(r->mode)));
+  json_object_set_new(root, "memory_bytes", json_integer((json_int_t)r->memory_bytes));
+  json_object_set_new(root, "events", json_integer((json_int_t)r->events));
+  json_object_set_new(root, "allocations", json_integer((json_int_t)r->allocations));
+  json_object_set_new(root, "failure_records", json_integer((json_int_t)r->failure_records));
+  json_object_set_new(root, "skipped_lines", json_integer((json_int_t)r->skipped_lines));
+  if (r->skipped_lines)
+    json_object_set_new(root, "first_skipped", json_string(log->first_skip));
+  json_object_set_new(root, "peak_live_bytes", json_integer((json_int_t)r->peak_live_bytes));
+  json_object_set_new(root, "peak_reserved_bytes",
+                      json_integer((json_int_t)r->peak_reserved_bytes));
+  json_object_set_new(root, "min_memory_bytes",
+                      o->replay.min_memory && r->min_memory_bytes
+                          ? json_integer((json_int_t)r->min_memory_bytes)
+                          : json_null());
+  json_object_set_new(root, "failed_allocations", json_integer((json_int_t)r->failed_allocations));
+  json_object_set_new(root, "first_failure", first_failure_json(r));
+  json_object_set_new(root, "ns_per_op", r->timed_replays ? json_real(r->ns_per_op) : json_null());
+  json_object_set_new(root, "timed_replays", json_integer(r->timed_replays));
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (!text)
+    return cli_fail("replay", 1, "out of host memory writing the result");
+  printf("%s\n", text);
+  free(text);
+  return 0;
+}
+
 int hbm_cmd_replay(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return cli_fail("replay", 1, "not built yet");
+  options_t o;
+  memset(&o, 0, sizeof o);
+  int rc = parse_options(argc, argv, &o);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+  hbm_alloc_log_t log;
+  if (hbm_alloc_log_read(o.path, o.lenient, &log) != HBM_OK)
+    return cli_fail("replay", 1, "%s%s", hbm_last_error(),
+                    o.lenient ? "" : " (--lenient skips such lines)");
+  bool progress = wants_progress(&o, &log);
+  if (progress)
+    o.replay.progress = draw_progress;
+  hbm_replay_result_t r;
+  hbm_status_t st = hbm_replay_run(&log, &o.replay, &r);
+  if (progress)
+    clear_progress();
+  if (st != HBM_OK)
+    rc = cli_fail("replay", 1, "%s: %s", o.path, hbm_last_error());
+  else if (o.json)
+    rc = print_json(&o, &log, &r);
+  else
+    print_text(&o, &log, &r);
+  if (rc == 0 && r.failed_allocations)
+    rc = 1;
+  if (st == HBM_OK)
+    hbm_replay_result_free(&r);
+  hbm_alloc_log_free(&log);
+  if (fflush(stdout) != 0 || ferror(stdout))
+    rc = cli_fail("replay", 1, "cannot write the result");
+  return rc;
 }

@@ -1,0 +1,299 @@
+/* bench_threads.c — does the allocator scale to two threads? Each workload is run by one
+ * thread and then by two threads at once on one device (default mode); the ratio is the
+ * two-thread throughput (operations per second, both threads together) over the one-thread
+ * throughput: 2.0 is perfect, 1.0 is no gain. Each run opens a fresh device, passes over the
+ * workload once untimed (every thread) and then times a second pass. Runs alternate 1 and 2
+ * threads; medians.
+ *
+ *   no allocator: independent integer work and memory traffic per thread, no shared state:
+ *            what the machine gives two threads at the time of the run (on a shared
+ *            machine another process may hold a core, and then nothing scales);
+ *   mixed:   each thread keeps up to 256 blocks and allocates or frees one at random: 70%
+ *            of 16 B..4 KiB, 25% of 4..260 KiB, 5% of 256 KiB..4.25 MiB (the stress test's
+ *            mix), every 16th with a 4 KiB alignment;
+ *   LOG...:  each thread replays the whole log (its own blocks; pointers resolved to slots
+ *            before the timing, as hbm replay does).
+ *
+ * Usage: bench_threads [--ops N] [--runs N] [LOG...]   (prints a Markdown table) */
+#include "hbm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 256
+#define MAX_THREADS 2
+
+/* A log resolved to slots: size > 0 allocates into slot, size 0 frees it. */
+typedef struct op {
+  uint64_t size;
+  uint32_t slot;
+} op_t;
+
+typedef struct workload {
+  const char *name;
+  int kind; /* 0 no allocator, 1 mixed, 2 log */
+  op_t *ops;
+  size_t n_ops;
+  uint32_t n_slots;
+  uint64_t memory;
+} workload_t;
+
+typedef struct work {
+  hbm_device_t *dev;
+  const workload_t *load;
+  uint64_t ops;
+  uint64_t seed;
+  pthread_barrier_t *start;
+  double seconds;
+  uint64_t done;
+  uint64_t sink;
+} work_t;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t next_random(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static size_t mixed_size(uint64_t *rng) {
+  uint64_t r = next_random(rng);
+  unsigned bucket = (unsigned)(r % 100);
+  r >>= 8;
+  if (bucket < 70)
+    return 16 + (size_t)(r % 4081);
+  if (bucket < 95)
+    return 4096 + (size_t)(r % (256 << 10));
+  return (256 << 10) + (size_t)(r % (4 << 20));
+}
+
+static void run_nothing(work_t *w) {
+  uint64_t rng = w->seed, acc = 0;
+  uint64_t *buf = calloc(1 << 16, sizeof *buf);
+  if (!buf)
+    return;
+  for (uint64_t i = 0; i < w->ops; i++) {
+    uint64_t r = next_random(&rng);
+    buf[r & 0xffff] += r;
+    acc += buf[(r >> 20) & 0xffff];
+  }
+  w->sink = acc;
+  w->done = w->ops;
+  free(buf);
+}
+
+static void run_mixed(work_t *w) {
+  void *slots[SLOTS] = {0};
+  uint64_t rng = w->seed;
+  for (uint64_t i = 0; i < w->ops; i++) {
+    void **s = &slots[next_random(&rng) % SLOTS];
+    if (*s) {
+      hbm_free(w->dev, *s);
+      *s = NULL;
+    } else {
+      size_t size = mixed_size(&rng);
+      *s = hbm_alloc(w->dev, size, next_random(&rng) % 16 ? 0 : 4096);
+    }
+  }
+  for (int i = 0; i < SLOTS; i++)
+    hbm_free(w->dev, slots[i]);
+  w->done = w->ops;
+}
+
+static void run_log(work_t *w) {
+  const workload_t *l = w->load;
+  void **slots = calloc(l->n_slots + 1, sizeof *slots);
+  if (!slots)
+    return;
+  for (size_t i = 0; i < l->n_ops; i++) {
+    const op_t *op = &l->ops[i];
+    if (op->size)
+      slots[op->slot] = hbm_alloc(w->dev, op->size, 0);
+    else if (slots[op->slot])
+      hbm_free(w->dev, slots[op->slot]);
+  }
+  w->done = l->n_ops;
+  /* what the log leaves live */
+  for (size_t i = l->n_ops; i-- > 0;)
+    if (l->ops[i].size && slots[l->ops[i].slot]) {
+      hbm_free(w->dev, slots[l->ops[i].slot]);
+      slots[l->ops[i].slot] = NULL;
+    } else if (!l->ops[i].size) {
+      slots[l->ops[i].slot] = NULL;
+    }
+  free(slots);
+}
+
+static void run(work_t *w) {
+  if (w->load->kind == 0)
+    run_nothing(w);
+  else if (w->load->kind == 1)
+    run_mixed(w);
+  else
+    run_log(w);
+}
+
+/* A warm-up pass (the device's metadata touched, caches filled), then the timed one. */
+static void *thread_main(void *arg) {
+  work_t *w = arg;
+  pthread_barrier_wait(w->start);
+  run(w);
+  pthread_barrier_wait(w->start);
+  double t0 = now();
+  run(w);
+  w->seconds = now() - t0;
+  return NULL;
+}
+
+static hbm_device_t *open_device(uint64_t memory) {
+  static atomic_int counter;
+  hbm_config_t cfg;
+  hbm_config_default(&cfg);
+  cfg.device = HBM_DEVICE_SIM;
+  cfg.sim_memory = memory;
+  cfg.mem_fraction = 1.0;
+  snprintf(cfg.sim_name, sizeof cfg.sim_name, "bthreads-%d-%d", (int)getpid(),
+           atomic_fetch_add(&counter, 1));
+  return hbm_open(&cfg);
+}
+
+/* Operations per second of `threads` threads on one fresh device. */
+static double throughput(int threads, const workload_t *load, uint64_t ops) {
+  hbm_device_t *dev = open_device(load->memory);
+  if (!dev) {
+    fprintf(stderr, "bench_threads: %s\n", hbm_last_error());
+    exit(1);
+  }
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, (unsigned)threads);
+  work_t w[MAX_THREADS];
+  pthread_t tid[MAX_THREADS];
+  for (int t = 0; t < threads; t++) {
+    w[t] = (work_t){.dev = dev, .load = load, .ops = ops, .start = &start};
+    w[t].seed = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
+    pthread_create(&tid[t], NULL, thread_main, &w[t]);
+  }
+  double slowest = 0;
+  uint64_t done = 0;
+  for (int t = 0; t < threads; t++) {
+    pthread_join(tid[t], NULL);
+    slowest = w[t].seconds > slowest ? w[t].seconds : slowest;
+    done += w[t].done;
+  }
+  pthread_barrier_destroy(&start);
+  hbm_close(dev);
+  return (double)done / slowest;
+}
+
+static int compare_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* One table row: median throughput of 1 and 2 threads, runs alternating. */
+static void row(const workload_t *load, uint64_t ops, int runs) {
+  double one[64], two[64];
+  throughput(1, load, ops); /* warm-up */
+  for (int r = 0; r < runs; r++) {
+    one[r] = throughput(1, load, ops);
+    two[r] = throughput(2, load, ops);
+  }
+  qsort(one, (size_t)runs, sizeof *one, compare_double);
+  qsort(two, (size_t)runs, sizeof *two, compare_double);
+  double a = one[runs / 2], b = two[runs / 2];
+  printf("| %s | %.1f | %.1f | %.2f |\n", load->name, 1e9 / a, 2e9 / b, b / a);
+  fflush(stdout);
+}
+
+/* Resolves a log's pointers to slots (a slot is reused once its block is freed). */
+static bool resolve(const hbm_alloc_log_t *log, workload_t *out) {
+  size_t cap = 1;
+  while (cap < 2 * log->n_events + 2)
+    cap *= 2;
+  uint64_t *keys = calloc(cap, sizeof *keys);
+  uint32_t *values = calloc(cap, sizeof *values), *free_slots = calloc(log->n_events + 1, 4);
+  out->ops = calloc(log->n_events + 1, sizeof *out->ops);
+  bool ok = keys && values && free_slots && out->ops;
+  size_t n_free = 0;
+  for (size_t i = 0; ok && i < log->n_events; i++) {
+    const hbm_log_event_t *e = &log->events[i];
+    if (e->action == HBM_LOG_ALLOCATE_FAILURE)
+      continue;
+    size_t h = (size_t)(e->pointer * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+    while (keys[h] && keys[h] != e->pointer + 1)
+      h = (h + 1) & (cap - 1);
+    if (e->action == HBM_LOG_ALLOCATE) {
+      keys[h] = e->pointer + 1;
+      values[h] = n_free ? free_slots[--n_free] : out->n_slots++;
+      out->ops[out->n_ops++] = (op_t){e->size, values[h]};
+    } else if (keys[h]) { /* the key stays, as a tombstone the next allocation may reuse */
+      free_slots[n_free++] = values[h];
+      out->ops[out->n_ops++] = (op_t){0, values[h]};
+    }
+  }
+  free(keys);
+  free(values);
+  free(free_slots);
+  return ok;
+}
+
+/* The log's peak live bytes (the analysis module's number), to size the device. */
+static uint64_t peak_of(const hbm_alloc_log_t *log) {
+  hbm_profile_t *p = hbm_alloc_log_to_profile(log, "log");
+  hbm_analysis_t *a = p ? hbm_analyze(p, 0) : NULL;
+  uint64_t peak = a ? hbm_analysis_summary(a)->peak_bytes : 16ull << 30;
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+  return peak;
+}
+
+int main(int argc, char **argv) {
+  uint64_t ops = 2000000;
+  int runs = 5, first_log = argc;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+      ops = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+      runs = atoi(argv[++i]);
+    else {
+      first_log = i;
+      break;
+    }
+  }
+  if (runs < 1 || runs > 64)
+    runs = 5;
+  printf("| workload | 1 thread ns/op | 2 threads ns/op per thread | 2-thread / 1-thread "
+         "throughput |\n| --- | ---: | ---: | ---: |\n");
+  workload_t nothing = {
+      .name = "no allocator (what the machine gives)", .kind = 0, .memory = 64ull << 20};
+  row(&nothing, 20 * ops, runs);
+  workload_t mixed = {.name = "mixed sizes, 16 B to 4.25 MiB", .kind = 1, .memory = 4ull << 30};
+  row(&mixed, ops, runs);
+  for (int i = first_log; i < argc; i++) {
+    hbm_alloc_log_t log;
+    if (hbm_alloc_log_read(argv[i], 1, &log) != HBM_OK) {
+      fprintf(stderr, "bench_threads: %s\n", hbm_last_error());
+      continue;
+    }
+    const char *slash = strrchr(argv[i], '/');
+    workload_t load = {.name = slash ? slash + 1 : argv[i], .kind = 2};
+    load.memory = 4 * peak_of(&log) + (1ull << 30);
+    if (resolve(&log, &load))
+      row(&load, 0, runs);
+    free(load.ops);
+    hbm_alloc_log_free(&log);
+  }
+  return 0;
+}
