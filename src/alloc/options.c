@@ -24,7 +24,7 @@ static const char bool_values[] = "true or false (also 1/0, yes/no, on/off)";
 static const hbm_variable_t variables[] = {
     {"XLA_PYTHON_CLIENT_PREALLOCATE", HBM_CFG_PREALLOCATE, bool_values, "true",
      "true: reserve the limit at the first allocation and sub-allocate from it; false: grow "
-     "on demand in regions, reuse freed memory, never give it back"},
+     "on demand, reuse freed memory, never give it back"},
     {"XLA_PYTHON_CLIENT_MEM_FRACTION", HBM_CFG_MEM_FRACTION,
      "a fraction in (0, 1] such as .75 or 0.5", "0.75",
      "fraction of the device's total memory this process may use (the limit)"},
