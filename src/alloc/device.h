@@ -82,10 +82,14 @@ typedef struct hbm__device_ops {
 
 struct hbm__device {
   const hbm__device_ops_t *ops;
-  hbm_device_kind_t kind;    /* HBM_DEVICE_SIM or HBM_DEVICE_CUDA */
-  char name[160];            /* "sim0", "cuda:0 (NVIDIA H100 80GB HBM3)" */
-  uint64_t total;            /* bytes */
-  uint64_t granularity;      /* virtual-memory granule (2 MiB) */
+  hbm_device_kind_t kind; /* HBM_DEVICE_SIM or HBM_DEVICE_CUDA */
+  char name[160];         /* "sim0", "cuda:0 (NVIDIA H100 80GB HBM3)" */
+  uint64_t total;         /* bytes */
+  uint64_t granularity;   /* virtual-memory granule (2 MiB) */
+  /* Physical memory of n granules is n granules: granule i of `phys` is phys + i ×
+   * granularity, and any run of them can be mapped, unmapped or released on its own (sim: an
+   * offset in its memory file). CUDA's handles are whole: false. */
+  bool vm_granules_divisible;
   uint64_t region_alignment; /* regions are at least this aligned (sim: page; CUDA: 256) */
   _Atomic uint64_t held;     /* regions + physical memory held through this object */
   _Atomic uint64_t peak_held;

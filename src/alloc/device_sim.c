@@ -304,6 +304,7 @@ hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out) {
   snprintf(s->base.name, sizeof s->base.name, "%s", cfg->sim_name);
   s->base.total = cfg->sim_memory;
   s->base.granularity = SIM_GRANULARITY;
+  s->base.vm_granules_divisible = true;
   s->base.region_alignment = (uint64_t)sysconf(_SC_PAGESIZE);
   *out = &s->base;
   return HBM_OK;

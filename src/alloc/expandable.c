@@ -37,6 +37,7 @@ typedef struct granule {
   uint32_t seq;   /* which of its queue entries is current (see queued) */
   bool mapped;    /* backed by `phys` */
   bool queued;    /* free, mapped, and in the queue with sequence number `seq` */
+  bool fresh;     /* mapped by the allocation in progress (undone if it fails) */
   hbm__phys_t phys;
 } granule_t;
 
@@ -60,15 +61,20 @@ typedef struct expandable {
    * used again since) are skipped, and dropped when it fills up */
   queued_t *queue;
   uint64_t queue_head, queue_len;
-  uint64_t cached; /* bytes of free mapped granules */
+  uint64_t cached;   /* bytes of free mapped granules */
+  uint64_t *evicted; /* scratch: granules being unmapped together */
 } expandable_t;
 
 static expandable_t *exp_of(hbm__strategy_t *s) { return (expandable_t *)s; }
 
-static void report(expandable_t *e, hbm_reserve_op_t op, uint64_t g) {
+static void report(expandable_t *e, hbm_reserve_op_t op, uint64_t g, uint64_t n) {
   hbm__strategy_env_t *env = &e->base.env;
   if (env->on_reserve)
-    env->on_reserve(env->ctx, op, e->range + g * e->gran, e->gran);
+    env->on_reserve(env->ctx, op, e->range + g * e->gran, n * e->gran);
+}
+
+static void *granule_addr(const expandable_t *e, uint64_t g) {
+  return (void *)(uintptr_t)(e->range + g * e->gran);
 }
 
 /* ---- the range ---- */
@@ -94,7 +100,8 @@ static hbm_status_t reserve_range(expandable_t *e, hbm__failure_t *why) {
   e->n_granules = e->range_size / e->gran;
   e->granules = calloc(e->n_granules, sizeof *e->granules);
   e->queue = malloc(e->n_granules * sizeof *e->queue);
-  st = e->granules && e->queue
+  e->evicted = malloc(e->n_granules * sizeof *e->evicted);
+  st = e->granules && e->queue && e->evicted
            ? HBM_OK
            : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the expandable allocator");
   if (st == HBM_OK)
@@ -110,22 +117,51 @@ static hbm_status_t reserve_range(expandable_t *e, hbm__failure_t *why) {
 
 /* ---- granules ---- */
 
-static void unmap_granule(expandable_t *e, uint64_t g) {
+/* Runs [g, g + n) of granules that can be handled with one device call each: consecutive,
+ * and (to be released together) consecutive in one physical allocation. */
+static bool joins(const expandable_t *e, uint64_t prev, uint64_t g) {
+  return g == prev + 1 && e->base.env.device->vm_granules_divisible &&
+         e->granules[g].phys == e->granules[prev].phys + e->gran;
+}
+
+static void unmap_run(expandable_t *e, uint64_t g, uint64_t n) {
   hbm__device_t *d = e->base.env.device;
-  granule_t *gr = &e->granules[g];
-  hbm__device_unmap(d, (void *)(uintptr_t)(e->range + g * e->gran), e->gran);
-  hbm__device_phys_release(d, gr->phys, e->gran);
-  gr->mapped = false;
-  e->mapped -= e->gran;
-  report(e, HBM_RESERVE_UNMAP, g);
+  hbm__device_unmap(d, granule_addr(e, g), n * e->gran);
+  if (d->vm_granules_divisible) {
+    hbm__device_phys_release(d, e->granules[g].phys, n * e->gran);
+  } else {
+    for (uint64_t i = g; i < g + n; i++)
+      hbm__device_phys_release(d, e->granules[i].phys, e->gran);
+  }
+  for (uint64_t i = g; i < g + n; i++)
+    e->granules[i].mapped = false;
+  e->mapped -= n * e->gran;
+  report(e, HBM_RESERVE_UNMAP, g, n);
+}
+
+static int compare_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Unmaps granules[0..n) (mapped, unused), run by run, in address order. */
+static void unmap_all(expandable_t *e, uint64_t *granules, uint64_t n) {
+  qsort(granules, n, sizeof *granules, compare_u64);
+  for (uint64_t i = 0, start = 0; i < n; i++)
+    if (i + 1 == n || !joins(e, granules[i], granules[i + 1])) {
+      unmap_run(e, granules[start], i + 1 - start);
+      start = i + 1;
+    }
 }
 
 static bool is_current(const expandable_t *e, queued_t q) {
   return e->granules[q.granule].queued && e->granules[q.granule].seq == q.seq;
 }
 
-/* Unmaps free cached granules, oldest first, until at most `keep` bytes stay cached. */
+/* Unmaps free cached granules, oldest first, until at most `keep` bytes stay cached; the
+ * ones going together are unmapped together. */
 static void shrink_cache(expandable_t *e, uint64_t keep) {
+  uint64_t n = 0;
   while (e->cached > keep && e->queue_len) {
     queued_t q = e->queue[e->queue_head];
     e->queue_head = (e->queue_head + 1) % e->n_granules;
@@ -134,8 +170,9 @@ static void shrink_cache(expandable_t *e, uint64_t keep) {
       continue;
     e->granules[q.granule].queued = false;
     e->cached -= e->gran;
-    unmap_granule(e, q.granule);
+    e->evicted[n++] = q.granule;
   }
+  unmap_all(e, e->evicted, n);
 }
 
 /* Drops the stale entries of a full queue (each granule has at most one current entry, so
@@ -158,66 +195,121 @@ static void enqueue(expandable_t *e, uint64_t g) {
   e->queue[(e->queue_head + e->queue_len++) % e->n_granules] = (queued_t){g, ++gr->seq};
 }
 
-static hbm_status_t map_granule(expandable_t *e, uint64_t g, hbm__failure_t *why) {
+static hbm_status_t device_refused(hbm__failure_t *why, uint64_t bytes) {
+  why->kind = HBM__FAIL_DEVICE;
+  why->device_request = bytes;
+  snprintf(why->detail, sizeof why->detail, "%s", hbm_last_error());
+  return HBM_ERR_NO_MEMORY;
+}
+
+/* Backs granules [g, g + n) (none mapped) with new physical memory: one allocation and one
+ * mapping for the run where the device allows, else one per granule. */
+static hbm_status_t map_run(expandable_t *e, uint64_t g, uint64_t n, hbm__failure_t *why) {
   hbm__device_t *d = e->base.env.device;
-  uint64_t limit = e->base.env.limit;
-  if (e->mapped + e->gran > limit)
+  hbm__phys_t phys;
+  if (n > 1 && d->vm_granules_divisible &&
+      hbm__device_phys_create(d, n * e->gran, &phys) == HBM_OK) {
+    if (hbm__device_map(d, granule_addr(e, g), n * e->gran, phys, 0) != HBM_OK) {
+      hbm__device_phys_release(d, phys, n * e->gran);
+      return device_refused(why, n * e->gran);
+    }
+    for (uint64_t i = 0; i < n; i++)
+      e->granules[g + i] = (granule_t){
+          .phys = phys + i * e->gran, .mapped = true, .fresh = true, .seq = e->granules[g + i].seq};
+  } else {
+    for (uint64_t i = g; i < g + n; i++) {
+      granule_t *gr = &e->granules[i];
+      if (hbm__device_phys_create(d, e->gran, &gr->phys) != HBM_OK)
+        return device_refused(why, e->gran);
+      if (hbm__device_map(d, granule_addr(e, i), e->gran, gr->phys, 0) != HBM_OK) {
+        hbm__device_phys_release(d, gr->phys, e->gran);
+        return device_refused(why, e->gran);
+      }
+      gr->mapped = gr->fresh = true;
+      e->mapped += e->gran;
+      report(e, HBM_RESERVE_MAP, i, 1);
+    }
+    return HBM_OK;
+  }
+  e->mapped += n * e->gran;
+  report(e, HBM_RESERVE_MAP, g, n);
+  return HBM_OK;
+}
+
+static uint64_t unmapped_in(const expandable_t *e, uint64_t first, uint64_t last) {
+  uint64_t n = 0;
+  for (uint64_t g = first; g <= last; g++)
+    n += !e->granules[g].mapped;
+  return n;
+}
+
+/* Maps what [first, last] lacks, within the limit (giving back cached granules first if
+ * needed). On failure nothing this call mapped stays mapped. */
+static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
+                                 hbm__failure_t *why) {
+  uint64_t limit = e->base.env.limit, need = unmapped_in(e, first, last) * e->gran;
+  if (e->mapped + need > limit) {
     shrink_cache(e, 0);
-  if (e->mapped + e->gran > limit) {
+    need = unmapped_in(e, first, last) * e->gran;
+  }
+  if (e->mapped + need > limit) {
     why->kind = HBM__FAIL_LIMIT;
     return HBM_ERR_NO_MEMORY;
   }
-  granule_t *gr = &e->granules[g];
-  void *addr = (void *)(uintptr_t)(e->range + g * e->gran);
-  hbm_status_t st = hbm__device_phys_create(d, e->gran, &gr->phys);
-  if (st == HBM_OK && (st = hbm__device_map(d, addr, e->gran, gr->phys, 0)) != HBM_OK)
-    hbm__device_phys_release(d, gr->phys, e->gran);
-  if (st != HBM_OK) {
-    why->kind = HBM__FAIL_DEVICE;
-    why->device_request = e->gran;
-    snprintf(why->detail, sizeof why->detail, "%s", hbm_last_error());
-    return HBM_ERR_NO_MEMORY;
+  hbm_status_t st = HBM_OK;
+  for (uint64_t g = first; g <= last && st == HBM_OK;) {
+    uint64_t end = g;
+    while (end <= last && !e->granules[end].mapped)
+      end++;
+    if (end > g)
+      st = map_run(e, g, end - g, why);
+    g = end + 1;
   }
-  gr->mapped = true;
-  e->mapped += e->gran;
+  uint64_t n = 0;
+  for (uint64_t g = first; g <= last; g++) {
+    if (st != HBM_OK && e->granules[g].fresh)
+      e->evicted[n++] = g;
+    e->granules[g].fresh = false;
+  }
+  if (n)
+    unmap_all(e, e->evicted, n);
   if (e->mapped > e->peak_mapped)
     e->peak_mapped = e->mapped;
-  report(e, HBM_RESERVE_MAP, g);
-  return HBM_OK;
-}
-
-/* One more user of granule g, mapping it if it has none. */
-static hbm_status_t take_granule(expandable_t *e, uint64_t g, hbm__failure_t *why) {
-  granule_t *gr = &e->granules[g];
-  if (gr->users == 0) {
-    if (gr->mapped) { /* from the cache: its queue entry goes stale */
-      e->cached -= e->gran;
-      gr->queued = false;
-    } else {
-      hbm_status_t st = map_granule(e, g, why);
-      if (st != HBM_OK)
-        return st;
-    }
-    e->in_use += e->gran;
-  }
-  gr->users++;
-  return HBM_OK;
-}
-
-/* One user fewer; a granule left without users goes to the cache (or is unmapped). */
-static void drop_granule(expandable_t *e, uint64_t g) {
-  if (--e->granules[g].users)
-    return;
-  e->in_use -= e->gran;
-  e->cached += e->gran;
-  enqueue(e, g);
-  shrink_cache(e, CACHE_BYTES);
+  return st;
 }
 
 static void granules_of(const expandable_t *e, const hbm__block_t *b, uint64_t *first,
                         uint64_t *last) {
   *first = (b->addr - e->range) / e->gran;
   *last = (b->addr + b->allocated - 1 - e->range) / e->gran;
+}
+
+/* The block [first, last] now uses its granules (all mapped). */
+static void use_granules(expandable_t *e, uint64_t first, uint64_t last) {
+  for (uint64_t g = first; g <= last; g++) {
+    granule_t *gr = &e->granules[g];
+    if (gr->users++)
+      continue;
+    if (gr->queued) { /* from the cache: its queue entry goes stale */
+      gr->queued = false;
+      e->cached -= e->gran;
+    }
+    e->in_use += e->gran;
+  }
+}
+
+/* The block [first, last] is gone: granules without users go to the cache, and the cache, when
+ * over its size, is halved. */
+static void release_granules(expandable_t *e, uint64_t first, uint64_t last) {
+  for (uint64_t g = first; g <= last; g++) {
+    if (--e->granules[g].users)
+      continue;
+    e->in_use -= e->gran;
+    e->cached += e->gran;
+    enqueue(e, g);
+  }
+  if (e->cached > CACHE_BYTES)
+    shrink_cache(e, CACHE_BYTES / 2);
 }
 
 /* ---- the strategy ---- */
@@ -238,18 +330,14 @@ static hbm_status_t exp_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alignm
     why->kind = st == HBM_ERR_NO_MEMORY ? HBM__FAIL_LIMIT : HBM__FAIL_HOST;
     return st;
   }
-  uint64_t first, last, g;
+  uint64_t first, last;
   granules_of(e, out, &first, &last);
-  for (g = first; g <= last; g++)
-    if ((st = take_granule(e, g, why)) != HBM_OK)
-      break;
-  if (st == HBM_OK)
+  if ((st = map_granules(e, first, last, why)) != HBM_OK) {
+    hbm__arena_release(e->arena, out);
     return st;
-  for (uint64_t taken = first; taken < g; taken++) /* granule g failed */
-    drop_granule(e, taken);
-  shrink_cache(e, 0); /* memory ran short: keep no free granule mapped */
-  hbm__arena_release(e->arena, out);
-  return st;
+  }
+  use_granules(e, first, last);
+  return HBM_OK;
 }
 
 static void exp_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *stream,
@@ -259,8 +347,7 @@ static void exp_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *st
   uint64_t first, last;
   granules_of(e, b, &first, &last);
   hbm__arena_release(e->arena, b);
-  for (uint64_t g = first; g <= last; g++)
-    drop_granule(e, g);
+  release_granules(e, first, last);
 }
 
 static void exp_stats(hbm__strategy_t *s, hbm__strategy_stats_t *out) {
@@ -295,14 +382,17 @@ static uint64_t exp_largest_free(hbm__strategy_t *s) {
 
 static void exp_destroy(hbm__strategy_t *s) {
   expandable_t *e = exp_of(s);
+  uint64_t n = 0;
   for (uint64_t g = 0; g < e->n_granules; g++)
     if (e->granules[g].mapped)
-      unmap_granule(e, g);
+      e->evicted[n++] = g;
+  unmap_all(e, e->evicted, n);
   if (e->range)
     hbm__device_va_release(s->env.device, (void *)(uintptr_t)e->range, e->range_size);
   hbm__arena_delete(e->arena);
   free(e->granules);
   free(e->queue);
+  free(e->evicted);
   free(e);
 }
 
