@@ -247,11 +247,6 @@ static hbm_status_t strategy_alloc(hbm_device_t *dev, uint64_t size, uint64_t al
   hbm__failure_t why;
   memset(&why, 0, sizeof why);
   hbm_status_t st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, b, &why);
-  if (st == HBM_ERR_NO_MEMORY && dev->n_caches) { /* first, what threads' caches hold */
-    hbm__tcache_drain(dev);
-    memset(&why, 0, sizeof why);
-    st = dev->strategy->ops->alloc(dev->strategy, size, alignment, stream, b, &why);
-  }
   if (st == HBM_OK)
     return st;
   if (st == HBM_ERR_NO_MEMORY && why.kind != HBM__FAIL_HOST) {
@@ -290,6 +285,11 @@ void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t 
     return (void *)(uintptr_t)b.addr;
   hbm__devlock_lock(&dev->lock);
   hbm_status_t st = s->arena ? hbm__arena_alloc(s->arena, size, alignment, &b) : HBM_ERR_NO_MEMORY;
+  if (HBM_UNLIKELY(st != HBM_OK) && dev->n_caches) {
+    /* What threads' caches hold comes before growing, and before an OOM. */
+    hbm__tcache_drain(dev);
+    st = hbm__arena_alloc(s->arena, size, alignment, &b);
+  }
   if (HBM_UNLIKELY(st != HBM_OK))
     st = strategy_alloc(dev, size, alignment, stream, &b);
   if (HBM_LIKELY(st == HBM_OK)) {
