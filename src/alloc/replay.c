@@ -13,6 +13,7 @@
  * the same computation `hbm report` prints, so the two can never disagree. */
 #include "alloc/alloc.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,11 +289,12 @@ static hbm_status_t search_min_memory(replay_t *rp, hbm_mode_t mode, uint64_t pe
   }
   if (st != HBM_OK || !fits)
     return st;
-  while (hi - lo > 1 && st == HBM_OK) {
+  for (int done = 1; hi - lo > 1 && st == HBM_OK; done++) {
     uint64_t mid = lo + (hi - lo) / 2;
     if ((st = runs_on(rp, mode, mid * MiB, &fits)) == HBM_OK)
       *(fits ? &hi : &lo) = mid;
-    progress(rp, "min-memory", 1.0 - 0.5 / (double)(hi - lo));
+    double left = hi - lo > 1 ? log2((double)(hi - lo)) : 0; /* bisections to go */
+    progress(rp, "min-memory", 0.5 + 0.5 * done / (done + left));
   }
   *out = st == HBM_OK ? hi * MiB : 0;
   return st;
