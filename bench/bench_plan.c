@@ -8,7 +8,13 @@
  * real module in ../shared/hlo. Peak RSS shows memory against the size of the input.
  *
  * Usage: bench_plan [--instructions N] [--runs R] [--shared DIR] [--write FILE]
- *   --write FILE: only write the synthetic module to FILE (to time `hbm plan` on it). */
+ *                   [--dump DIR [--file F]...]
+ *   --write FILE: only write the synthetic module to FILE (to time `hbm plan` on it).
+ *   --dump DIR: time nothing; write every plan (synthetic, shared, each --file F) in full to
+ *     DIR/<name>.plan — summary, steps, every buffer with its offset and tags, the reports,
+ *     the same with --remat at 3/4 of the peak and with offsets aligned to 256 — so that two builds
+ * of the planner can be compared with diff (a change of speed must not change one byte of these).
+ */
 #include "hlo/hlo.h"
 
 #include <stdbool.h>
@@ -91,6 +97,85 @@ static char *synthetic_module(size_t target, size_t *len, size_t *n_instr) {
   return sb.data;
 }
 
+static void dump_plan(FILE *f, const char *text, size_t len, const char *name,
+                      const hbm_plan_options_t *opt) {
+  hbm_plan_t *plan = hbm_plan_text(text, len, name, opt);
+  if (!plan) {
+    fprintf(f, "error: %s\n", hbm_last_error());
+    return;
+  }
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(plan);
+  fprintf(f,
+          "summary: args %llu out %llu alias %llu temp %llu temp_unpadded %llu peak %llu "
+          "step %lld at %s frag %llu instr %zu buffers %zu fits %d before_remat %llu remat %zu "
+          "flops %llu bytes %llu\n",
+          (unsigned long long)s->argument_bytes, (unsigned long long)s->output_bytes,
+          (unsigned long long)s->alias_bytes, (unsigned long long)s->temp_bytes,
+          (unsigned long long)s->temp_unpadded_bytes, (unsigned long long)s->peak_bytes,
+          (long long)s->peak_step, s->peak_instruction ? s->peak_instruction : "-",
+          (unsigned long long)s->fragmentation_bytes, s->n_instructions, s->n_buffers, s->fits,
+          (unsigned long long)s->peak_before_remat, s->n_remat,
+          (unsigned long long)s->remat_extra_flops, (unsigned long long)s->remat_extra_bytes);
+  const hbm_profile_t *p = hbm_plan_profile(plan);
+  for (int i = 0; i < hbm_profile_space_count(p); i++) {
+    const hbm_space_info_t *sp = hbm_profile_space(p, i);
+    fprintf(f, "space %d: %s %s color %d limit %llu\n", i, sp->name, sp->device, sp->color,
+            (unsigned long long)sp->limit);
+  }
+  for (int64_t i = 0; i < hbm_profile_step_count(p); i++)
+    fprintf(f, "step %lld: %s\n", (long long)i, hbm_profile_step_label(p, i));
+  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+    fprintf(f,
+            "buffer %lld: id %llu at %llu size %llu unpadded %llu [%lld,%lld) space %d cat %d "
+            "flags %u op=%s shape=%s group=%s source=%s opcode=%s label=%s\n",
+            (long long)i, (unsigned long long)b->id, (unsigned long long)b->address,
+            (unsigned long long)b->size, (unsigned long long)b->unpadded_size, (long long)b->start,
+            (long long)b->end, b->space, (int)b->category, b->flags, b->op ? b->op : "-",
+            b->shape ? b->shape : "-", b->group ? b->group : "-", b->source ? b->source : "-",
+            b->opcode ? b->opcode : "-", b->label ? b->label : "-");
+  }
+  size_t n_remat;
+  const hbm_remat_info_t *r = hbm_plan_remats(plan, &n_remat);
+  for (size_t i = 0; i < n_remat; i++)
+    fprintf(f, "remat %s -> %s bytes %llu flops %llu\n", r[i].instruction, r[i].clone,
+            (unsigned long long)r[i].bytes, (unsigned long long)r[i].flops);
+  hbm_plan_report_text(plan, f);
+  hbm_plan_report_json(plan, f);
+  fputc('\n', f);
+  hbm_plan_free(plan);
+}
+
+/* The plan of one module as DIR/<name>.plan: as given, then rematerialized to fit 3/4 of its
+ * peak (which runs remat.c and plans again). */
+static bool dump_module(const char *dir, const char *name, const char *text, size_t len) {
+  char path[4096];
+  const char *base = strrchr(name, '/');
+  snprintf(path, sizeof path, "%s/%s.plan", dir, base ? base + 1 : name);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "bench_plan: cannot write %s\n", path);
+    return false;
+  }
+  hbm_plan_options_t opt = {0};
+  dump_plan(f, text, len, name, &opt);
+  hbm_plan_t *plan = hbm_plan_text(text, len, name, &opt);
+  uint64_t peak = plan ? hbm_plan_get_summary(plan)->peak_bytes : 0;
+  hbm_plan_free(plan);
+  if (peak) {
+    opt.memory = peak / 4 * 3;
+    opt.remat = 1;
+    fprintf(f, "---- remat to %llu bytes\n", (unsigned long long)opt.memory);
+    dump_plan(f, text, len, name, &opt);
+  }
+  hbm_plan_options_t aligned = {.alignment = 256};
+  fprintf(f, "---- offsets aligned to 256\n");
+  dump_plan(f, text, len, name, &aligned);
+  bool ok = fclose(f) == 0;
+  printf("%s\n", path);
+  return ok;
+}
+
 static long peak_rss_kib(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -145,7 +230,9 @@ static void bench_text(const char *name, const char *text, size_t len, int runs)
 int main(int argc, char **argv) {
   size_t target = 1000000;
   int runs = 5;
-  const char *write_to = NULL;
+  const char *write_to = NULL, *dump_dir = NULL;
+  const char *files_extra[64];
+  int n_extra = 0;
   char shared_buf[4096];
   const char *shared = default_shared_dir(shared_buf, sizeof shared_buf);
   for (int i = 1; i < argc; i++) {
@@ -157,9 +244,13 @@ int main(int argc, char **argv) {
       shared = argv[++i];
     else if (!strcmp(argv[i], "--write") && i + 1 < argc)
       write_to = argv[++i];
+    else if (!strcmp(argv[i], "--dump") && i + 1 < argc)
+      dump_dir = argv[++i];
+    else if (!strcmp(argv[i], "--file") && i + 1 < argc && n_extra < 64)
+      files_extra[n_extra++] = argv[++i];
     else {
       fprintf(stderr, "usage: bench_plan [--instructions N] [--runs R] [--shared DIR] "
-                      "[--write FILE]\n");
+                      "[--write FILE] [--dump DIR [--file F]...]\n");
       return 2;
     }
   }
@@ -181,13 +272,32 @@ int main(int argc, char **argv) {
     printf("%s: %zu instructions, %zu bytes%s\n", write_to, n_instr, len, ok ? "" : " (failed)");
     return ok ? 0 : 1;
   }
+  static const char *files[] = {"ssd_mobilenet_tf.hlo", "graphsage_tf.hlo",
+                                "hlo_llama3_8b_cp_bf16_1x4.hlo", "attention_model.hlo"};
+  if (dump_dir) {
+    bool ok = dump_module(dump_dir, "synthetic", text, len);
+    free(text);
+    for (size_t i = 0; i < sizeof files / sizeof files[0] + (size_t)n_extra; i++) {
+      char path[4096];
+      if (i < sizeof files / sizeof files[0])
+        snprintf(path, sizeof path, "%s/hlo/%s", shared, files[i]);
+      else
+        snprintf(path, sizeof path, "%s", files_extra[i - sizeof files / sizeof files[0]]);
+      char *data;
+      if (hbm__read_file(path, &data, &len) != HBM_OK) {
+        printf("%s (absent)\n", path);
+        continue;
+      }
+      ok = dump_module(dump_dir, path, data, len) && ok;
+      free(data);
+    }
+    return ok ? 0 : 1;
+  }
   long rss_before = peak_rss_kib();
   bench_text("synthetic", text, len, runs);
   printf("  peak RSS %.1f MiB for %.1f MB of text (%.1f MiB before planning)\n",
          (double)peak_rss_kib() / 1024.0, (double)len / 1e6, (double)rss_before / 1024.0);
   free(text);
-  static const char *files[] = {"ssd_mobilenet_tf.hlo", "graphsage_tf.hlo",
-                                "hlo_llama3_8b_cp_bf16_1x4.hlo", "attention_model.hlo"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/hlo/%s", shared, files[i]);

@@ -1,7 +1,9 @@
 /* test_hlo_heap.c — the heap simulator (XLA's GlobalDecreasingSizeBestFitHeap): offsets
  * worked out by hand (largest first, smallest gap that fits, the gap up to the top of the
  * heap, alignment), and on random inputs: buffers live at the same time never share bytes,
- * offsets are aligned, the heap holds at least the live peak, results are deterministic. */
+ * offsets are aligned, the heap holds at least the live peak, results are deterministic, and
+ * every offset is the one a plain quadratic implementation of the algorithm gives (the fast
+ * one must never change a plan). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +153,171 @@ static void random_placements_never_overlap(void **state) {
   free(again);
 }
 
+/* ---- the algorithm written plainly, as the reference for the fast one ---- */
+
+typedef struct ref_group {
+  uint64_t size;     /* the largest member's */
+  uint32_t span;     /* from the earliest start to the latest end of its members */
+  uint32_t first;    /* smallest member index */
+  uint32_t *members; /* interval indices */
+  size_t n_members;
+} ref_group_t;
+
+static int ref_order(const void *x, const void *y) {
+  const ref_group_t *a = x, *b = y;
+  if (a->size != b->size)
+    return a->size > b->size ? -1 : 1;
+  if (a->span != b->span)
+    return a->span > b->span ? -1 : 1;
+  return a->first < b->first ? -1 : a->first > b->first;
+}
+
+static int by_offset(const void *x, const void *y) {
+  const uint64_t *a = x, *b = y; /* {offset, end} */
+  return a[0] < b[0] ? -1 : a[0] > b[0];
+}
+
+/* Intervals with a share id together, every other one alone. */
+static size_t ref_groups(const hlo_interval_t *iv, size_t n, ref_group_t *g, uint32_t *members) {
+  size_t n_groups = 0, used = 0;
+  bool *done = calloc(n + 1, sizeof *done);
+  for (size_t i = 0; i < n; i++) {
+    if (done[i])
+      continue;
+    ref_group_t *grp = &g[n_groups++];
+    *grp = (ref_group_t){0, 0, (uint32_t)i, &members[used], 0};
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t j = i; j < n; j++) {
+      if (j != i && (!iv[i].share || iv[j].share != iv[i].share))
+        continue;
+      done[j] = true;
+      members[used++] = (uint32_t)j;
+      grp->n_members++;
+      grp->size = iv[j].size > grp->size ? iv[j].size : grp->size;
+      lo = iv[j].start < lo ? iv[j].start : lo;
+      hi = iv[j].end > hi ? iv[j].end : hi;
+    }
+    grp->span = hi > lo ? hi - lo : 0;
+  }
+  free(done);
+  return n_groups;
+}
+
+/* For each group, largest first: every placed interval overlapping a member in time, sorted
+ * by offset; the smallest gap between them (aligned ends) that holds the group, counting the
+ * gap up to the heap's top, ties to the lowest; else above them all. */
+static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment) {
+  ref_group_t *g = calloc(n + 1, sizeof *g);
+  uint32_t *members = calloc(n + 1, sizeof *members);
+  bool *placed = calloc(n + 1, sizeof *placed);
+  uint64_t *found = calloc(2 * n + 2, sizeof *found);
+  size_t n_groups = ref_groups(iv, n, g, members);
+  qsort(g, n_groups, sizeof *g, ref_order);
+  uint64_t top = 0;
+  for (size_t k = 0; k < n_groups; k++) {
+    size_t n_found = 0;
+    for (size_t j = 0; j < n; j++) {
+      bool in_the_way = false;
+      for (size_t m = 0; m < g[k].n_members && placed[j] && !in_the_way; m++) {
+        const hlo_interval_t *x = &iv[g[k].members[m]];
+        in_the_way = x->size && x->start < x->end && iv[j].start < x->end && x->start < iv[j].end;
+      }
+      if (in_the_way) {
+        found[2 * n_found] = iv[j].offset;
+        found[2 * n_found++ + 1] = iv[j].offset + iv[j].size;
+      }
+    }
+    qsort(found, n_found, 2 * sizeof *found, by_offset);
+    uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0, size = g[k].size;
+    for (size_t f = 0; f < n_found; f++) {
+      if (found[2 * f] > cursor && found[2 * f] - cursor >= size &&
+          found[2 * f] - cursor < best_gap) {
+        best = cursor;
+        best_gap = found[2 * f] - cursor;
+      }
+      uint64_t end = (found[2 * f + 1] + alignment - 1) / alignment * alignment;
+      cursor = end > cursor ? end : cursor;
+    }
+    if (top > cursor && top - cursor >= size && top - cursor < best_gap)
+      best = cursor;
+    uint64_t offset = !size ? 0 : best != UINT64_MAX ? best : cursor;
+    if (size && offset + size > top)
+      top = offset + size;
+    for (size_t m = 0; m < g[k].n_members; m++) {
+      uint32_t i = g[k].members[m];
+      placed[i] = iv[i].size && iv[i].end > iv[i].start;
+      iv[i].offset = placed[i] ? offset : 0;
+    }
+  }
+  free(g);
+  free(members);
+  free(placed);
+  free(found);
+  return top;
+}
+
+/* Random intervals in the shapes planners meet: many short-lived, some living across most of
+ * the program, a few sizes repeated (ties), empty ones, and share groups (chains reusing one
+ * chunk, and now and then members that overlap). */
+static void random_case(hlo_interval_t *iv, size_t n, uint32_t steps, int kind, uint64_t *seed) {
+  static const uint64_t common[] = {4096, 8192, 1 << 20, 3 << 20, 512, 100, 4 << 20, 65536};
+  for (size_t i = 0; i < n; i++) {
+    uint32_t start = (uint32_t)(next_random(seed) % steps), len;
+    uint64_t r = next_random(seed) % 100;
+    if (r < 60)
+      len = 1 + (uint32_t)(next_random(seed) % 3);
+    else if (r < 85)
+      len = 1 + (uint32_t)(next_random(seed) % 40);
+    else if (r < 97)
+      len = (uint32_t)(next_random(seed) % steps);
+    else
+      len = 0;
+    if (kind == 1 && r % 7 == 0) { /* live across everything, as XLA's long temporaries */
+      start = (uint32_t)(next_random(seed) % 4);
+      len = steps - start;
+    }
+    uint64_t size = kind == 2 ? 1 + next_random(seed) % 1000000
+                              : common[next_random(seed) % (sizeof common / sizeof *common)];
+    if (next_random(seed) % 50 == 0)
+      size = 0;
+    iv[i] = (hlo_interval_t){start, start + len, size, 0, 0};
+    uint64_t chain = next_random(seed) % 10;
+    if (i > 0 && chain < 2 && (iv[i - 1].end <= start || chain == 0))
+      iv[i].share = iv[i - 1].share ? iv[i - 1].share : (uint32_t)i;
+    if (iv[i].share)
+      iv[i - 1].share = iv[i].share;
+  }
+}
+
+static void same_offsets_as_the_reference(void **state) {
+  (void)state;
+  static const uint64_t alignments[] = {1, 1, 8, 256};
+  static const size_t sizes[] = {1, 2, 5, 17, 60, 200, 700, 1500};
+  uint64_t seed = 0x2545f4914f6cdd1dull;
+  hlo_interval_t *iv = calloc(1500, sizeof *iv), *ref = calloc(1500, sizeof *ref);
+  for (int round = 0; round < 96; round++) {
+    size_t n = sizes[round % 8];
+    uint32_t steps = 1 + (uint32_t)(next_random(&seed) % (round % 3 == 0 ? 30 : 3000));
+    uint64_t alignment = alignments[(round / 8) % 4];
+    random_case(iv, n, steps, round % 3, &seed);
+    memcpy(ref, iv, n * sizeof *iv);
+    uint64_t heap, want = reference_best_fit(ref, n, alignment);
+    assert_int_equal(hbm__hlo_best_fit(iv, n, alignment, &heap), HBM_OK);
+    for (size_t i = 0; i < n; i++)
+      if (iv[i].offset != ref[i].offset)
+        fail_msg("round %d (n %zu, %u steps, alignment %llu): interval %zu [%u,%u) size %llu "
+                 "at %llu, the reference puts it at %llu",
+                 round, n, steps, (unsigned long long)alignment, i, iv[i].start, iv[i].end,
+                 (unsigned long long)iv[i].size, (unsigned long long)iv[i].offset,
+                 (unsigned long long)ref[i].offset);
+    if (heap != want)
+      fail_msg("round %d: heap %llu, the reference %llu", round, (unsigned long long)heap,
+               (unsigned long long)want);
+  }
+  free(iv);
+  free(ref);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_by_hand),
@@ -159,6 +326,7 @@ int main(void) {
       cmocka_unit_test(ties_break_by_duration_then_order),
       cmocka_unit_test(shared_chunks_place_together),
       cmocka_unit_test(random_placements_never_overlap),
+      cmocka_unit_test(same_offsets_as_the_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

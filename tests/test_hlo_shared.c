@@ -1,7 +1,9 @@
 /* test_hlo_shared.c — every real XLA module in ../shared/hlo plans without error, with the
  * argument and output sizes their signatures imply, a peak at least as large as what is
- * live throughout, and heap offsets that never overlap for buffers live at the same time.
- * Skipped when the shared data is absent. */
+ * live throughout, heap offsets that never overlap for buffers live at the same time, and
+ * plans identical to the ones recorded (a fingerprint of every buffer's offset, size and live
+ * range: making the planner faster must not move a byte). Skipped when the shared data is
+ * absent. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -115,10 +117,73 @@ static void aliased_outputs_of_training_steps(void **state) {
   }
 }
 
+/* FNV-1a over every buffer's offset, size, live range and flags, and the plan's totals. */
+static uint64_t plan_fingerprint(const hbm_plan_t *p) {
+  const hbm_profile_t *prof = hbm_plan_profile(p);
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+  uint64_t h = 0xcbf29ce484222325ull;
+  int64_t n = hbm_profile_buffer_count(prof);
+  for (int64_t i = 0; i <= n; i++) {
+    uint64_t words[5] = {s->temp_bytes, s->peak_bytes, (uint64_t)s->peak_step, 0, 0};
+    if (i < n) {
+      const hbm_buffer_t *b = hbm_profile_buffer(prof, i);
+      words[0] = b->address;
+      words[1] = b->size;
+      words[2] = (uint64_t)b->start;
+      words[3] = (uint64_t)b->end;
+      words[4] = b->flags | (uint64_t)b->space << 8 | (uint64_t)b->category << 16;
+    }
+    for (size_t w = 0; w < 5; w++)
+      for (int byte = 0; byte < 8; byte++)
+        h = (h ^ ((words[w] >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+static void plans_are_unchanged(void **state) {
+  (void)state;
+  if (!th_have_shared())
+    skip();
+  static const struct {
+    const char *file;
+    uint64_t alignment;
+    uint64_t fingerprint;
+  } expected[] = {
+      /* recorded from the planner before its heap simulator was rewritten for speed */
+      {"attention_model.hlo", 1, 0x075e7b04e382332aull},
+      {"attention_model.hlo", 256, 0x10a4ed0c1670cc9aull},
+      {"graphsage_tf.hlo", 1, 0xbe4e6e506db212e6ull},
+      {"graphsage_tf.hlo", 256, 0xeee5fac9396a5a1dull},
+      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 1, 0x40e3d84a3fe07f84ull},
+      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 256, 0x62bb58969d9fc1d9ull},
+      {"ssd_mobilenet_tf.hlo", 1, 0x27b4baa759c7a129ull},
+      {"ssd_mobilenet_tf.hlo", 256, 0x0b62f360a761a3feull},
+  };
+  int changed = 0;
+  for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hlo/%s", HBM_SHARED_DIR, expected[i].file);
+    hbm_plan_options_t opt = {.alignment = expected[i].alignment};
+    hbm_plan_t *p = hbm_plan_file(path, &opt);
+    if (!p)
+      fail_msg("%s: %s", expected[i].file, hbm_last_error());
+    uint64_t got = plan_fingerprint(p);
+    if (got != expected[i].fingerprint) {
+      print_error("%s (alignment %llu): fingerprint 0x%016llxull, expected 0x%016llxull\n",
+                  expected[i].file, (unsigned long long)expected[i].alignment,
+                  (unsigned long long)got, (unsigned long long)expected[i].fingerprint);
+      changed++;
+    }
+    hbm_plan_free(p);
+  }
+  assert_int_equal(changed, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_shared_module_plans),
       cmocka_unit_test(aliased_outputs_of_training_steps),
+      cmocka_unit_test(plans_are_unchanged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
