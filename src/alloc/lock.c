@@ -27,9 +27,10 @@ void hbm__mutex_lock_slow(hbm__mutex_t *m) {
     if (atomic_load_explicit(&m->state, memory_order_relaxed) == 0 && hbm__mutex_trylock(m))
       return;
   }
-  /* Mark the lock contended; whoever unlocks it then wakes a sleeper. */
-  while (atomic_exchange_explicit(&m->state, 2, memory_order_acquire) != 0)
-    syscall(SYS_futex, &m->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+  atomic_fetch_add(&m->waiters, 1);
+  while (atomic_exchange(&m->state, 1) != 0)
+    syscall(SYS_futex, &m->state, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+  atomic_fetch_sub(&m->waiters, 1);
 }
 
 void hbm__mutex_wake(hbm__mutex_t *m) {
@@ -67,6 +68,7 @@ void hbm__devlock_init(hbm__devlock_t *l) {
   atomic_init(&l->shared, 0);
   atomic_init(&l->owner, NULL);
   atomic_init(&l->mutex.state, 0);
+  atomic_init(&l->mutex.waiters, 0);
 }
 
 void hbm__devlock_lock_slow(hbm__devlock_t *l) {

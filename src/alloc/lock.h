@@ -3,7 +3,8 @@
  * Two parts:
  *   - hbm__mutex_t: a futex mutex whose uncontended lock and unlock are one atomic instruction
  *     each, inlined (pthread's costs two calls and a type dispatch); waiters spin briefly,
- *     then sleep in the kernel, so a long critical section does not burn the other core.
+ *     then sleep in the kernel, so a long critical section does not burn the other core, and
+ *     are counted, so that an unlock makes a system call only when someone may sleep.
  *   - hbm__devlock_t: that mutex, biased towards the one thread that uses the device. Most
  *     programs allocate from one thread, and on x86 every locked instruction waits for the
  *     store buffer to drain: two of them were half the time of an allocation. The owner
@@ -28,7 +29,8 @@
 /* ---- the mutex ---- */
 
 typedef struct hbm__mutex {
-  _Atomic uint32_t state; /* 0 free, 1 locked, 2 locked and someone may sleep on it */
+  _Atomic uint32_t state;   /* 0 free, 1 locked */
+  _Atomic uint32_t waiters; /* threads in the slow path, which may sleep on `state` */
 } hbm__mutex_t;
 
 void hbm__mutex_lock_slow(hbm__mutex_t *m);
@@ -45,8 +47,11 @@ static inline void hbm__mutex_lock(hbm__mutex_t *m) {
     hbm__mutex_lock_slow(m);
 }
 
+/* The store and the load are sequentially consistent: a waiter that counted itself after
+ * the load sees the lock free; one counted before is woken. Only real waiters cost a wake. */
 static inline void hbm__mutex_unlock(hbm__mutex_t *m) {
-  if (HBM_UNLIKELY(atomic_exchange_explicit(&m->state, 0, memory_order_release) == 2))
+  atomic_store(&m->state, 0);
+  if (HBM_UNLIKELY(atomic_load(&m->waiters)))
     hbm__mutex_wake(m);
 }
 
