@@ -415,7 +415,7 @@ static void cuda_stream_destroy(hbm__device_t *d, void *native) {
 /* The driver does not say who holds memory; what it reports used beyond what this object
  * holds belongs to other processes, other contexts or the driver itself (pid 0). */
 static size_t cuda_holders(hbm__device_t *d, hbm__holder_t *out, size_t cap) {
-  uint64_t total, free_bytes, held = atomic_load(&d->held);
+  uint64_t total = 0, free_bytes = 0, held = atomic_load(&d->held);
   if (cuda_memory(d, &total, &free_bytes) != HBM_OK)
     return 0;
   size_t n = 0;
@@ -598,7 +598,7 @@ static hbm_status_t attach_device(cuda_device_t *c, int ordinal) {
     return hbm__error(HBM_ERR_UNAVAILABLE, "CUDA device %d: %s", ordinal, cuda_error_text(api, r));
   c->ordinal = ordinal;
   snprintf(c->base.name, sizeof c->base.name, "cuda:%d (%s)", ordinal, gpu);
-  uint64_t total, free_bytes;
+  uint64_t total = 0, free_bytes = 0;
   hbm_status_t st = cuda_memory(&c->base, &total, &free_bytes);
   if (st != HBM_OK)
     return st;
