@@ -1,7 +1,10 @@
 /* bench_replay.c — the allocator on real allocation logs, the numbers of BENCHMARKS.md's
  * "Allocator" table. For each log (RMM CSV), through hbm_replay_run on a private sim device:
- *   - ns/op in the default mode: steady state, the median of --repeat replays (default 9)
- *     after a warm-up replay, single thread, thread-safe build;
+ *   - ns/op in the default mode: steady state, single thread, thread-safe build. --repeat
+ *     rounds (default 9) over all the logs; in each, a log is replayed on a fresh device once
+ *     to warm up and three times timed, and the round's figure is the median of the three;
+ *     the table gives the median over the rounds. On a shared machine a passing load then
+ *     weighs on every log alike instead of on the few that happened to be running;
  *   - min memory in the default mode: the smallest device (1 MiB steps) the log runs on,
  *     over the log's peak live bytes;
  *   - growth: peak reserved bytes over peak live, on a device large enough;
@@ -13,6 +16,7 @@
  * Usage: bench_replay [--repeat N] LOG...      (prints a Markdown table) */
 #include "hbm.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,45 +91,65 @@ static const char *base_name(const char *path, char *buf, size_t cap) {
   return buf;
 }
 
-typedef struct worst {
-  double ns, min_ratio, growth, expandable_excess; /* excess: mapped - budget, in MiB */
-} worst_t;
-
-static void bench_log(const char *path, int repeat, worst_t *w) {
+typedef struct row {
   char name[256];
-  base_name(path, name, sizeof name);
+  uint64_t events, peak;
+  double min_ratio, growth, expandable, expandable_budget, expandable_ns;
+  double ns[1000];
+  int timed;
+  bool ok;
+  reference_t ref;
+} row_t;
+
+/* Everything but the default mode's time: once per log. */
+static void measure_log(const char *path, int repeat, row_t *row) {
+  base_name(path, row->name, sizeof row->name);
+  read_reference(path, row->name, &row->ref);
   hbm_alloc_log_t log;
   if (hbm_alloc_log_read(path, 0, &log) != HBM_OK) {
     fprintf(stderr, "bench_replay: %s\n", hbm_last_error());
     return;
   }
   hbm_replay_result_t bfc, growth, expandable;
-  if (replay(&log, HBM_MODE_BFC, repeat, 1, &bfc) == 0 &&
-      replay(&log, HBM_MODE_GROWTH, -1, 0, &growth) == 0 &&
-      replay(&log, HBM_MODE_EXPANDABLE, repeat < 3 ? repeat : 3, 0, &expandable) == 0) {
-    reference_t ref;
-    read_reference(path, name, &ref);
+  row->ok = replay(&log, HBM_MODE_BFC, -1, 1, &bfc) == 0 &&
+            replay(&log, HBM_MODE_GROWTH, -1, 0, &growth) == 0 &&
+            replay(&log, HBM_MODE_EXPANDABLE, repeat < 3 ? repeat : 3, 0, &expandable) == 0;
+  if (row->ok) {
     double peak = (double)bfc.peak_live_bytes;
-    double min_ratio = (double)bfc.min_memory_bytes / peak;
-    double grow = (double)growth.peak_reserved_bytes / peak;
-    double mapped = (double)expandable.peak_reserved_bytes;
-    double budget = 1.01 * peak + 64.0 * MiB;
-    printf("| %s | %llu | %.0f | %.1f | %s | %s | %.4f | %s | %s | %.4f | %s | %s | %.4f | %s "
-           "| %.0f |\n",
-           name, (unsigned long long)bfc.events, peak / MiB, bfc.ns_per_op, ref.xla_ns,
-           ref.offset_ns, min_ratio, ref.xla_min, ref.offset_min, grow, ref.xla_growth, ref.pytorch,
-           mapped / peak, mapped <= budget ? "yes" : "**no**", expandable.ns_per_op);
-    fflush(stdout);
-    w->ns = bfc.ns_per_op > w->ns ? bfc.ns_per_op : w->ns;
-    w->min_ratio = min_ratio > w->min_ratio ? min_ratio : w->min_ratio;
-    w->growth = grow > w->growth ? grow : w->growth;
-    if ((mapped - budget) / MiB > w->expandable_excess)
-      w->expandable_excess = (mapped - budget) / MiB;
+    row->events = bfc.events;
+    row->peak = bfc.peak_live_bytes;
+    row->min_ratio = (double)bfc.min_memory_bytes / peak;
+    row->growth = (double)growth.peak_reserved_bytes / peak;
+    row->expandable = (double)expandable.peak_reserved_bytes / peak;
+    row->expandable_budget = 1.01 * peak + 64.0 * MiB;
+    row->expandable_ns = expandable.ns_per_op;
   }
   hbm_replay_result_free(&bfc);
   hbm_replay_result_free(&growth);
   hbm_replay_result_free(&expandable);
   hbm_alloc_log_free(&log);
+}
+
+/* One round: on a fresh device, a warm-up replay and three timed ones (their median). */
+static void time_once(const char *path, row_t *row) {
+  hbm_alloc_log_t log;
+  hbm_replay_result_t r;
+  if (!row->ok || hbm_alloc_log_read(path, 0, &log) != HBM_OK)
+    return;
+  if (replay(&log, HBM_MODE_BFC, 3, 0, &r) == 0)
+    row->ns[row->timed++] = r.ns_per_op;
+  hbm_replay_result_free(&r);
+  hbm_alloc_log_free(&log);
+}
+
+static int compare_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, compare_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int main(int argc, char **argv) {
@@ -138,17 +162,43 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bench_replay [--repeat N (>= 5)] LOG...\n");
     return 2;
   }
+  int n = argc - first;
+  row_t *rows = calloc((size_t)n, sizeof *rows);
+  if (!rows)
+    return 1;
+  for (int i = 0; i < n; i++)
+    measure_log(argv[first + i], repeat, &rows[i]);
+  for (int round = 0; round < repeat; round++)
+    for (int i = 0; i < n; i++)
+      time_once(argv[first + i], &rows[i]);
   printf("| log | events | peak live MiB | hbm ns/op | XLA BFC ns/op | offset ns/op | hbm min "
          "memory | XLA BFC | offset | hbm growth | XLA BFC growth | PyTorch reserved | hbm "
          "expandable | within 1.01x + 64 MiB | expandable ns/op |\n");
   printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
          "---: | :---: | ---: |\n");
-  worst_t w = {0, 0, 0, -1e18};
-  for (int i = first; i < argc; i++)
-    bench_log(argv[i], repeat, &w);
+  double worst_ns = 0, worst_min = 0, worst_growth = 0, worst_excess = -1e18;
+  for (int i = 0; i < n; i++) {
+    row_t *r = &rows[i];
+    if (!r->ok || !r->timed)
+      continue;
+    double ns = median(r->ns, r->timed), mapped = r->expandable * (double)r->peak;
+    const reference_t *ref = &r->ref;
+    printf("| %s | %llu | %.0f | %.1f | %s | %s | %.4f | %s | %s | %.4f | %s | %s | %.4f | %s "
+           "| %.0f |\n",
+           r->name, (unsigned long long)r->events, (double)r->peak / MiB, ns, ref->xla_ns,
+           ref->offset_ns, r->min_ratio, ref->xla_min, ref->offset_min, r->growth, ref->xla_growth,
+           ref->pytorch, r->expandable, mapped <= r->expandable_budget ? "yes" : "**no**",
+           r->expandable_ns);
+    worst_ns = ns > worst_ns ? ns : worst_ns;
+    worst_min = r->min_ratio > worst_min ? r->min_ratio : worst_min;
+    worst_growth = r->growth > worst_growth ? r->growth : worst_growth;
+    double excess = (mapped - r->expandable_budget) / MiB;
+    worst_excess = excess > worst_excess ? excess : worst_excess;
+  }
   printf("\nWorst over the logs: %.1f ns/op (target <= 25), min memory %.4fx (target <= 1.02), "
          "growth %.4fx (target <= 1.05), expandable %+.1f MiB against its budget (target "
          "<= 0).\n",
-         w.ns, w.min_ratio, w.growth, w.expandable_excess);
+         worst_ns, worst_min, worst_growth, worst_excess);
+  free(rows);
   return 0;
 }
