@@ -223,7 +223,9 @@ hbm_status_t hbm_trim(hbm_device_t *dev);
 
 typedef struct hbm_stats {
   uint64_t bytes_in_use;       /* sum of live requested sizes */
-  uint64_t peak_bytes_in_use;
+  uint64_t peak_bytes_in_use;  /* exact while one thread uses the device; once threads share
+                                  it, sampled when the device's lock is taken and when stats
+                                  are read (docs/configuration.md, "Threads") */
   uint64_t bytes_reserved;     /* taken from the device (mapped, in expandable mode) */
   uint64_t peak_bytes_reserved;
   uint64_t bytes_limit;        /* the most this allocator may take */
