@@ -22,10 +22,12 @@ wanted() { # name: empty selection means everything
 }
 
 echo "== building benchmarks in $dir"
-if ! scripts/build.sh "$dir" -DHBM_BENCH=ON -DHBM_TESTS=OFF -DHBM_SANITIZE= >"$dir.log" 2>&1; then
-  echo "(build with the viewer failed, see $dir.log: building without it)"
+mkdir -p "$dir"
+log=$dir/bench-build.log
+if ! scripts/build.sh "$dir" -DHBM_BENCH=ON -DHBM_TESTS=OFF -DHBM_SANITIZE= >"$log" 2>&1; then
+  echo "(build with the viewer failed, see $log: building without it)"
   scripts/build.sh "$dir" -DHBM_BENCH=ON -DHBM_TESTS=OFF -DHBM_SANITIZE= -DHBM_VIEWER=OFF \
-    >>"$dir.log" 2>&1 || { echo "build failed: $dir.log"; exit 1; }
+    >>"$log" 2>&1 || { echo "build failed: $log"; exit 1; }
 fi
 
 echo
