@@ -26,7 +26,8 @@ const hbm_tag_t *hbm__record_tag(const hbm_device_t *dev, const hbm__record_t *r
 }
 
 /* An entry of the tag table holding t's strings interned in the device's string table (they
- * outlive the caller's); 0 when host memory ran out. */
+ * outlive the caller's, and stay unchanged until hbm_close, which is what lets the recorder
+ * keep pointers to them: hbm__rec_alloc_stable); 0 when host memory ran out. */
 static uint32_t store_tag(hbm_device_t *dev, const hbm_tag_t *t) {
   if (!dev->free_tag) {
     uint32_t old = dev->tags_cap, cap = old ? old * 2 : 64;
@@ -72,8 +73,8 @@ static void describe_live_blocks(void *ctx) {
   size_t n;
   hbm__record_t *all = live_records(dev, &n);
   for (size_t i = 0; all && i < n; i++)
-    hbm__rec_alloc(dev->rec_id, all[i].block.addr, all[i].size, all[i].block.allocated,
-                   all[i].tag ? &dev->tags[all[i].tag].tag : NULL);
+    hbm__rec_alloc_stable(dev->rec_id, all[i].block.addr, all[i].size, all[i].block.allocated,
+                          all[i].tag ? &dev->tags[all[i].tag].tag : NULL);
   free(all);
   hbm__devlock_unlock(&dev->lock);
 }
@@ -235,8 +236,8 @@ static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__
   dev->num_allocs++;
   dev->num_live++;
   if (HBM_UNLIKELY(hbm__rec_active()))
-    hbm__rec_alloc(dev->rec_id, b->addr, size, b->allocated,
-                   tag ? &dev->tags[tag_index].tag : NULL);
+    hbm__rec_alloc_stable(dev->rec_id, b->addr, size, b->allocated,
+                          tag ? &dev->tags[tag_index].tag : NULL);
   return HBM_OK;
 }
 
