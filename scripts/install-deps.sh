@@ -4,10 +4,14 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev libjansson-dev
-          libmicrohttpd-dev libcmocka-dev nodejs npm)
+          libmicrohttpd-dev libcmocka-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(chromium zstd curl)
+  packages+=(chromium zstd)
 fi
+# Node.js may come from elsewhere than Debian (a newer npm cannot be installed over Debian's
+# nodejs package): ask for Debian's only when the commands are missing.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
