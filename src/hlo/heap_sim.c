@@ -4,219 +4,304 @@
  * that overlap it in time — including the gap up to the current top of the heap — or else
  * on top. The heap size it ends with is XLA's temp allocation size, fragmentation included.
  *
- * Finding the placed buffers that overlap an interval: a short-lived one (most buffers)
- * that overlaps [s, e) starts in [s - L, e), a short scan of the intervals sorted by start,
- * where L is chosen so that at most 1/64 of the intervals are longer; those sit in a
- * segment tree over the same order holding the latest end placed under each node, so a
- * query costs O(k log n) for the k long ones it meets. */
+ * Where a buffer may go depends only on the union of the byte ranges of the placed buffers
+ * that overlap it in time, and that union is short: buffers are packed side by side, so the
+ * 150 buffers in the way of a typical one in a big model merge into about ten ranges. The
+ * simulator therefore keeps unions, not buffers. Time is cut into blocks of W steps, under a
+ * segment tree over blocks; a placed buffer is
+ *   - in the `own` union of the tree nodes that make up the blocks it covers whole (the
+ *     canonical nodes of a segment tree), which every query below such a node reads;
+ *   - in the `sub` union of those nodes and of every node above the blocks it touches, so
+ *     that a query covering a node whole reads one union for everything under it;
+ *   - as itself (its exact steps) in the `raw` list of the one or two blocks it covers only
+ *     in part, which queries ending inside those blocks filter step by step.
+ * A query reads O(log blocks) unions plus the raw lists of its two end blocks; an insertion
+ * updates as many. Each leaf keeps a bit mask of the levels above it whose `own` union is not
+ * empty, so queries skip the empty ones. The result is the same as sorting every overlapping
+ * buffer by offset (tests/test_hlo_heap.c checks it against that plain algorithm). */
 #include "hlo.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct placed_chunk {
-  uint64_t offset, size;
-} placed_chunk_t;
+/* Occupied bytes [lo, hi), hi rounded up to the alignment (as gaps start there). */
+typedef struct range {
+  uint64_t lo, hi;
+} range_t;
 
-typedef struct order_key {
-  uint64_t size;
-  uint32_t duration;
-  uint32_t index; /* the group's first interval: ties go to the earlier */
-  uint32_t group;
-} order_key_t;
+/* Ends every list (r[n]), so merges need no bounds checks. */
+#define SENTINEL ((range_t){UINT64_MAX, UINT64_MAX})
 
-static int placement_order(const void *x, const void *y) {
-  const order_key_t *a = x, *b = y;
-  if (a->size != b->size)
-    return a->size > b->size ? -1 : 1;
-  if (a->duration != b->duration)
-    return a->duration > b->duration ? -1 : 1;
-  return a->index < b->index ? -1 : a->index > b->index;
-}
+/* Disjoint ranges sorted by offset, storage from the pool, r[n] == SENTINEL. */
+typedef struct range_list {
+  range_t *r;
+  uint32_t n, cap;
+} range_list_t;
 
-typedef struct start_key {
-  uint32_t start;
-  uint32_t index;
-} start_key_t;
+/* A buffer in a block it covers only in part: its exact steps and bytes. */
+typedef struct raw_chunk {
+  uint32_t start, end;
+  range_t bytes;
+} raw_chunk_t;
 
-/* Sorts chunks by offset. The heap simulator sorts the chunks overlapping every buffer it
- * places, so this is its inner loop: an inlined quicksort (median of three, insertion sort
- * for short runs, smaller half first so the stack stays O(log n)) beats qsort's calls. */
-static void sort_chunks(placed_chunk_t *a, size_t n) {
-  size_t lo_stack[64], hi_stack[64];
-  size_t sp = 0;
-  lo_stack[sp] = 0;
-  hi_stack[sp++] = n;
-  while (sp) {
-    size_t lo = lo_stack[--sp], hi = hi_stack[sp];
-    while (hi - lo > 16) {
-      size_t mid = lo + (hi - lo) / 2;
-      uint64_t x = a[lo].offset, y = a[mid].offset, z = a[hi - 1].offset;
-      uint64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-      size_t i = lo, j = hi - 1;
-      for (;;) {
-        while (a[i].offset < pivot)
-          i++;
-        while (a[j].offset > pivot)
-          j--;
-        if (i >= j)
-          break;
-        placed_chunk_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-        i++;
-        j--;
-      }
-      size_t split = j + 1; /* [lo, split) <= pivot <= [split, hi) */
-      if (split - lo < hi - split) {
-        lo_stack[sp] = split;
-        hi_stack[sp++] = hi;
-        hi = split;
-      } else {
-        lo_stack[sp] = lo;
-        hi_stack[sp++] = split;
-        lo = split;
-      }
-    }
-    for (size_t i = lo + 1; i < hi; i++) {
-      placed_chunk_t t = a[i];
-      size_t j = i;
-      while (j > lo && a[j - 1].offset > t.offset) {
-        a[j] = a[j - 1];
-        j--;
-      }
-      a[j] = t;
-    }
+typedef struct tree_node {
+  range_list_t own; /* buffers covering this node's blocks whole, stored here */
+  range_list_t sub; /* every buffer stored at or below this node, or touching its blocks */
+} tree_node_t;
+
+/* Bump allocation for the range lists, freed all at once. */
+typedef struct pool_block {
+  struct pool_block *next;
+  size_t used, cap;
+  range_t items[];
+} pool_block_t;
+
+typedef struct heap_state {
+  unsigned block_bits; /* W = 1 << block_bits steps per block */
+  size_t leaves;       /* power of two >= number of blocks */
+  int sub_levels;      /* sub unions are kept up to this level (no query reads higher) */
+  tree_node_t *node;   /* 2 * leaves, heap order: node 1 is the root, leaf b is leaves + b */
+  uint32_t *own_mask;  /* per block: bit l set when its ancestor at level l has an own union */
+  uint32_t *raw_at;    /* per block: first slot in raw[] */
+  uint32_t *raw_n;     /* per block: slots filled */
+  raw_chunk_t *raw;
+  pool_block_t *pool;
+  /* The union of the ranges in the way of the buffer being placed (sorted, disjoint, a
+   * sentinel after the last), built from the lists and raw chunks the query reads. */
+  range_t *acc;
+  size_t n_acc, cap_acc;
+} heap_state_t;
+
+/* ---- range lists ---- */
+
+static range_t *pool_take(heap_state_t *h, size_t n) {
+  pool_block_t *b = h->pool;
+  if (!b || b->cap - b->used < n) {
+    size_t cap = n > 8192 ? n : 8192;
+    b = malloc(sizeof *b + cap * sizeof(range_t));
+    if (!b)
+      return NULL;
+    b->used = 0;
+    b->cap = cap;
+    b->next = h->pool;
+    h->pool = b;
   }
+  range_t *r = b->items + b->used;
+  b->used += n;
+  return r;
 }
+
+/* Adds [lo, hi) to the sorted, disjoint ranges r[0..n) (r[n] the sentinel, room for n + 2),
+ * merging the ones it overlaps or touches; the search starts at `from` (no range before it
+ * reaches lo). Returns the new count; *at is where [lo, hi) now lies, the place to start the
+ * next search from when adding ranges in order. */
+static inline uint32_t ranges_add(range_t *r, uint32_t n, uint32_t from, uint64_t lo,
+                                  uint64_t hi, uint32_t *at) {
+  uint32_t i = from;
+  while (r[i].hi < lo) /* the sentinel stops it */
+    i++;
+  *at = i;
+  if (i == n || r[i].lo > hi) { /* a range of its own: the rest and the sentinel move up */
+    for (uint32_t k = n + 1; k > i; k--)
+      r[k] = r[k - 1];
+    r[i] = (range_t){lo, hi};
+    return n + 1;
+  }
+  if (r[i].lo <= lo && r[i].hi >= hi)
+    return n; /* already inside */
+  uint32_t j = i + 1;
+  while (j < n && r[j].lo <= hi)
+    j++;
+  uint64_t last_hi = r[j - 1].hi;
+  r[i] = (range_t){r[i].lo < lo ? r[i].lo : lo, hi > last_hi ? hi : last_hi};
+  if (j > i + 1) /* r[i + 1..j) were merged into r[i] */
+    for (uint32_t k = j; k <= n; k++)
+      r[k - (j - i - 1)] = r[k];
+  return n - (j - i - 1);
+}
+
+/* Adds [lo, hi) to the union in l; false when memory ran out. */
+static bool list_add(heap_state_t *h, range_list_t *l, uint64_t lo, uint64_t hi) {
+  uint32_t n = l->n, from = 0, at;
+  if (n + 2 > l->cap) {
+    uint32_t cap = l->cap ? l->cap * 2 : 4;
+    range_t *grown = pool_take(h, cap);
+    if (!grown)
+      return false;
+    if (n)
+      memcpy(grown, l->r, n * sizeof *grown);
+    grown[n] = SENTINEL;
+    l->r = grown;
+    l->cap = cap;
+  }
+  if (n > 16) { /* long lists (high in the tree): binary search */
+    uint32_t a = 0, b = n;
+    while (a < b) {
+      uint32_t mid = a + (b - a) / 2;
+      if (l->r[mid].hi < lo)
+        a = mid + 1;
+      else
+        b = mid;
+    }
+    from = a;
+  }
+  l->n = ranges_add(l->r, n, from, lo, hi, &at);
+  return true;
+}
+
+static bool acc_reserve(heap_state_t *h, size_t need) {
+  if (need <= h->cap_acc)
+    return true;
+  size_t cap = h->cap_acc ? h->cap_acc : 64;
+  while (cap < need)
+    cap *= 2;
+  range_t *a = realloc(h->acc, cap * sizeof *a);
+  if (!a)
+    return false;
+  h->acc = a;
+  h->cap_acc = cap;
+  return true;
+}
+
+/* Adds the ranges r[0..n) (sorted, r[n] the sentinel) to the union acc: one by one, each
+ * search starting where the last one ended, as lists are short next to the union. */
+static bool acc_list(heap_state_t *h, const range_list_t *l) {
+  uint32_t n = l->n;
+  if (!n)
+    return true;
+  if (!acc_reserve(h, h->n_acc + n + 2))
+    return false;
+  if (!h->n_acc) {
+    memcpy(h->acc, l->r, (n + 1) * sizeof *l->r);
+    h->n_acc = n;
+    return true;
+  }
+  uint32_t na = (uint32_t)h->n_acc, at = 0;
+  for (uint32_t k = 0; k < n; k++)
+    na = ranges_add(h->acc, na, at, l->r[k].lo, l->r[k].hi, &at);
+  h->n_acc = na;
+  return true;
+}
+
+/* ---- the block tree ---- */
 
 static uint64_t align_up(uint64_t v, uint64_t a) {
   if (a <= 1)
     return v;
   uint64_t r = v % a;
-  return r ? v + (a - r) : v;
+  if (!r)
+    return v;
+  return v + (a - r) < v ? UINT64_MAX : v + (a - r);
 }
 
-typedef struct heap_state {
-  hlo_interval_t *iv;
-  uint32_t short_len;  /* intervals this long or shorter are found by scanning */
-  uint8_t *placed;     /* per interval, short ones only */
-  start_key_t *sorted; /* intervals by start */
-  uint32_t *slot_of;   /* interval index → position in sorted */
-  uint32_t *tree;      /* segment tree: max end of placed intervals under each node */
-  size_t leaves;
-  placed_chunk_t *found; /* chunks overlapping the buffer being placed */
-  size_t n_found, cap_found;
-  size_t n_long_placed;
-} heap_state_t;
-
-static void tree_place(heap_state_t *h, uint32_t slot, uint32_t end) {
-  size_t node = h->leaves + slot;
-  h->tree[node] = end;
-  for (node /= 2; node >= 1; node /= 2) {
-    uint32_t l = h->tree[2 * node], r = h->tree[2 * node + 1];
-    h->tree[node] = l > r ? l : r;
-  }
+static bool block_is_whole(size_t b, size_t first_whole, size_t end_whole) {
+  return b >= first_whole && b < end_whole;
 }
 
-typedef struct tree_range {
-  size_t node, first, width; /* a tree node and the leaves [first, first + width) under it */
-} tree_range_t;
-
-static bool push_found(heap_state_t *h, const hlo_interval_t *x) {
-  if (h->n_found == h->cap_found) {
-    size_t cap = h->cap_found ? h->cap_found * 2 : 64;
-    placed_chunk_t *f = realloc(h->found, cap * sizeof *f);
-    if (!f)
+/* Appends to found[] the ranges of the placed buffers that overlap [s, e) in time. */
+static bool query(heap_state_t *h, uint32_t s, uint32_t e) {
+  unsigned wb = h->block_bits;
+  size_t t0 = s >> wb, t1 = (e - 1) >> wb;                  /* blocks touched */
+  size_t f0 = ((uint64_t)s + (1u << wb) - 1) >> wb, f1 = e >> wb; /* blocks inside */
+  size_t leaf0 = h->leaves + t0, leaf1 = h->leaves + t1;
+  /* Buffers covering a whole node above either end block. */
+  for (uint32_t m = h->own_mask[t0]; m; m &= m - 1) {
+    unsigned lv = (unsigned)__builtin_ctz(m);
+    if (!acc_list(h, &h->node[leaf0 >> lv].own))
       return false;
-    h->found = f;
-    h->cap_found = cap;
   }
-  h->found[h->n_found++] = (placed_chunk_t){x->offset, x->size};
+  for (uint32_t m = h->own_mask[t1]; m && t1 != t0; m &= m - 1) {
+    unsigned lv = (unsigned)__builtin_ctz(m);
+    if ((leaf1 >> lv) != (leaf0 >> lv) && !acc_list(h, &h->node[leaf1 >> lv].own))
+      return false;
+  }
+  /* Everything under the nodes that make up the blocks inside. */
+  for (size_t l = h->leaves + f0, r = h->leaves + f1; l < r; l >>= 1, r >>= 1) {
+    if ((l & 1) && !acc_list(h, &h->node[l++].sub))
+      return false;
+    if ((r & 1) && !acc_list(h, &h->node[--r].sub))
+      return false;
+  }
+  /* The end blocks, step by step. */
+  for (int k = 0; k < 2; k++) {
+    size_t b = k ? t1 : t0;
+    if ((k && t1 == t0) || block_is_whole(b, f0, f1))
+      continue;
+    const raw_chunk_t *c = h->raw + h->raw_at[b];
+    uint32_t n = h->raw_n[b], na = (uint32_t)h->n_acc, at;
+    if (!acc_reserve(h, na + n + 2))
+      return false;
+    if (!na)
+      h->acc[0] = SENTINEL;
+    for (uint32_t i = 0; i < n; i++)
+      if (c[i].start < e && c[i].end > s)
+        na = ranges_add(h->acc, na, 0, c[i].bytes.lo, c[i].bytes.hi, &at);
+    h->n_acc = na;
+  }
   return true;
 }
 
-static bool is_long(const heap_state_t *h, const hlo_interval_t *x) {
-  return x->end - x->start > h->short_len;
+/* Sets bit `level` in the own masks of the blocks under node v. */
+static void mark_own(heap_state_t *h, size_t v, unsigned level) {
+  size_t first = (v << level) - h->leaves, n = (size_t)1 << level;
+  for (size_t b = first; b < first + n; b++)
+    h->own_mask[b] |= 1u << level;
 }
 
-/* The smallest power of two (at least 16) that at most n/64 intervals are longer than. */
-static uint32_t choose_short_len(const hlo_interval_t *iv, size_t n) {
-  size_t by_log[33] = {0};
-  for (size_t i = 0; i < n; i++) {
-    uint32_t len = iv[i].end > iv[i].start ? iv[i].end - iv[i].start : 0;
-    int lg = 0;
-    while (lg < 32 && (1u << lg) < len)
-      lg++;
-    by_log[lg]++; /* len <= 2^lg */
-  }
-  size_t longer = n;
-  for (int lg = 0; lg < 32; lg++) {
-    longer -= by_log[lg];
-    if (lg >= 4 && longer <= n / 64)
-      return 1u << lg;
-  }
-  return 1u << 31;
-}
-
-/* Appends to found[] the placed intervals that overlap interval `idx` in time; false if
- * memory ran out. Walking outwards from idx's own place in the start order replaces binary
- * searches: only intervals starting in [start - short_len, end) can be short and overlap. */
-static bool tree_overlapping(heap_state_t *h, size_t n, uint32_t idx) {
-  const hlo_interval_t *q = &h->iv[idx];
-  uint32_t start_q = q->start, end_q = q->end;
-  uint32_t from = start_q > h->short_len ? start_q - h->short_len : 0;
-  size_t slot = h->slot_of[idx];
-  size_t prefix = slot; /* first position starting at or after end_q */
-  while (prefix < n && h->sorted[prefix].start < end_q)
-    prefix++;
-  size_t lo = slot;
-  while (lo > 0 && h->sorted[lo - 1].start >= from)
-    lo--;
-  for (size_t i = lo; i < prefix; i++) {
-    uint32_t other = h->sorted[i].index;
-    const hlo_interval_t *x = &h->iv[other];
-    if (h->placed[other] && x->end > start_q && !push_found(h, x))
-      return false;
-  }
-  if (!h->n_long_placed)
-    return true;
-  /* Long intervals: the segment tree (short ones are never entered in it). */
-  tree_range_t stack[130];
-  size_t sp = 0;
-  if (prefix)
-    stack[sp++] = (tree_range_t){1, 0, h->leaves};
-  while (sp) {
-    tree_range_t r = stack[--sp];
-    if (r.first >= prefix || h->tree[r.node] <= start_q)
-      continue;
-    if (r.width == 1) {
-      if (!push_found(h, &h->iv[h->sorted[r.first].index]))
-        return false;
-      continue;
+/* Enters a placed buffer: steps [s, e), bytes r. */
+static bool insert(heap_state_t *h, uint32_t s, uint32_t e, range_t r) {
+  unsigned wb = h->block_bits;
+  size_t t0 = s >> wb, t1 = (e - 1) >> wb;
+  size_t f0 = ((uint64_t)s + (1u << wb) - 1) >> wb, f1 = e >> wb;
+  bool ok = true;
+  unsigned level = 0;
+  for (size_t l = h->leaves + f0, rr = h->leaves + f1; ok && l < rr; l >>= 1, rr >>= 1, level++) {
+    size_t v[2], nv = 0;
+    if (l & 1)
+      v[nv++] = l++;
+    if (rr & 1)
+      v[nv++] = --rr;
+    for (size_t k = 0; ok && k < nv; k++) {
+      if (!h->node[v[k]].own.n)
+        mark_own(h, v[k], level);
+      ok = list_add(h, &h->node[v[k]].own, r.lo, r.hi);
+      if (ok && (int)level <= h->sub_levels)
+        ok = list_add(h, &h->node[v[k]].sub, r.lo, r.hi);
     }
-    stack[sp++] = (tree_range_t){2 * r.node + 1, r.first + r.width / 2, r.width / 2};
-    stack[sp++] = (tree_range_t){2 * r.node, r.first, r.width / 2};
   }
-  return true;
+  size_t leaf0 = h->leaves + t0, leaf1 = h->leaves + t1;
+  for (int lv = 0; ok && lv <= h->sub_levels; lv++) {
+    ok = list_add(h, &h->node[leaf0 >> lv].sub, r.lo, r.hi);
+    if (ok && (leaf1 >> lv) != (leaf0 >> lv))
+      ok = list_add(h, &h->node[leaf1 >> lv].sub, r.lo, r.hi);
+  }
+  for (int k = 0; ok && k < 2; k++) {
+    size_t b = k ? t1 : t0;
+    if ((k && t1 == t0) || block_is_whole(b, f0, f1))
+      continue;
+    h->raw[h->raw_at[b] + h->raw_n[b]++] = (raw_chunk_t){s, e, r};
+  }
+  return ok;
 }
 
-/* The best-fit offset for `size` among the chunks found, given the heap's current top. */
-static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top, uint64_t alignment) {
-  sort_chunks(h->found, h->n_found);
+/* ---- best fit ---- */
+
+/* The best-fit offset for `size` in the union of the ranges in the way, given the heap's
+ * current top: the smallest gap that holds it (the lowest of equal ones; the gap up to the
+ * top only when strictly smaller), else just above them. */
+static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top) {
   uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
-  for (size_t i = 0; i < h->n_found; i++) {
-    const placed_chunk_t *c = &h->found[i];
-    if (c->offset > cursor) {
-      uint64_t gap = c->offset - cursor;
+  for (size_t i = 0; i < h->n_acc; i++) {
+    const range_t *c = &h->acc[i];
+    if (c->lo > cursor) {
+      uint64_t gap = c->lo - cursor;
       if (gap >= size && gap < best_gap) {
         best = cursor;
         best_gap = gap;
       }
     }
-    uint64_t end = align_up(c->offset + c->size, alignment);
-    if (end > cursor)
-      cursor = end;
+    if (c->hi > cursor)
+      cursor = c->hi;
   }
   if (heap_top > cursor) {
     uint64_t gap = heap_top - cursor;
@@ -225,6 +310,8 @@ static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top, uint
   }
   return best != UINT64_MAX ? best : cursor;
 }
+
+/* ---- setting up ---- */
 
 /* Groups of intervals placed together: an interval alone is a group of one. */
 typedef struct heap_groups {
@@ -273,21 +360,193 @@ static bool make_groups(hlo_interval_t *iv, size_t n, heap_groups_t *g) {
   return true;
 }
 
-/* The intervals in order of start (ties: index), by counting sort: starts are steps. */
-static bool sort_by_start(const hlo_interval_t *iv, size_t n, start_key_t *out) {
-  uint32_t max = 0;
-  for (size_t i = 0; i < n; i++)
-    max = iv[i].start > max ? iv[i].start : max;
-  size_t *at = calloc((size_t)max + 2, sizeof *at);
-  if (!at)
+typedef struct order_key {
+  uint64_t size;     /* the largest member's */
+  uint32_t duration; /* from the earliest start to the latest end of the members */
+  uint32_t index;    /* the group's first interval: ties go to the earlier */
+  uint32_t group;
+  uint32_t count;      /* members */
+  uint32_t start, end; /* of a group of one: so placing it reads no interval */
+} order_key_t;
+
+/* Byte d of a key's sort order: durations (bytes 0-3) then sizes (4-11), inverted so that
+ * larger ones come first. */
+static unsigned key_byte(const order_key_t *k, unsigned d) {
+  uint64_t v = d < 4 ? k->duration : k->size;
+  return 255u - (unsigned)((v >> (8 * (d < 4 ? d : d - 4))) & 0xff);
+}
+
+/* Sorts keys made in index order by size (largest first), then duration (longest first),
+ * ties staying in index order: a stable radix sort on the bytes of the duration, then of the
+ * size, skipping the bytes every key shares. */
+static bool sort_placement(order_key_t *keys, size_t n) {
+  order_key_t *tmp = malloc(n * sizeof *tmp);
+  size_t(*count)[256] = calloc(12, sizeof *count);
+  if (!tmp || !count) {
+    free(tmp);
+    free(count);
     return false;
+  }
   for (size_t i = 0; i < n; i++)
-    at[iv[i].start + 1]++;
-  for (size_t k = 1; k <= (size_t)max + 1; k++)
-    at[k] += at[k - 1];
+    for (unsigned d = 0; d < 12; d++)
+      count[d][key_byte(&keys[i], d)]++;
+  order_key_t *from = keys, *to = tmp;
+  for (unsigned d = 0; d < 12; d++) {
+    size_t at = 0;
+    bool trivial = false;
+    for (unsigned b = 0; b < 256; b++) {
+      size_t c = count[d][b];
+      trivial = trivial || c == n;
+      count[d][b] = at;
+      at += c;
+    }
+    if (trivial)
+      continue;
+    for (size_t i = 0; i < n; i++)
+      to[count[d][key_byte(&from[i], d)]++] = from[i];
+    order_key_t *t = from;
+    from = to;
+    to = t;
+  }
+  if (from != keys)
+    memcpy(keys, from, n * sizeof *keys);
+  free(tmp);
+  free(count);
+  return true;
+}
+
+/* The groups in placement order: by their largest member, then the span they cover, then
+ * their first interval. */
+static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const heap_groups_t *g) {
+  order_key_t *order = malloc((g->n + 1) * sizeof *order);
+  uint32_t *group_at = malloc(n * sizeof *group_at); /* first interval → its group */
+  bool ok = order && group_at;
+  for (size_t i = 0; ok && i < n; i++)
+    group_at[i] = UINT32_MAX;
+  for (size_t k = 0; ok && k < g->n; k++)
+    group_at[g->members[g->first[k]]] = (uint32_t)k; /* members are in index order */
+  size_t m = 0;
+  for (size_t i = 0; ok && i < n; i++) {
+    uint32_t k = group_at[i];
+    if (k == UINT32_MAX)
+      continue;
+    uint64_t size = 0;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t j = 0; j < g->count[k]; j++) {
+      const hlo_interval_t *x = &iv[g->members[g->first[k] + j]];
+      size = x->size > size ? x->size : size;
+      lo = x->start < lo ? x->start : lo;
+      hi = x->end > hi ? x->end : hi;
+    }
+    order[m++] = (order_key_t){size, hi > lo ? hi - lo : 0, (uint32_t)i, k, g->count[k], lo, hi};
+  }
+  free(group_at);
+  if (ok && sort_placement(order, m))
+    return order;
+  free(order);
+  return NULL;
+}
+
+static bool takes_space(const hlo_interval_t *x) {
+  return x->size && x->end > x->start;
+}
+
+/* Block size, tree and raw slots for the intervals that take space. Blocks hold about 16
+ * buffer ends each, so the raw lists stay short whatever the density. */
+static bool build_tree(heap_state_t *h, const hlo_interval_t *iv, size_t n) {
+  uint64_t steps = 1, ends = 0;
   for (size_t i = 0; i < n; i++)
-    out[at[iv[i].start]++] = (start_key_t){iv[i].start, (uint32_t)i};
-  free(at);
+    if (takes_space(&iv[i])) {
+      steps = iv[i].end > steps ? iv[i].end : steps;
+      ends += 2;
+    }
+  h->block_bits = 0;
+  while (h->block_bits < 30 && ((uint64_t)2 << h->block_bits) * ends <= 16 * steps)
+    h->block_bits++;
+  size_t blocks = (size_t)((steps - 1) >> h->block_bits) + 1;
+  h->leaves = 1;
+  while (h->leaves < blocks)
+    h->leaves *= 2;
+  /* The most whole blocks a query can cover decides the highest sub union read. */
+  uint64_t most_whole = 0;
+  for (size_t i = 0; i < n; i++)
+    if (takes_space(&iv[i])) {
+      uint64_t f0 = ((uint64_t)iv[i].start + (1u << h->block_bits) - 1) >> h->block_bits;
+      uint64_t f1 = iv[i].end >> h->block_bits;
+      most_whole = f1 > f0 && f1 - f0 > most_whole ? f1 - f0 : most_whole;
+    }
+  h->sub_levels = -1;
+  while (most_whole >> (h->sub_levels + 1))
+    h->sub_levels++;
+  h->node = calloc(2 * h->leaves, sizeof *h->node);
+  h->own_mask = calloc(h->leaves, sizeof *h->own_mask);
+  h->raw_at = calloc(h->leaves + 1, sizeof *h->raw_at);
+  h->raw_n = calloc(h->leaves, sizeof *h->raw_n);
+  if (!h->node || !h->own_mask || !h->raw_at || !h->raw_n)
+    return false;
+  /* Raw slots: each interval in the one or two blocks it covers in part. */
+  unsigned wb = h->block_bits;
+  for (size_t i = 0; i < n; i++) {
+    if (!takes_space(&iv[i]))
+      continue;
+    size_t t0 = iv[i].start >> wb, t1 = (iv[i].end - 1) >> wb;
+    size_t f0 = ((uint64_t)iv[i].start + (1u << wb) - 1) >> wb, f1 = iv[i].end >> wb;
+    if (!block_is_whole(t0, f0, f1))
+      h->raw_at[t0 + 1]++;
+    if (t1 != t0 && !block_is_whole(t1, f0, f1))
+      h->raw_at[t1 + 1]++;
+  }
+  for (size_t b = 1; b <= h->leaves; b++)
+    h->raw_at[b] += h->raw_at[b - 1];
+  h->raw = malloc(((size_t)h->raw_at[h->leaves] + 1) * sizeof *h->raw);
+  return h->raw != NULL;
+}
+
+static void free_state(heap_state_t *h) {
+  for (pool_block_t *b = h->pool, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  free(h->node);
+  free(h->own_mask);
+  free(h->raw_at);
+  free(h->raw_n);
+  free(h->raw);
+  free(h->acc);
+}
+
+/* Enters a placed interval at `offset`; false if memory ran out. */
+static bool place_member(heap_state_t *h, hlo_interval_t *x, uint32_t start, uint32_t end,
+                         uint64_t size, uint64_t offset, uint64_t alignment) {
+  bool placed = size && end > start;
+  x->offset = placed ? offset : 0;
+  uint64_t hi = offset + size < offset ? UINT64_MAX : offset + size;
+  return !placed || insert(h, start, end, (range_t){offset, align_up(hi, alignment)});
+}
+
+/* Places one group (its members at one offset); false if memory ran out. */
+static bool place_group(heap_state_t *h, hlo_interval_t *iv, const order_key_t *key,
+                        const heap_groups_t *g, uint64_t alignment, uint64_t *top) {
+  /* Ranges in the way of any member: the group needs a gap free during each of them. */
+  h->n_acc = 0;
+  bool alone = key->count == 1;
+  const uint32_t *mem = alone ? NULL : &g->members[g->first[key->group]];
+  if (alone && key->size && key->end > key->start && !query(h, key->start, key->end))
+    return false;
+  for (uint32_t j = 0; !alone && j < key->count; j++)
+    if (takes_space(&iv[mem[j]]) && !query(h, iv[mem[j]].start, iv[mem[j]].end))
+      return false;
+  uint64_t size = key->size;
+  uint64_t offset = size ? best_fit(h, size, *top) : 0;
+  if (size && offset + size > *top)
+    *top = offset + size;
+  if (alone)
+    return place_member(h, &iv[key->index], key->start, key->end, size, offset, alignment);
+  for (uint32_t j = 0; j < key->count; j++) {
+    hlo_interval_t *x = &iv[mem[j]];
+    if (!place_member(h, x, x->start, x->end, x->size, offset, alignment))
+      return false;
+  }
   return true;
 }
 
@@ -297,74 +556,19 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
     return HBM_OK;
   if (n >= UINT32_MAX)
     return hbm__error(HBM_ERR_INVALID, "too many buffers for the heap simulator");
-  heap_state_t h = {.iv = iv};
+  heap_state_t h = {0};
   heap_groups_t g = {0};
   order_key_t *order = NULL;
-  h.sorted = malloc(n * sizeof *h.sorted);
-  h.slot_of = malloc(n * sizeof *h.slot_of);
-  h.leaves = 1;
-  while (h.leaves < n)
-    h.leaves *= 2;
-  h.tree = calloc(2 * h.leaves, sizeof *h.tree);
-  h.placed = calloc(n, 1);
-  h.short_len = choose_short_len(iv, n);
-  bool ok = h.sorted && h.slot_of && h.tree && h.placed && make_groups(iv, n, &g);
+  bool ok = build_tree(&h, iv, n) && make_groups(iv, n, &g);
   if (ok)
-    ok = (order = malloc(g.n * sizeof *order)) != NULL;
-  if (ok) {
-    ok = sort_by_start(iv, n, h.sorted);
-    for (size_t i = 0; ok && i < n; i++)
-      h.slot_of[h.sorted[i].index] = (uint32_t)i;
-    /* Groups by their largest member, then the span they cover, then the first index. */
-    for (size_t k = 0; k < g.n; k++) {
-      uint64_t size = 0;
-      uint32_t lo = UINT32_MAX, hi = 0, first = UINT32_MAX;
-      for (uint32_t j = 0; j < g.count[k]; j++) {
-        const hlo_interval_t *x = &iv[g.members[g.first[k] + j]];
-        size = x->size > size ? x->size : size;
-        lo = x->start < lo ? x->start : lo;
-        hi = x->end > hi ? x->end : hi;
-        first = g.members[g.first[k] + j] < first ? g.members[g.first[k] + j] : first;
-      }
-      order[k] = (order_key_t){size, hi > lo ? hi - lo : 0, first, (uint32_t)k};
-    }
-    qsort(order, g.n, sizeof *order, placement_order);
-  }
+    ok = (order = placement_order(iv, n, &g)) != NULL;
   uint64_t top = 0;
   for (size_t k = 0; ok && k < g.n; k++) {
-    uint32_t grp = order[k].group;
-    const uint32_t *mem = &g.members[g.first[grp]];
-    uint64_t size = order[k].size;
-    /* Chunks in the way of any member: the group needs a gap free during each of them. */
-    h.n_found = 0;
-    for (uint32_t j = 0; ok && j < g.count[grp]; j++) {
-      const hlo_interval_t *x = &iv[mem[j]];
-      if (x->size && x->end > x->start)
-        ok = tree_overlapping(&h, n, mem[j]);
-    }
-    if (!ok)
-      break;
-    uint64_t offset = size ? best_fit(&h, size, top, alignment) : 0;
-    if (size && offset + size > top)
-      top = offset + size;
-    for (uint32_t j = 0; j < g.count[grp]; j++) {
-      hlo_interval_t *x = &iv[mem[j]];
-      bool placed = x->size && x->end > x->start;
-      x->offset = placed ? offset : 0;
-      if (placed && is_long(&h, x)) {
-        tree_place(&h, h.slot_of[mem[j]], x->end);
-        h.n_long_placed++;
-      } else if (placed)
-        h.placed[mem[j]] = 1;
-    }
+    ok = place_group(&h, iv, &order[k], &g, alignment, &top);
   }
   *heap = top;
   free(order);
-  free(h.sorted);
-  free(h.slot_of);
-  free(h.found);
-  free(h.tree);
-  free(h.placed);
+  free_state(&h);
   free(g.members);
   free(g.first);
   free(g.count);

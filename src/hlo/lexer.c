@@ -8,6 +8,30 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Built by hand so it stays a constant table (no start-up code). */
+#define ID (HLO_C_IDSTART | HLO_C_IDCHAR)
+#define DG (HLO_C_IDCHAR | HLO_C_DIGIT)
+#define BL HLO_C_BLANK
+const uint8_t hbm__hlo_char_class[256] = {
+    ['\t'] = BL, ['\n'] = BL, ['\r'] = BL, [' '] = BL, ['/'] = BL | HLO_C_GROUP,
+    ['('] = HLO_C_GROUP, [')'] = HLO_C_GROUP, ['['] = HLO_C_GROUP, [']'] = HLO_C_GROUP,
+    ['{'] = HLO_C_GROUP, ['}'] = HLO_C_GROUP, ['"'] = HLO_C_GROUP, ['\''] = HLO_C_GROUP,
+    ['-'] = HLO_C_IDCHAR, ['.'] = HLO_C_IDCHAR, ['_'] = ID,
+    ['0'] = DG, ['1'] = DG, ['2'] = DG, ['3'] = DG, ['4'] = DG,
+    ['5'] = DG, ['6'] = DG, ['7'] = DG, ['8'] = DG, ['9'] = DG,
+    ['A'] = ID, ['B'] = ID, ['C'] = ID, ['D'] = ID, ['E'] = ID, ['F'] = ID, ['G'] = ID,
+    ['H'] = ID, ['I'] = ID, ['J'] = ID, ['K'] = ID, ['L'] = ID, ['M'] = ID, ['N'] = ID,
+    ['O'] = ID, ['P'] = ID, ['Q'] = ID, ['R'] = ID, ['S'] = ID, ['T'] = ID, ['U'] = ID,
+    ['V'] = ID, ['W'] = ID, ['X'] = ID, ['Y'] = ID, ['Z'] = ID,
+    ['a'] = ID, ['b'] = ID, ['c'] = ID, ['d'] = ID, ['e'] = ID, ['f'] = ID, ['g'] = ID,
+    ['h'] = ID, ['i'] = ID, ['j'] = ID, ['k'] = ID, ['l'] = ID, ['m'] = ID, ['n'] = ID,
+    ['o'] = ID, ['p'] = ID, ['q'] = ID, ['r'] = ID, ['s'] = ID, ['t'] = ID, ['u'] = ID,
+    ['v'] = ID, ['w'] = ID, ['x'] = ID, ['y'] = ID, ['z'] = ID,
+};
+#undef ID
+#undef DG
+#undef BL
+
 void hbm__hlo_lex_init(hlo_lexer_t *lx, const char *text, size_t len, const char *filename) {
   memset(lx, 0, sizeof *lx);
   lx->text = text;
@@ -175,22 +199,31 @@ bool hbm__hlo_lex_int(hlo_lexer_t *lx, int64_t *out) {
   return true;
 }
 
+/* Strings are most of the bytes of a module with metadata: the closing quote is found with
+ * memchr, and the backslashes before it (escapes, rare) with another. */
 bool hbm__hlo_lex_string(hlo_lexer_t *lx, hlo_str_t *out) {
   char q = hbm__hlo_lex_peek(lx);
   if (q != '"' && q != '\'')
     return false;
-  size_t start = lx->pos++;
-  while (lx->pos < lx->len && lx->text[lx->pos] != q) {
-    if (lx->text[lx->pos] == '\\' && lx->pos + 1 < lx->len)
-      lx->pos++;
-    lx->pos++;
+  size_t start = lx->pos;
+  const char *t = lx->text, *end = t + lx->len, *p = t + start + 1;
+  for (;;) {
+    const char *close = memchr(p, q, (size_t)(end - p));
+    if (!close) {
+      lx->pos = lx->len;
+      return hbm__hlo_lex_error_at(lx, start, "unterminated string: expected a closing %c", q);
+    }
+    const char *escape = memchr(p, '\\', (size_t)(close - p));
+    if (!escape) {
+      out->p = t + start + 1;
+      out->n = (uint32_t)(close - t - start - 1);
+      lx->pos = (size_t)(close - t) + 1;
+      return true;
+    }
+    /* The escaped character, whatever it is, does not close the string; the quote found
+     * may have been it, so look again after it. */
+    p = escape + 2;
   }
-  if (lx->pos >= lx->len)
-    return hbm__hlo_lex_error_at(lx, start, "unterminated string: expected a closing %c", q);
-  out->p = lx->text + start + 1;
-  out->n = (uint32_t)(lx->pos - start - 1);
-  lx->pos++;
-  return true;
 }
 
 /* Skips from an opening bracket to its match, over nested groups and strings. Depth is a

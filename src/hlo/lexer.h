@@ -22,13 +22,19 @@ bool hbm__hlo_lex_error_at(hlo_lexer_t *lx, size_t at, const char *fmt, ...) HBM
 bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what);
 void hbm__hlo_lex_skip_ws_slow(hlo_lexer_t *lx);
 
+/* Character classes (lexer.c), so the scanning loops test one table entry per byte. */
+extern const uint8_t hbm__hlo_char_class[256];
+#define HLO_C_IDSTART 0x01u /* [A-Za-z_] */
+#define HLO_C_IDCHAR 0x02u  /* [A-Za-z0-9_.-] */
+#define HLO_C_BLANK 0x04u   /* space, tab, CR, LF, and '/' (which may open a comment) */
+#define HLO_C_DIGIT 0x08u
+#define HLO_C_GROUP 0x10u /* ( ) [ ] { } " ' / : what bracket scans stop at */
+#define HLO_CLASS(c, k) ((hbm__hlo_char_class[(unsigned char)(c)] & (k)) != 0)
+
 /* Skips whitespace and comments. Inline: most calls find a token right there. */
 static inline void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
-  if (lx->pos < lx->len) {
-    char c = lx->text[lx->pos];
-    if (c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '/')
-      return;
-  }
+  if (lx->pos < lx->len && !HLO_CLASS(lx->text[lx->pos], HLO_C_BLANK))
+    return;
   hbm__hlo_lex_skip_ws_slow(lx);
 }
 
@@ -48,11 +54,11 @@ bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c);
 /* Accepts a two-character punctuation ("->", "<="). */
 bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two);
 static inline bool hbm__hlo_is_ident_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  return HLO_CLASS(c, HLO_C_IDSTART);
 }
 
 static inline bool hbm__hlo_is_ident_char(char c) {
-  return hbm__hlo_is_ident_start(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
+  return HLO_CLASS(c, HLO_C_IDCHAR);
 }
 
 /* [A-Za-z_][A-Za-z0-9_.-]* */
@@ -60,11 +66,12 @@ static inline bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {
   hbm__hlo_lex_skip_ws(lx);
   if (lx->failed || lx->pos >= lx->len || !hbm__hlo_is_ident_start(lx->text[lx->pos]))
     return false;
-  size_t start = lx->pos, p = start + 1;
-  while (p < lx->len && hbm__hlo_is_ident_char(lx->text[p]))
+  const char *t = lx->text;
+  size_t start = lx->pos, p = start + 1, n = lx->len;
+  while (p < n && hbm__hlo_is_ident_char(t[p]))
     p++;
   lx->pos = p;
-  out->p = lx->text + start;
+  out->p = t + start;
   out->n = (uint32_t)(p - start);
   return true;
 }

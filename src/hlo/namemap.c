@@ -7,12 +7,7 @@
 #include <string.h>
 
 static uint64_t hash_name(uint32_t scope, const char *p, uint32_t n) {
-  uint64_t h = 1469598103934665603ull ^ ((uint64_t)scope * 0x9e3779b97f4a7c15ull);
-  for (uint32_t i = 0; i < n; i++) {
-    h ^= (unsigned char)p[i];
-    h *= 1099511628211ull;
-  }
-  return h ^ (h >> 29);
+  return hbm__hlo_hash(p, n, 1469598103934665603ull ^ ((uint64_t)scope * 0x9e3779b97f4a7c15ull));
 }
 
 void hbm__hlo_namemap_init(hlo_namemap_t *m) { memset(m, 0, sizeof *m); }

@@ -4,6 +4,8 @@
 
 #include "hlo.h"
 
+#include <string.h>
+
 typedef struct hlo_name_slot {
   uint64_t hash;
   hlo_str_t name;
@@ -15,6 +17,22 @@ typedef struct hlo_namemap {
   hlo_name_slot_t *slots;
   size_t cap, count;
 } hlo_namemap_t;
+
+/* A hash of n bytes, eight at a time (names and shapes are 5 to 40 bytes long). */
+static inline uint64_t hbm__hlo_hash(const char *p, size_t n, uint64_t seed) {
+  uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull);
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  uint64_t tail = 0;
+  for (size_t i = 0; i < n; i++)
+    tail |= (uint64_t)(unsigned char)p[i] << (8 * i);
+  h = (h ^ tail) * 0x94d049bb133111ebull;
+  return h ^ (h >> 29);
+}
 
 void hbm__hlo_namemap_init(hlo_namemap_t *m);
 void hbm__hlo_namemap_free(hlo_namemap_t *m);

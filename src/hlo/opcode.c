@@ -18,6 +18,8 @@ static const opcode_info_t opcode_table[HLO_OP_COUNT] = {
 };
 
 static int compare_name(const char *s, size_t n, const char *name, size_t m) {
+  if (s[0] != name[0]) /* settles most steps of the search without a call */
+    return (unsigned char)s[0] < (unsigned char)name[0] ? -1 : 1;
   int c = memcmp(s, name, n < m ? n : m);
   if (c != 0)
     return c;
@@ -25,6 +27,8 @@ static int compare_name(const char *s, size_t n, const char *name, size_t m) {
 }
 
 hlo_opcode_t hbm__opcode_lookup(const char *s, size_t n) {
+  if (n == 0)
+    return HLO_OP_UNKNOWN;
   size_t lo = 1, hi = HLO_OP_COUNT; /* entry 0 is UNKNOWN */
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;

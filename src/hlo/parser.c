@@ -323,12 +323,7 @@ typedef struct parser {
 } parser_t;
 
 static uint32_t hash32(hlo_str_t name) {
-  uint32_t h = 2166136261u;
-  for (uint32_t i = 0; i < name.n; i++) {
-    h ^= (unsigned char)name.p[i];
-    h *= 16777619u;
-  }
-  return h ^ (h >> 15);
+  return (uint32_t)hbm__hlo_hash(name.p, name.n, 2166136261u);
 }
 
 /* Empties the table for a new computation, keeping a small allocation. */
@@ -435,6 +430,10 @@ static size_t scan_group(const char *t, size_t p, size_t len) {
   size_t depth = 0;
   while (p < len) {
     char c = t[p];
+    if (!HLO_CLASS(c, HLO_C_GROUP)) {
+      p++;
+      continue;
+    }
     if (c == '/' && p + 1 < len && t[p + 1] == '*') {
       p = skip_blank(t, p, len);
       if (p == SIZE_MAX)
@@ -632,23 +631,26 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
     return hbm__hlo_lex_expected(lx, "an attribute name");
   if (!hbm__hlo_lex_expect(lx, '='))
     return false;
+#define CALL_ATTR(lit, role) {lit, sizeof(lit) - 1, role}
   static const struct {
     const char *name;
+    uint32_t len;
     hlo_call_role_t role;
   } call_attrs[] = {
-      {"to_apply", HLO_CALL_TO_APPLY},
-      {"calls", HLO_CALL_CALLS},
-      {"condition", HLO_CALL_CONDITION},
-      {"body", HLO_CALL_BODY},
-      {"select", HLO_CALL_SELECT},
-      {"scatter", HLO_CALL_SCATTER},
-      {"called_computations", HLO_CALL_CALLED},
-      {"branch_computations", HLO_CALL_BRANCH},
-      {"true_computation", HLO_CALL_BRANCH},
-      {"false_computation", HLO_CALL_BRANCH},
+      CALL_ATTR("to_apply", HLO_CALL_TO_APPLY),
+      CALL_ATTR("calls", HLO_CALL_CALLS),
+      CALL_ATTR("condition", HLO_CALL_CONDITION),
+      CALL_ATTR("body", HLO_CALL_BODY),
+      CALL_ATTR("select", HLO_CALL_SELECT),
+      CALL_ATTR("scatter", HLO_CALL_SCATTER),
+      CALL_ATTR("called_computations", HLO_CALL_CALLED),
+      CALL_ATTR("branch_computations", HLO_CALL_BRANCH),
+      CALL_ATTR("true_computation", HLO_CALL_BRANCH),
+      CALL_ATTR("false_computation", HLO_CALL_BRANCH),
   };
+#undef CALL_ATTR
   for (size_t i = 0; i < HBM_ARRAY_LEN(call_attrs); i++)
-    if (key.n == strlen(call_attrs[i].name) && !memcmp(key.p, call_attrs[i].name, key.n))
+    if (key.n == call_attrs[i].len && !memcmp(key.p, call_attrs[i].name, key.n))
       return parse_callref_list(ps, call_attrs[i].role);
   if (HLO_STR_IS(key, "index") || HLO_STR_IS(key, "tuple_index")) {
     if (!hbm__hlo_lex_int(lx, &in->index) || in->index < 0)
@@ -674,23 +676,31 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
   return hbm__hlo_lex_skip_value(lx);
 }
 
-/* True when the cursor is at a shape written before an operand name (older printers:
- * "add(f32[] %x, f32[] %y)"). */
-static bool at_operand_shape(hlo_lexer_t *lx) {
+/* One operand: its name, after the shape older printers write before it ("add(f32[] %x,
+ * f32[] %y)"). A name without '%' is read once: it is a shape only if it names an element
+ * type and a '[' follows. 1: *name read; 0: no name there; -1: a bad shape (error set). */
+static int parse_operand(parser_t *ps, hlo_str_t *name, size_t *at) {
+  hlo_lexer_t *lx = &ps->lx;
   char c = hbm__hlo_lex_peek(lx);
-  if (c == '%')
-    return false; /* the usual case: a name */
-  if (c == '(')
-    return true;
-  size_t save = lx->pos;
-  hlo_str_t id;
-  bool is_shape = false;
-  if (hbm__hlo_lex_ident(lx, &id) && hbm__etype_lookup(id.p, id.n) != HLO_T_INVALID) {
-    char next = lx->pos < lx->len ? lx->text[lx->pos] : '\0';
-    is_shape = next == '[';
+  const char *t = lx->text;
+  if (c == '(' && !parse_shape_interned(ps))
+    return -1;
+  if (c != '(' && c != '%' && hbm__hlo_is_ident_start(c)) {
+    size_t start = lx->pos, q = start + 1;
+    while (q < lx->len && hbm__hlo_is_ident_char(t[q]))
+      q++;
+    if (q >= lx->len || t[q] != '[' || hbm__etype_lookup(t + start, q - start) == HLO_T_INVALID) {
+      *at = start;
+      *name = (hlo_str_t){t + start, (uint32_t)(q - start)};
+      lx->pos = q;
+      return 1;
+    }
+    if (!parse_shape_interned(ps))
+      return -1;
   }
-  lx->pos = save;
-  return is_shape;
+  hbm__hlo_lex_skip_ws(lx);
+  *at = lx->pos;
+  return hbm__hlo_lex_name(lx, name) ? 1 : 0;
 }
 
 static bool parse_operands(parser_t *ps, hlo_comp_t *comp, hlo_instr_t *in) {
@@ -701,12 +711,12 @@ static bool parse_operands(parser_t *ps, hlo_comp_t *comp, hlo_instr_t *in) {
   if (hbm__hlo_lex_accept(lx, ')'))
     return true;
   do {
-    if (at_operand_shape(lx) && !parse_shape_interned(ps))
-      return false;
-    hbm__hlo_lex_skip_ws(lx);
-    size_t at = lx->pos;
+    size_t at;
     hlo_str_t name;
-    if (!hbm__hlo_lex_name(lx, &name))
+    int got = parse_operand(ps, &name, &at);
+    if (got < 0)
+      return false;
+    if (!got)
       return hbm__hlo_lex_expected(lx, "an operand name");
     hlo_instr_t *op = instr_lookup(ps, name);
     if (!op)
