@@ -47,6 +47,12 @@ typedef struct raw_chunk {
 typedef struct tree_node {
   range_list_t own; /* buffers covering this node's blocks whole, stored here */
   range_list_t sub; /* every buffer stored at or below this node, or touching its blocks */
+  /* The union of own here and at every node above, built when a query needs it and kept
+   * while neither this own nor the path above has changed (stamps of h->clock). */
+  range_list_t path;
+  uint64_t own_changed, path_built, path_built_on;
+  uint64_t path_own_seen; /* own_changed when path was built */
+  uint32_t path_above;    /* the node with an own union above, whose path this one extends */
 } tree_node_t;
 
 /* Bump allocation for the range lists, freed all at once. */
@@ -59,13 +65,14 @@ typedef struct pool_block {
 typedef struct heap_state {
   unsigned block_bits; /* W = 1 << block_bits steps per block */
   size_t leaves;       /* power of two >= number of blocks */
-  int sub_levels;      /* sub unions are kept up to this level (no query reads higher) */
-  tree_node_t *node;   /* 2 * leaves, heap order: node 1 is the root, leaf b is leaves + b */
-  uint32_t *own_mask;  /* per block: bit l set when its ancestor at level l has an own union */
-  uint32_t *raw_at;    /* per block: first slot in raw[] */
-  uint32_t *raw_n;     /* per block: slots filled */
+  int sub_levels; /* sub unions are kept up to this level (no query still to come reads higher) */
+  tree_node_t *node;  /* 2 * leaves, heap order: node 1 is the root, leaf b is leaves + b */
+  uint32_t *own_mask; /* per block: bit l set when its ancestor at level l has an own union */
+  uint32_t *raw_at;   /* per block: first slot in raw[] */
+  uint32_t *raw_n;    /* per block: slots filled */
   raw_chunk_t *raw;
   pool_block_t *pool;
+  uint64_t clock; /* stamps changes of own unions and builds of path unions */
   /* The union of the ranges in the way of the buffer being placed (sorted, disjoint, a
    * sentinel after the last), built from the lists and raw chunks the query reads. */
   range_t *acc;
@@ -95,8 +102,8 @@ static range_t *pool_take(heap_state_t *h, size_t n) {
  * merging the ones it overlaps or touches; the search starts at `from` (no range before it
  * reaches lo). Returns the new count; *at is where [lo, hi) now lies, the place to start the
  * next search from when adding ranges in order. */
-static inline uint32_t ranges_add(range_t *r, uint32_t n, uint32_t from, uint64_t lo,
-                                  uint64_t hi, uint32_t *at) {
+static inline uint32_t ranges_add(range_t *r, uint32_t n, uint32_t from, uint64_t lo, uint64_t hi,
+                                  uint32_t *at) {
   uint32_t i = from;
   while (r[i].hi < lo) /* the sentinel stops it */
     i++;
@@ -198,23 +205,69 @@ static bool block_is_whole(size_t b, size_t first_whole, size_t end_whole) {
   return b >= first_whole && b < end_whole;
 }
 
+/* Rebuilds nd->path as the path union of node `above` (0: none) plus nd->own. */
+static bool build_path(heap_state_t *h, tree_node_t *nd, uint32_t above) {
+  const range_list_t *up = above ? &h->node[above].path : NULL;
+  uint32_t n_up = up ? up->n : 0, need = n_up + nd->own.n + 2;
+  if (need > nd->path.cap) {
+    uint32_t cap = nd->path.cap ? nd->path.cap : 4;
+    while (cap < need)
+      cap *= 2;
+    if (!(nd->path.r = pool_take(h, cap)))
+      return false;
+    nd->path.cap = cap;
+  }
+  range_t *r = nd->path.r;
+  if (n_up)
+    memcpy(r, up->r, (n_up + 1) * sizeof *r);
+  else
+    r[0] = SENTINEL;
+  uint32_t n = n_up, at = 0;
+  for (uint32_t k = 0; k < nd->own.n; k++)
+    n = ranges_add(r, n, at, nd->own.r[k].lo, nd->own.r[k].hi, &at);
+  nd->path.n = n;
+  return true;
+}
+
+/* The union of the own lists above leaf (the levels in `mask`), into *out (NULL when there
+ * are none): each node's path union, rebuilt top-down where something above has changed. */
+static bool path_union(heap_state_t *h, size_t leaf, uint32_t mask, const range_list_t **out) {
+  uint32_t above = 0;
+  uint64_t above_built = 0;
+  while (mask) {
+    unsigned lv = 31u - (unsigned)__builtin_clz(mask);
+    mask &= ~(1u << lv);
+    uint32_t v = (uint32_t)(leaf >> lv);
+    tree_node_t *nd = &h->node[v];
+    if (nd->path_above != above || nd->path_built_on != above_built ||
+        nd->path_own_seen != nd->own_changed) {
+      if (!build_path(h, nd, above))
+        return false;
+      nd->path_above = above;
+      nd->path_built_on = above_built;
+      nd->path_own_seen = nd->own_changed;
+      nd->path_built = ++h->clock;
+    }
+    above = v;
+    above_built = nd->path_built;
+  }
+  *out = above ? &h->node[above].path : NULL;
+  return true;
+}
+
 /* Appends to found[] the ranges of the placed buffers that overlap [s, e) in time. */
 static bool query(heap_state_t *h, uint32_t s, uint32_t e) {
   unsigned wb = h->block_bits;
-  size_t t0 = s >> wb, t1 = (e - 1) >> wb;                  /* blocks touched */
+  size_t t0 = s >> wb, t1 = (e - 1) >> wb;                        /* blocks touched */
   size_t f0 = ((uint64_t)s + (1u << wb) - 1) >> wb, f1 = e >> wb; /* blocks inside */
   size_t leaf0 = h->leaves + t0, leaf1 = h->leaves + t1;
   /* Buffers covering a whole node above either end block. */
-  for (uint32_t m = h->own_mask[t0]; m; m &= m - 1) {
-    unsigned lv = (unsigned)__builtin_ctz(m);
-    if (!acc_list(h, &h->node[leaf0 >> lv].own))
-      return false;
-  }
-  for (uint32_t m = h->own_mask[t1]; m && t1 != t0; m &= m - 1) {
-    unsigned lv = (unsigned)__builtin_ctz(m);
-    if ((leaf1 >> lv) != (leaf0 >> lv) && !acc_list(h, &h->node[leaf1 >> lv].own))
-      return false;
-  }
+  const range_list_t *above0 = NULL, *above1 = NULL;
+  if (!path_union(h, leaf0, h->own_mask[t0], &above0) || (above0 && !acc_list(h, above0)))
+    return false;
+  if (t1 != t0 && (!path_union(h, leaf1, h->own_mask[t1], &above1) ||
+                   (above1 && above1 != above0 && !acc_list(h, above1))))
+    return false;
   /* Everything under the nodes that make up the blocks inside. */
   for (size_t l = h->leaves + f0, r = h->leaves + f1; l < r; l >>= 1, r >>= 1) {
     if ((l & 1) && !acc_list(h, &h->node[l++].sub))
@@ -265,6 +318,7 @@ static bool insert(heap_state_t *h, uint32_t s, uint32_t e, range_t r) {
       if (!h->node[v[k]].own.n)
         mark_own(h, v[k], level);
       ok = list_add(h, &h->node[v[k]].own, r.lo, r.hi);
+      h->node[v[k]].own_changed = ++h->clock;
       if (ok && (int)level <= h->sub_levels)
         ok = list_add(h, &h->node[v[k]].sub, r.lo, r.hi);
     }
@@ -447,9 +501,7 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
   return NULL;
 }
 
-static bool takes_space(const hlo_interval_t *x) {
-  return x->size && x->end > x->start;
-}
+static bool takes_space(const hlo_interval_t *x) { return x->size && x->end > x->start; }
 
 /* Block size, tree and raw slots for the intervals that take space. Blocks hold about 16
  * buffer ends each, so the raw lists stay short whatever the density. */
@@ -467,17 +519,6 @@ static bool build_tree(heap_state_t *h, const hlo_interval_t *iv, size_t n) {
   h->leaves = 1;
   while (h->leaves < blocks)
     h->leaves *= 2;
-  /* The most whole blocks a query can cover decides the highest sub union read. */
-  uint64_t most_whole = 0;
-  for (size_t i = 0; i < n; i++)
-    if (takes_space(&iv[i])) {
-      uint64_t f0 = ((uint64_t)iv[i].start + (1u << h->block_bits) - 1) >> h->block_bits;
-      uint64_t f1 = iv[i].end >> h->block_bits;
-      most_whole = f1 > f0 && f1 - f0 > most_whole ? f1 - f0 : most_whole;
-    }
-  h->sub_levels = -1;
-  while (most_whole >> (h->sub_levels + 1))
-    h->sub_levels++;
   h->node = calloc(2 * h->leaves, sizeof *h->node);
   h->own_mask = calloc(h->leaves, sizeof *h->own_mask);
   h->raw_at = calloc(h->leaves + 1, sizeof *h->raw_at);
@@ -550,6 +591,39 @@ static bool place_group(heap_state_t *h, hlo_interval_t *iv, const order_key_t *
   return true;
 }
 
+/* The highest tree level a query of [s, e) reads a sub union at: log2 of its whole blocks. */
+static int query_level(const heap_state_t *h, uint32_t s, uint32_t e) {
+  uint64_t f0 = ((uint64_t)s + (1u << h->block_bits) - 1) >> h->block_bits;
+  uint64_t f1 = e >> h->block_bits, whole = f1 > f0 ? f1 - f0 : 0;
+  int level = -1;
+  while (whole >> (level + 1))
+    level++;
+  return level;
+}
+
+/* Per group in placement order: the highest level a later query reads a sub union at, so
+ * insertions keep sub unions only that high (long buffers are mostly large and go first). */
+static int8_t *sub_levels_needed(const heap_state_t *h, const hlo_interval_t *iv,
+                                 const order_key_t *order, const heap_groups_t *g) {
+  int8_t *after = malloc(g->n + 1);
+  if (!after)
+    return NULL;
+  int highest = -1;
+  for (size_t k = g->n; k-- > 0;) {
+    after[k] = (int8_t)highest;
+    const order_key_t *key = &order[k];
+    for (uint32_t j = 0; j < key->count; j++) {
+      const hlo_interval_t *x = key->count == 1 ? NULL : &iv[g->members[g->first[key->group] + j]];
+      uint32_t s = x ? x->start : key->start, e = x ? x->end : key->end;
+      if ((x ? x->size : key->size) && e > s) {
+        int level = query_level(h, s, e);
+        highest = level > highest ? level : highest;
+      }
+    }
+  }
+  return after;
+}
+
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap) {
   *heap = 0;
   if (n == 0)
@@ -562,10 +636,14 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
   bool ok = build_tree(&h, iv, n) && make_groups(iv, n, &g);
   if (ok)
     ok = (order = placement_order(iv, n, &g)) != NULL;
+  int8_t *levels_after = ok ? sub_levels_needed(&h, iv, order, &g) : NULL;
+  ok = ok && levels_after;
   uint64_t top = 0;
   for (size_t k = 0; ok && k < g.n; k++) {
+    h.sub_levels = levels_after[k];
     ok = place_group(&h, iv, &order[k], &g, alignment, &top);
   }
+  free(levels_after);
   *heap = top;
   free(order);
   free_state(&h);

@@ -53,13 +53,9 @@ static inline bool hbm__hlo_lex_accept(hlo_lexer_t *lx, char c) {
 bool hbm__hlo_lex_expect(hlo_lexer_t *lx, char c);
 /* Accepts a two-character punctuation ("->", "<="). */
 bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two);
-static inline bool hbm__hlo_is_ident_start(char c) {
-  return HLO_CLASS(c, HLO_C_IDSTART);
-}
+static inline bool hbm__hlo_is_ident_start(char c) { return HLO_CLASS(c, HLO_C_IDSTART); }
 
-static inline bool hbm__hlo_is_ident_char(char c) {
-  return HLO_CLASS(c, HLO_C_IDCHAR);
-}
+static inline bool hbm__hlo_is_ident_char(char c) { return HLO_CLASS(c, HLO_C_IDCHAR); }
 
 /* [A-Za-z_][A-Za-z0-9_.-]* */
 static inline bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {

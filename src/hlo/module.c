@@ -174,22 +174,51 @@ void hbm__instr_print(const hlo_module_t *m, const hlo_instr_t *in, hbm_strbuf_t
   print_span(m, in, (size_t)in->text.start + in->text.len, sb);
 }
 
-void hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len,
-                      hbm_strbuf_t *sb) {
-  hbm_strbuf_t tmp;
-  hbm_strbuf_init(&tmp);
-  print_span(m, in, in->operands_end, &tmp);
-  const char *s = hbm_strbuf_str(&tmp);
-  size_t n = tmp.len;
-  /* XLA labels are one line: fold any line breaks of the source. */
-  size_t keep = max_len >= 4 && n > max_len ? max_len - 3 : n;
-  for (size_t i = 0; i < keep; i++) {
-    char c = s[i];
-    hbm_strbuf_append(sb, (c == '\n' || c == '\r' || c == '\t') ? " " : &s[i], 1);
+/* Writes into a fixed buffer, keeping the first `cap` bytes and counting them all. */
+typedef struct bounded {
+  char *p;
+  size_t cap, len;
+} bounded_t;
+
+static void bounded_put(bounded_t *b, const char *s, size_t n) {
+  if (b->len < b->cap)
+    memcpy(b->p + b->len, s, n < b->cap - b->len ? n : b->cap - b->len);
+  b->len += n;
+}
+
+size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, char out[HLO_LABEL_MAX + 1]) {
+  /* As print_span, but only the first HLO_LABEL_MAX bytes are ever copied. */
+  bounded_t b = {out, HLO_LABEL_MAX, 0};
+  size_t end = in->operands_end;
+  bounded_put(&b, "%", 1);
+  bounded_put(&b, in->name.p, in->name.n);
+  size_t cursor = in->text.start;
+  if (cursor < m->len && m->text[cursor] == '%')
+    cursor++;
+  while (cursor < end && (isalnum((unsigned char)m->text[cursor]) || m->text[cursor] == '_' ||
+                          m->text[cursor] == '.' || m->text[cursor] == '-'))
+    cursor++;
+  for (uint32_t i = 0; i < in->n_operands && b.len <= b.cap; i++) {
+    const hlo_span_t *sp = &in->operand_spans[i];
+    if (sp->start < cursor || sp->start + sp->len > end)
+      continue;
+    bounded_put(&b, m->text + cursor, sp->start - cursor);
+    bounded_put(&b, "%", 1);
+    bounded_put(&b, in->operands[i]->name.p, in->operands[i]->name.n);
+    cursor = sp->start + sp->len;
   }
-  if (keep < n)
-    hbm_strbuf_puts(sb, "...");
-  hbm_strbuf_free(&tmp);
+  if (end > cursor)
+    bounded_put(&b, m->text + cursor, end - cursor);
+  size_t n = b.len > HLO_LABEL_MAX ? HLO_LABEL_MAX - 3 : b.len;
+  for (size_t i = 0; i < n; i++) /* XLA labels are one line: fold any line breaks */
+    if (out[i] == '\n' || out[i] == '\r' || out[i] == '\t')
+      out[i] = ' ';
+  if (b.len > HLO_LABEL_MAX) {
+    memcpy(out + n, "...", 3);
+    n += 3;
+  }
+  out[n] = '\0';
+  return n;
 }
 
 void hbm__hlo_print(const hlo_module_t *m, hbm_strbuf_t *sb) {

@@ -631,7 +631,8 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
     return hbm__hlo_lex_expected(lx, "an attribute name");
   if (!hbm__hlo_lex_expect(lx, '='))
     return false;
-#define CALL_ATTR(lit, role) {lit, sizeof(lit) - 1, role}
+#define CALL_ATTR(lit, role)                                                                       \
+  { lit, sizeof(lit) - 1, role }
   static const struct {
     const char *name;
     uint32_t len;

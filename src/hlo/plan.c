@@ -44,6 +44,18 @@ static int by_definition(const void *x, const void *y) {
   return a->index < b->index ? -1 : a->index > b->index;
 }
 
+/* ":N" for a positive N into out (no NUL); returns its length. */
+static size_t decimal(int64_t v, char out[24]) {
+  char digits[20];
+  size_t n = 0;
+  for (uint64_t u = (uint64_t)v; u; u /= 10)
+    digits[n++] = (char)('0' + u % 10);
+  out[0] = ':';
+  for (size_t i = 0; i < n; i++)
+    out[1 + i] = digits[n - 1 - i];
+  return n + 1;
+}
+
 /* Tags of one buffer, from its defining value. */
 static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int space,
                                hbm_strbuf_t *scratch) {
@@ -81,19 +93,23 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
     hbm_strbuf_puts(scratch, hbm__opcode_name((hlo_opcode_t)in->opcode));
   hbm_strbuf_append(scratch, "", 1);
   size_t label_at = scratch->len;
-  hbm__instr_label(m, in, 160, scratch);
+  char label[HLO_LABEL_MAX + 1];
+  hbm_strbuf_append(scratch, label, hbm__instr_label(m, in, label));
   if (v->subshape && in->shape->etype == HLO_T_TUPLE) {
     char idx[64];
     hbm__shape_index_text(in->shape, v->subshape, idx, sizeof idx);
-    hbm_strbuf_printf(scratch, " @%s", idx);
+    hbm_strbuf_append(scratch, " @", 2);
+    hbm_strbuf_puts(scratch, idx);
   }
   hbm_strbuf_append(scratch, "", 1);
   size_t source_at = SIZE_MAX;
   if (md->source_file.n) {
     source_at = scratch->len;
     hbm_strbuf_append(scratch, md->source_file.p, md->source_file.n);
-    if (md->source_line > 0)
-      hbm_strbuf_printf(scratch, ":%lld", (long long)md->source_line);
+    if (md->source_line > 0) {
+      char line[24];
+      hbm_strbuf_append(scratch, line, decimal(md->source_line, line));
+    }
     hbm_strbuf_append(scratch, "", 1);
   }
   if (scratch->failed)
