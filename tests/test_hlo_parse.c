@@ -162,14 +162,17 @@ static void control_flow_kinds(void **state) {
 static void labels_and_printing(void **state) {
   (void)state;
   hlo_module_t *m = parse_file("chain.hlo");
+  char label[201];
+  assert_int_equal(hbm__instr_label(m, find(m->entry, "c"), 200, label), 40);
+  assert_string_equal(label, "%c = f32[32,64]{1,0} concatenate(%b, %b)");
+  assert_int_equal(hbm__instr_label(m, find(m->entry, "c"), 20, label), 20);
+  assert_string_equal(label, "%c = f32[32,64]{1...");
+  assert_int_equal(hbm__instr_label(m, find(m->entry, "c"), 40, label), 40); /* just fits */
+  assert_string_equal(label, "%c = f32[32,64]{1,0} concatenate(%b, %b)");
+  assert_int_equal(hbm__instr_label(m, find(m->entry, "c"), 39, label), 39);
+  assert_string_equal(label, "%c = f32[32,64]{1,0} concatenate(%b,...");
   hbm_strbuf_t sb;
   hbm_strbuf_init(&sb);
-  hbm__instr_label(m, find(m->entry, "c"), 200, &sb);
-  assert_string_equal(hbm_strbuf_str(&sb), "%c = f32[32,64]{1,0} concatenate(%b, %b)");
-  sb.len = 0;
-  hbm__instr_label(m, find(m->entry, "c"), 20, &sb);
-  assert_string_equal(hbm_strbuf_str(&sb), "%c = f32[32,64]{1...");
-  sb.len = 0;
   hbm__hlo_print(m, &sb);
   assert_true(sb.len == m->len && memcmp(sb.data, m->text, m->len) == 0);
   hbm_strbuf_free(&sb);

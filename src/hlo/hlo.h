@@ -292,10 +292,11 @@ void hbm__hlo_text_position(const char *text, size_t offset, int *line, int *col
 void hbm__hlo_print(const hlo_module_t *m, hbm_strbuf_t *sb);
 /* Writes the instruction's text (name and operands as they are now) into sb. */
 void hbm__instr_print(const hlo_module_t *m, const hlo_instr_t *in, hbm_strbuf_t *sb);
-/* Writes "%name = shape opcode(operands)" into out, NUL-terminated, at most HLO_LABEL_MAX
- * characters ("..." when shortened); returns its length. */
+/* Writes "%name = shape opcode(operands)" into out (room for max_len + 1 bytes, max_len >= 4),
+ * NUL-terminated, at most max_len characters ("..." when shortened); returns its length.
+ * The profile's labels are HLO_LABEL_MAX long at most. */
 #define HLO_LABEL_MAX 160
-size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, char out[HLO_LABEL_MAX + 1]);
+size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len, char *out);
 
 /* ---- buffers: dataflow, aliasing and live ranges (alias.c, liveness.c) ---- */
 

@@ -13,83 +13,32 @@
 #define DG (HLO_C_IDCHAR | HLO_C_DIGIT)
 #define BL HLO_C_BLANK
 const uint8_t hbm__hlo_char_class[256] = {
-    ['\t'] = BL,
-    ['\n'] = BL,
-    ['\r'] = BL,
-    [' '] = BL,
-    ['/'] = BL | HLO_C_GROUP,
-    ['('] = HLO_C_GROUP,
-    [')'] = HLO_C_GROUP,
-    ['['] = HLO_C_GROUP,
-    [']'] = HLO_C_GROUP,
-    ['{'] = HLO_C_GROUP,
-    ['}'] = HLO_C_GROUP,
-    ['"'] = HLO_C_GROUP,
-    ['\''] = HLO_C_GROUP,
-    ['-'] = HLO_C_IDCHAR,
-    ['.'] = HLO_C_IDCHAR,
-    ['_'] = ID,
-    ['0'] = DG,
-    ['1'] = DG,
-    ['2'] = DG,
-    ['3'] = DG,
-    ['4'] = DG,
-    ['5'] = DG,
-    ['6'] = DG,
-    ['7'] = DG,
-    ['8'] = DG,
-    ['9'] = DG,
-    ['A'] = ID,
-    ['B'] = ID,
-    ['C'] = ID,
-    ['D'] = ID,
-    ['E'] = ID,
-    ['F'] = ID,
-    ['G'] = ID,
-    ['H'] = ID,
-    ['I'] = ID,
-    ['J'] = ID,
-    ['K'] = ID,
-    ['L'] = ID,
-    ['M'] = ID,
-    ['N'] = ID,
-    ['O'] = ID,
-    ['P'] = ID,
-    ['Q'] = ID,
-    ['R'] = ID,
-    ['S'] = ID,
-    ['T'] = ID,
-    ['U'] = ID,
-    ['V'] = ID,
-    ['W'] = ID,
-    ['X'] = ID,
-    ['Y'] = ID,
-    ['Z'] = ID,
-    ['a'] = ID,
-    ['b'] = ID,
-    ['c'] = ID,
-    ['d'] = ID,
-    ['e'] = ID,
-    ['f'] = ID,
-    ['g'] = ID,
-    ['h'] = ID,
-    ['i'] = ID,
-    ['j'] = ID,
-    ['k'] = ID,
-    ['l'] = ID,
-    ['m'] = ID,
-    ['n'] = ID,
-    ['o'] = ID,
-    ['p'] = ID,
-    ['q'] = ID,
-    ['r'] = ID,
-    ['s'] = ID,
-    ['t'] = ID,
-    ['u'] = ID,
-    ['v'] = ID,
-    ['w'] = ID,
-    ['x'] = ID,
-    ['y'] = ID,
+    [','] = HLO_C_COMMA,  ['\t'] = BL,          ['\n'] = BL,
+    ['\r'] = BL,          [' '] = BL,           ['/'] = BL | HLO_C_GROUP,
+    ['('] = HLO_C_GROUP,  [')'] = HLO_C_GROUP,  ['['] = HLO_C_GROUP,
+    [']'] = HLO_C_GROUP,  ['{'] = HLO_C_GROUP,  ['}'] = HLO_C_GROUP,
+    ['"'] = HLO_C_GROUP,  ['\''] = HLO_C_GROUP, ['-'] = HLO_C_IDCHAR,
+    ['.'] = HLO_C_IDCHAR, ['_'] = ID,           ['0'] = DG,
+    ['1'] = DG,           ['2'] = DG,           ['3'] = DG,
+    ['4'] = DG,           ['5'] = DG,           ['6'] = DG,
+    ['7'] = DG,           ['8'] = DG,           ['9'] = DG,
+    ['A'] = ID,           ['B'] = ID,           ['C'] = ID,
+    ['D'] = ID,           ['E'] = ID,           ['F'] = ID,
+    ['G'] = ID,           ['H'] = ID,           ['I'] = ID,
+    ['J'] = ID,           ['K'] = ID,           ['L'] = ID,
+    ['M'] = ID,           ['N'] = ID,           ['O'] = ID,
+    ['P'] = ID,           ['Q'] = ID,           ['R'] = ID,
+    ['S'] = ID,           ['T'] = ID,           ['U'] = ID,
+    ['V'] = ID,           ['W'] = ID,           ['X'] = ID,
+    ['Y'] = ID,           ['Z'] = ID,           ['a'] = ID,
+    ['b'] = ID,           ['c'] = ID,           ['d'] = ID,
+    ['e'] = ID,           ['f'] = ID,           ['g'] = ID,
+    ['h'] = ID,           ['i'] = ID,           ['j'] = ID,
+    ['k'] = ID,           ['l'] = ID,           ['m'] = ID,
+    ['n'] = ID,           ['o'] = ID,           ['p'] = ID,
+    ['q'] = ID,           ['r'] = ID,           ['s'] = ID,
+    ['t'] = ID,           ['u'] = ID,           ['v'] = ID,
+    ['w'] = ID,           ['x'] = ID,           ['y'] = ID,
     ['z'] = ID,
 };
 #undef ID
@@ -242,18 +191,22 @@ bool hbm__hlo_lex_int(hlo_lexer_t *lx, int64_t *out) {
   hbm__hlo_lex_skip_ws(lx);
   if (lx->failed)
     return false;
-  size_t p = lx->pos;
+  const char *t = lx->text;
+  size_t p = lx->pos, n = lx->len;
   bool neg = false;
-  if (p < lx->len && lx->text[p] == '-') {
+  if (p < n && t[p] == '-') {
     neg = true;
     p++;
   }
-  if (p >= lx->len || lx->text[p] < '0' || lx->text[p] > '9')
+  if (p >= n || !HLO_CLASS(t[p], HLO_C_DIGIT))
     return false;
   uint64_t v = 0;
-  while (p < lx->len && lx->text[p] >= '0' && lx->text[p] <= '9') {
-    uint64_t d = (uint64_t)(lx->text[p] - '0');
-    if (v > (UINT64_MAX - d) / 10 || v * 10 + d > (uint64_t)INT64_MAX + (neg ? 1u : 0u))
+  size_t first = p;
+  while (p < n && HLO_CLASS(t[p], HLO_C_DIGIT)) {
+    uint64_t d = (uint64_t)(t[p] - '0');
+    /* 18 digits always fit; past them, check each step */
+    if (p - first >= 18 &&
+        (v > (UINT64_MAX - d) / 10 || v * 10 + d > (uint64_t)INT64_MAX + (neg ? 1u : 0u)))
       return hbm__hlo_lex_error_at(lx, lx->pos, "integer out of range");
     v = v * 10 + d;
     p++;
@@ -307,6 +260,10 @@ bool hbm__hlo_lex_skip_group(hlo_lexer_t *lx) {
   size_t p = start;
   while (p < lx->len) {
     char c = t[p];
+    if (!HLO_CLASS(c, HLO_C_GROUP)) { /* most bytes: no bracket, quote or comment */
+      p++;
+      continue;
+    }
     if (c == '"' || c == '\'') {
       lx->pos = p;
       hlo_str_t s;
@@ -347,7 +304,13 @@ bool hbm__hlo_lex_skip_value(hlo_lexer_t *lx) {
   size_t start = lx->pos;
   const char *t = lx->text;
   while (lx->pos < lx->len) {
-    char c = t[lx->pos];
+    size_t p = lx->pos; /* plain characters of the value, to the next one that matters */
+    while (p < lx->len && !HLO_CLASS(t[p], HLO_C_GROUP | HLO_C_BLANK | HLO_C_COMMA))
+      p++;
+    lx->pos = p;
+    if (p >= lx->len)
+      break;
+    char c = t[p];
     if (c == '{' || c == '[' || c == '(') {
       if (!hbm__hlo_lex_skip_group(lx))
         return false;
@@ -358,8 +321,7 @@ bool hbm__hlo_lex_skip_value(hlo_lexer_t *lx) {
     } else if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '}' ||
                c == ']' || c == ')') {
       break;
-    } else if (c == '/' && lx->pos + 1 < lx->len &&
-               (t[lx->pos + 1] == '*' || t[lx->pos + 1] == '/')) {
+    } else if (c == '/' && p + 1 < lx->len && (t[p + 1] == '*' || t[p + 1] == '/')) {
       break;
     } else {
       lx->pos++;

@@ -29,6 +29,7 @@ extern const uint8_t hbm__hlo_char_class[256];
 #define HLO_C_BLANK 0x04u   /* space, tab, CR, LF, and '/' (which may open a comment) */
 #define HLO_C_DIGIT 0x08u
 #define HLO_C_GROUP 0x10u /* ( ) [ ] { } " ' / : what bracket scans stop at */
+#define HLO_C_COMMA 0x20u
 #define HLO_CLASS(c, k) ((hbm__hlo_char_class[(unsigned char)(c)] & (k)) != 0)
 
 /* Skips whitespace and comments. Inline: most calls find a token right there. */

@@ -186,9 +186,11 @@ static void bounded_put(bounded_t *b, const char *s, size_t n) {
   b->len += n;
 }
 
-size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, char out[HLO_LABEL_MAX + 1]) {
-  /* As print_span, but only the first HLO_LABEL_MAX bytes are ever copied. */
-  bounded_t b = {out, HLO_LABEL_MAX, 0};
+size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len, char *out) {
+  /* As print_span, but only the first max_len bytes are ever copied. */
+  if (max_len < 4)
+    max_len = 4;
+  bounded_t b = {out, max_len, 0};
   size_t end = in->operands_end;
   bounded_put(&b, "%", 1);
   bounded_put(&b, in->name.p, in->name.n);
@@ -209,11 +211,20 @@ size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, char out[H
   }
   if (end > cursor)
     bounded_put(&b, m->text + cursor, end - cursor);
-  size_t n = b.len > HLO_LABEL_MAX ? HLO_LABEL_MAX - 3 : b.len;
-  for (size_t i = 0; i < n; i++) /* XLA labels are one line: fold any line breaks */
-    if (out[i] == '\n' || out[i] == '\r' || out[i] == '\t')
-      out[i] = ' ';
-  if (b.len > HLO_LABEL_MAX) {
+  size_t n = b.len > max_len ? max_len - 3 : b.len;
+  /* XLA labels are one line: fold any line breaks. Eight bytes at a time, the rare words with
+   * a control character (a byte below 0x20) are looked at byte by byte. */
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t w = 0;
+    size_t k = n - i < 8 ? n - i : 8;
+    memcpy(&w, out + i, k);
+    if (k == 8 && !((w - 0x2020202020202020ull) & ~w & 0x8080808080808080ull))
+      continue;
+    for (size_t j = i; j < i + k; j++)
+      if (out[j] == '\n' || out[j] == '\r' || out[j] == '\t')
+        out[j] = ' ';
+  }
+  if (b.len > max_len) {
     memcpy(out + n, "...", 3);
     n += 3;
   }

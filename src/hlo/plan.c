@@ -94,7 +94,7 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   hbm_strbuf_append(scratch, "", 1);
   size_t label_at = scratch->len;
   char label[HLO_LABEL_MAX + 1];
-  hbm_strbuf_append(scratch, label, hbm__instr_label(m, in, label));
+  hbm_strbuf_append(scratch, label, hbm__instr_label(m, in, HLO_LABEL_MAX, label));
   if (v->subshape && in->shape->etype == HLO_T_TUPLE) {
     char idx[64];
     hbm__shape_index_text(in->shape, v->subshape, idx, sizeof idx);
