@@ -17,11 +17,17 @@ for t in "${targets[@]}"; do
   name=${t#fuzz_}
   mkdir -p "build-fuzz/corpus-$name" "fuzz/corpus/$name"
   echo "== fuzzing $name for ${seconds}s"
-  (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 "./fuzz/$t" -max_total_time="$seconds" \
-     -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
-     "corpus-$name" "../fuzz/corpus/$name" 2>&1 | grep -E '^(stat::number_of_executed_units|#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY)' || true)
-  if ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* >/dev/null 2>&1; then
-    echo "fuzzer $name found a failing input:"; ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* 2>/dev/null
+  log="build-fuzz/fuzz-$name.log"
+  (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+     "./fuzz/$t" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 \
+     -print_final_stats=1 "corpus-$name" "../fuzz/corpus/$name") >"$log" 2>&1 || true
+  grep -E '^(stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)' "$log" || true
+  # A sanitizer report, or an input libFuzzer saved as failing, fails the run.
+  if grep -qE '^(==[0-9]+==ERROR|SUMMARY: )|runtime error:' "$log" ||
+     ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* >/dev/null 2>&1; then
+    echo "fuzzer $name found a failing input (log: $log):"
+    grep -m5 -E 'runtime error:|ERROR' "$log" || true
+    ls build-fuzz/crash-* build-fuzz/leak-* build-fuzz/timeout-* 2>/dev/null || true
     exit 1
   fi
 done

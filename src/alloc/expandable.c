@@ -146,6 +146,8 @@ static int compare_u64(const void *x, const void *y) {
 
 /* Unmaps granules[0..n) (mapped, unused), run by run, in address order. */
 static void unmap_all(expandable_t *e, uint64_t *granules, uint64_t n) {
+  if (n == 0) /* granules may then be NULL, which qsort must not get */
+    return;
   qsort(granules, n, sizeof *granules, compare_u64);
   for (uint64_t i = 0, start = 0; i < n; i++)
     if (i + 1 == n || !joins(e, granules[i], granules[i + 1])) {
