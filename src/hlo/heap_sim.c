@@ -255,6 +255,19 @@ static bool path_union(heap_state_t *h, size_t leaf, uint32_t mask, const range_
   return true;
 }
 
+/* Sub unions are kept at every SUB_STRIDE-th level only: an insertion updates fewer of them,
+ * and the few queries that read a node in between read its children instead. */
+#define SUB_STRIDE 2u
+
+/* Adds everything under node v (at `level`) to the union: its sub union, or, between the
+ * levels that keep them, its own union and its children's everything. */
+static bool acc_under(heap_state_t *h, size_t v, unsigned level) {
+  if (level % SUB_STRIDE == 0)
+    return acc_list(h, &h->node[v].sub);
+  return acc_list(h, &h->node[v].own) && acc_under(h, 2 * v, level - 1) &&
+         acc_under(h, 2 * v + 1, level - 1);
+}
+
 /* Appends to found[] the ranges of the placed buffers that overlap [s, e) in time. */
 static bool query(heap_state_t *h, uint32_t s, uint32_t e) {
   unsigned wb = h->block_bits;
@@ -269,10 +282,11 @@ static bool query(heap_state_t *h, uint32_t s, uint32_t e) {
                    (above1 && above1 != above0 && !acc_list(h, above1))))
     return false;
   /* Everything under the nodes that make up the blocks inside. */
-  for (size_t l = h->leaves + f0, r = h->leaves + f1; l < r; l >>= 1, r >>= 1) {
-    if ((l & 1) && !acc_list(h, &h->node[l++].sub))
+  unsigned level = 0;
+  for (size_t l = h->leaves + f0, r = h->leaves + f1; l < r; l >>= 1, r >>= 1, level++) {
+    if ((l & 1) && !acc_under(h, l++, level))
       return false;
-    if ((r & 1) && !acc_list(h, &h->node[--r].sub))
+    if ((r & 1) && !acc_under(h, --r, level))
       return false;
   }
   /* The end blocks, step by step. */
@@ -319,12 +333,12 @@ static bool insert(heap_state_t *h, uint32_t s, uint32_t e, range_t r) {
         mark_own(h, v[k], level);
       ok = list_add(h, &h->node[v[k]].own, r.lo, r.hi);
       h->node[v[k]].own_changed = ++h->clock;
-      if (ok && (int)level <= h->sub_levels)
+      if (ok && level % SUB_STRIDE == 0 && (int)level <= h->sub_levels)
         ok = list_add(h, &h->node[v[k]].sub, r.lo, r.hi);
     }
   }
   size_t leaf0 = h->leaves + t0, leaf1 = h->leaves + t1;
-  for (int lv = 0; ok && lv <= h->sub_levels; lv++) {
+  for (int lv = 0; ok && lv <= h->sub_levels; lv += (int)SUB_STRIDE) {
     ok = list_add(h, &h->node[leaf0 >> lv].sub, r.lo, r.hi);
     if (ok && (leaf1 >> lv) != (leaf0 >> lv))
       ok = list_add(h, &h->node[leaf1 >> lv].sub, r.lo, r.hi);
@@ -503,8 +517,9 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
 
 static bool takes_space(const hlo_interval_t *x) { return x->size && x->end > x->start; }
 
-/* Block size, tree and raw slots for the intervals that take space. Blocks hold about 16
- * buffer ends each, so the raw lists stay short whatever the density. */
+/* Block size, tree and raw slots for the intervals that take space. Blocks hold 32 to 64
+ * buffer ends each, whatever the density: fewer make the tree deeper, more make the raw
+ * lists long (measured on the shared modules, blocks of 32 to 128 steps do best). */
 static bool build_tree(heap_state_t *h, const hlo_interval_t *iv, size_t n) {
   uint64_t steps = 1, ends = 0;
   for (size_t i = 0; i < n; i++)
@@ -513,7 +528,7 @@ static bool build_tree(heap_state_t *h, const hlo_interval_t *iv, size_t n) {
       ends += 2;
     }
   h->block_bits = 0;
-  while (h->block_bits < 30 && ((uint64_t)2 << h->block_bits) * ends <= 16 * steps)
+  while (h->block_bits < 30 && ((uint64_t)2 << h->block_bits) * ends <= 128 * steps)
     h->block_bits++;
   size_t blocks = (size_t)((steps - 1) >> h->block_bits) + 1;
   h->leaves = 1;
