@@ -27,10 +27,19 @@ static inline uint64_t hbm__hlo_hash(const char *p, size_t n, uint64_t seed) {
     h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
     h ^= h >> 31;
   }
-  uint64_t tail = 0;
-  for (size_t i = 0; i < n; i++)
-    tail |= (uint64_t)(unsigned char)p[i] << (8 * i);
-  h = (h ^ tail) * 0x94d049bb133111ebull;
+  uint64_t tail = 0; /* the last 1 to 7 bytes, read as two overlapping halves */
+  if (n >= 4) {
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, p + n - 4, 4);
+    tail = a | (uint64_t)b << 32;
+  } else if (n) {
+    tail = (uint64_t)(unsigned char)p[0] | (uint64_t)(unsigned char)p[n / 2] << 8 |
+           (uint64_t)(unsigned char)p[n - 1] << 16;
+  }
+  h = (h ^ tail) * 0x94d049bb133111ebull; /* then every bit into the low ones (tables mask) */
+  h ^= h >> 32;
+  h *= 0xbf58476d1ce4e5b9ull;
   return h ^ (h >> 29);
 }
 

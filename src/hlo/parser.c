@@ -314,6 +314,7 @@ typedef struct parser {
   instr_table_t instr_names;
   hlo_namemap_t shapes;     /* shape text → the shape parsed from it first */
   hlo_namemap_t comp_names; /* scope 0 */
+  hlo_namemap_t opcodes;    /* opcode text → hlo_opcode_t + 1, the ones met so far */
   hlo_vec_t comps;          /* hlo_comp_t * */
   hlo_vec_t instrs;         /* hlo_instr_t *, of the computation being read */
   hlo_vec_t operands;       /* hlo_instr_t * */
@@ -631,6 +632,8 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
     return hbm__hlo_lex_expected(lx, "an attribute name");
   if (!hbm__hlo_lex_expect(lx, '='))
     return false;
+  if (HLO_STR_IS(key, "metadata")) /* the most common by far */
+    return parse_metadata(ps, in);
 #define CALL_ATTR(lit, role)                                                                       \
   { lit, sizeof(lit) - 1, role }
   static const struct {
@@ -658,8 +661,6 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
       return hbm__hlo_lex_expected(lx, "a tuple index");
     return true;
   }
-  if (HLO_STR_IS(key, "metadata"))
-    return parse_metadata(ps, in);
   if (HLO_STR_IS(key, "output_to_operand_aliasing"))
     return parse_alias_list(ps, false, &in->aliasing, &in->n_aliasing);
   if (HLO_STR_IS(key, "custom_call_target")) {
@@ -737,10 +738,32 @@ static bool parse_operands(parser_t *ps, hlo_comp_t *comp, hlo_instr_t *in) {
   return in->operands && in->operand_spans;
 }
 
+/* A module uses a few dozen opcodes thousands of times: they are looked up once each. */
+static hlo_opcode_t lookup_opcode(parser_t *ps, hlo_str_t text) {
+  void *known = hbm__hlo_namemap_get(&ps->opcodes, 0, text);
+  if (known)
+    return (hlo_opcode_t)((uintptr_t)known - 1);
+  hlo_opcode_t op = hbm__opcode_lookup(text.p, text.n);
+  /* Out of memory here only costs the next lookup its shortcut. */
+  hbm__hlo_namemap_put(&ps->opcodes, 0, text, (void *)((uintptr_t)op + 1));
+  return op;
+}
+
+/* True (and past it) when the next word is ROOT: checked for every instruction. */
+static bool accept_root(hlo_lexer_t *lx) {
+  hbm__hlo_lex_skip_ws(lx);
+  const char *t = lx->text + lx->pos;
+  if (lx->failed || lx->len - lx->pos < 4 || t[0] != 'R' || memcmp(t, "ROOT", 4) != 0 ||
+      (lx->len - lx->pos > 4 && hbm__hlo_is_ident_char(t[4])))
+    return false;
+  lx->pos += 4;
+  return true;
+}
+
 static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_root) {
   hlo_lexer_t *lx = &ps->lx;
   hlo_module_t *m = ps->m;
-  *is_root = hbm__hlo_lex_accept_word(lx, "ROOT");
+  *is_root = accept_root(lx);
   hbm__hlo_lex_skip_ws(lx);
   size_t start = lx->pos;
   hlo_instr_t *in = hbm__hlo_arena_alloc(&m->arena, sizeof *in);
@@ -764,7 +787,7 @@ static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_r
     return NULL;
   }
   in->opcode_text = (hlo_span_t){(uint32_t)(opcode.p - lx->text), opcode.n};
-  in->opcode = (uint16_t)hbm__opcode_lookup(opcode.p, opcode.n);
+  in->opcode = (uint16_t)lookup_opcode(ps, opcode);
   if (hbm__hlo_lex_peek(lx) != '(') {
     hbm__hlo_lex_expected(lx, "'(' and the operands");
     return NULL;
@@ -994,6 +1017,7 @@ hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
   hbm__hlo_lex_init(&ps.lx, m->text, len, m->filename);
   hbm__hlo_namemap_init(&ps.shapes);
   hbm__hlo_namemap_init(&ps.comp_names);
+  hbm__hlo_namemap_init(&ps.opcodes);
   hbm__hlo_vec_init(&ps.comps, sizeof(hlo_comp_t *));
   hbm__hlo_vec_init(&ps.instrs, sizeof(hlo_instr_t *));
   hbm__hlo_vec_init(&ps.operands, sizeof(hlo_instr_t *));
@@ -1012,6 +1036,7 @@ hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
   free(ps.instr_names.slots);
   hbm__hlo_namemap_free(&ps.shapes);
   hbm__hlo_namemap_free(&ps.comp_names);
+  hbm__hlo_namemap_free(&ps.opcodes);
   hbm__hlo_vec_free(&ps.comps);
   hbm__hlo_vec_free(&ps.instrs);
   hbm__hlo_vec_free(&ps.operands);
