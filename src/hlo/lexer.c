@@ -156,22 +156,6 @@ bool hbm__hlo_lex_accept2(hlo_lexer_t *lx, const char *two) {
   return true;
 }
 
-bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out) {
-  hbm__hlo_lex_skip_ws(lx);
-  size_t save = lx->pos;
-  if (!lx->failed && lx->pos < lx->len && lx->text[lx->pos] == '%')
-    lx->pos++;
-  if (lx->pos < lx->len && lx->pos > save && !hbm__hlo_is_ident_start(lx->text[lx->pos])) {
-    lx->pos = save;
-    return false;
-  }
-  if (!hbm__hlo_lex_ident(lx, out)) {
-    lx->pos = save;
-    return false;
-  }
-  return true;
-}
-
 bool hbm__hlo_lex_at_word(hlo_lexer_t *lx, const char *word) {
   hbm__hlo_lex_skip_ws(lx);
   size_t n = strlen(word);

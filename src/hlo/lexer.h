@@ -34,8 +34,13 @@ extern const uint8_t hbm__hlo_char_class[256];
 
 /* Skips whitespace and comments. Inline: most calls find a token right there. */
 static inline void hbm__hlo_lex_skip_ws(hlo_lexer_t *lx) {
-  if (lx->pos < lx->len && !HLO_CLASS(lx->text[lx->pos], HLO_C_BLANK))
+  size_t p = lx->pos;
+  if (p < lx->len && !HLO_CLASS(lx->text[p], HLO_C_BLANK))
     return;
+  if (p + 1 < lx->len && lx->text[p] == ' ' && !HLO_CLASS(lx->text[p + 1], HLO_C_BLANK)) {
+    lx->pos = p + 1; /* one space between tokens: most of the blanks of HLO text */
+    return;
+  }
   hbm__hlo_lex_skip_ws_slow(lx);
 }
 
@@ -72,8 +77,26 @@ static inline bool hbm__hlo_lex_ident(hlo_lexer_t *lx, hlo_str_t *out) {
   out->n = (uint32_t)(p - start);
   return true;
 }
-/* An identifier with an optional '%' in front (the '%' is not part of *out). */
-bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out);
+/* An identifier with an optional '%' in front (the '%' is not part of *out). Inline: every
+ * instruction and operand has one. */
+static inline bool hbm__hlo_lex_name(hlo_lexer_t *lx, hlo_str_t *out) {
+  hbm__hlo_lex_skip_ws(lx);
+  if (lx->failed)
+    return false;
+  const char *t = lx->text;
+  size_t n = lx->len, p = lx->pos;
+  if (p < n && t[p] == '%')
+    p++;
+  if (p >= n || !hbm__hlo_is_ident_start(t[p]))
+    return false;
+  size_t start = p++;
+  while (p < n && hbm__hlo_is_ident_char(t[p]))
+    p++;
+  lx->pos = p;
+  out->p = t + start;
+  out->n = (uint32_t)(p - start);
+  return true;
+}
 /* True when the next token is the identifier `word` (not consumed). */
 bool hbm__hlo_lex_at_word(hlo_lexer_t *lx, const char *word);
 bool hbm__hlo_lex_accept_word(hlo_lexer_t *lx, const char *word);

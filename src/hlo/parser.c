@@ -312,7 +312,9 @@ typedef struct parser {
   hlo_lexer_t lx;
   hlo_module_t *m;
   instr_table_t instr_names;
-  hlo_namemap_t shapes;     /* shape text → the shape parsed from it first */
+  hlo_namemap_t shapes;         /* shape text → the shape parsed from it first */
+  const hlo_shape_t *recent[4]; /* shapes met last (ending in '}' or ')'), tried first */
+  unsigned next_recent;
   hlo_namemap_t comp_names; /* scope 0 */
   hlo_namemap_t opcodes;    /* opcode text → hlo_opcode_t + 1, the ones met so far */
   hlo_vec_t comps;          /* hlo_comp_t * */
@@ -475,22 +477,44 @@ static size_t shape_extent(const char *t, size_t p, size_t len) {
   return scan_group(t, q, len);
 }
 
+/* Remembers s among the recent shapes if nothing can follow its text and make it another
+ * shape: a layout's '}' or a tuple's ')' ends it, a ']' may be followed by a layout. */
+static void remember_shape(parser_t *ps, const hlo_shape_t *s) {
+  char last = s->text.n ? s->text.p[s->text.n - 1] : '\0';
+  if (last != '}' && last != ')')
+    return;
+  ps->recent[ps->next_recent++ % HBM_ARRAY_LEN(ps->recent)] = s;
+}
+
 static const hlo_shape_t *parse_shape_interned(parser_t *ps) {
   hlo_lexer_t *lx = &ps->lx;
   hbm__hlo_lex_skip_ws(lx);
   size_t start = lx->pos;
+  const char *at = lx->text + start;
+  for (size_t k = 0; k < HBM_ARRAY_LEN(ps->recent) && !lx->failed; k++) {
+    const hlo_shape_t *r = ps->recent[k]; /* the same text: the same shape, unscanned */
+    if (r && r->text.n <= lx->len - start && r->text.p[0] == at[0] &&
+        memcmp(r->text.p, at, r->text.n) == 0) {
+      lx->pos = start + r->text.n;
+      return r;
+    }
+  }
   size_t end = lx->failed ? SIZE_MAX : shape_extent(lx->text, start, lx->len);
-  hlo_str_t key = {lx->text + start, (uint32_t)(end == SIZE_MAX ? 0 : end - start)};
+  hlo_str_t key = {at, (uint32_t)(end == SIZE_MAX ? 0 : end - start)};
   if (end != SIZE_MAX) {
     const hlo_shape_t *known = hbm__hlo_namemap_get(&ps->shapes, 0, key);
     if (known) {
       lx->pos = end;
+      remember_shape(ps, known);
       return known;
     }
   }
   const hlo_shape_t *s = hbm__parse_shape(lx, &ps->m->arena);
-  if (s && end == lx->pos && hbm__hlo_namemap_put(&ps->shapes, 0, key, (void *)s) < 0)
-    return NULL;
+  if (s && end == lx->pos) {
+    if (hbm__hlo_namemap_put(&ps->shapes, 0, key, (void *)s) < 0)
+      return NULL;
+    remember_shape(ps, s);
+  }
   return s;
 }
 
