@@ -108,7 +108,11 @@ bool hbm__hlo_vec_push(hlo_vec_t *v, const void *item) {
     v->data = d;
     v->cap = cap;
   }
-  memcpy((char *)v->data + v->len * v->item, item, v->item);
+  char *slot = (char *)v->data + v->len * v->item;
+  if (v->item == sizeof(void *)) /* most vectors hold pointers: a move, not a call */
+    memcpy(slot, item, sizeof(void *));
+  else
+    memcpy(slot, item, v->item);
   v->len++;
   return true;
 }

@@ -75,7 +75,7 @@ typedef struct heap_state {
   uint64_t clock; /* stamps changes of own unions and builds of path unions */
   /* The union of the ranges in the way of the buffer being placed (sorted, disjoint, a
    * sentinel after the last), built from the lists and raw chunks the query reads. */
-  range_t *acc;
+  range_t *acc, *tmp; /* tmp: the other buffer of merges */
   size_t n_acc, cap_acc;
 } heap_state_t;
 
@@ -156,6 +156,24 @@ static bool list_add(heap_state_t *h, range_list_t *l, uint64_t lo, uint64_t hi)
   return true;
 }
 
+/* The union of the sorted, disjoint ranges a[0..na) and b[0..nb) into out (room for
+ * na + nb + 1: a sentinel ends it); returns its count. Linear, whatever the lengths. */
+static uint32_t merge_ranges(const range_t *a, uint32_t na, const range_t *b, uint32_t nb,
+                             range_t *out) {
+  uint32_t i = 0, j = 0, n = 0;
+  while (i < na || j < nb) {
+    range_t x = j == nb || (i < na && a[i].lo <= b[j].lo) ? a[i++] : b[j++];
+    if (n && x.lo <= out[n - 1].hi) {
+      if (x.hi > out[n - 1].hi)
+        out[n - 1].hi = x.hi;
+    } else {
+      out[n++] = x;
+    }
+  }
+  out[n] = SENTINEL;
+  return n;
+}
+
 static bool acc_reserve(heap_state_t *h, size_t need) {
   if (need <= h->cap_acc)
     return true;
@@ -163,27 +181,38 @@ static bool acc_reserve(heap_state_t *h, size_t need) {
   while (cap < need)
     cap *= 2;
   range_t *a = realloc(h->acc, cap * sizeof *a);
-  if (!a)
+  if (a)
+    h->acc = a;
+  range_t *t = a ? realloc(h->tmp, cap * sizeof *t) : NULL;
+  if (!t)
     return false;
-  h->acc = a;
+  h->tmp = t;
   h->cap_acc = cap;
   return true;
 }
 
-/* Adds the ranges r[0..n) (sorted, r[n] the sentinel) to the union acc: one by one, each
- * search starting where the last one ended, as lists are short next to the union. */
+/* Adds the ranges of l (sorted, a sentinel after them) to the union acc: a few one by one,
+ * each search starting where the last one ended; more by a merge, so that a union of
+ * thousands of ranges (hostile input) costs linear time per list. */
 static bool acc_list(heap_state_t *h, const range_list_t *l) {
-  uint32_t n = l->n;
+  uint32_t n = l->n, na = (uint32_t)h->n_acc;
   if (!n)
     return true;
-  if (!acc_reserve(h, h->n_acc + n + 2))
+  if (!acc_reserve(h, (size_t)na + n + 2))
     return false;
-  if (!h->n_acc) {
+  if (!na) {
     memcpy(h->acc, l->r, (n + 1) * sizeof *l->r);
     h->n_acc = n;
     return true;
   }
-  uint32_t na = (uint32_t)h->n_acc, at = 0;
+  if (n > 8) {
+    h->n_acc = merge_ranges(h->acc, na, l->r, n, h->tmp);
+    range_t *t = h->acc;
+    h->acc = h->tmp;
+    h->tmp = t;
+    return true;
+  }
+  uint32_t at = 0;
   for (uint32_t k = 0; k < n; k++)
     na = ranges_add(h->acc, na, at, l->r[k].lo, l->r[k].hi, &at);
   h->n_acc = na;
@@ -217,15 +246,7 @@ static bool build_path(heap_state_t *h, tree_node_t *nd, uint32_t above) {
       return false;
     nd->path.cap = cap;
   }
-  range_t *r = nd->path.r;
-  if (n_up)
-    memcpy(r, up->r, (n_up + 1) * sizeof *r);
-  else
-    r[0] = SENTINEL;
-  uint32_t n = n_up, at = 0;
-  for (uint32_t k = 0; k < nd->own.n; k++)
-    n = ranges_add(r, n, at, nd->own.r[k].lo, nd->own.r[k].hi, &at);
-  nd->path.n = n;
+  nd->path.n = merge_ranges(up ? up->r : NULL, n_up, nd->own.r, nd->own.n, nd->path.r);
   return true;
 }
 
@@ -569,6 +590,7 @@ static void free_state(heap_state_t *h) {
   free(h->raw_n);
   free(h->raw);
   free(h->acc);
+  free(h->tmp);
 }
 
 /* Enters a placed interval at `offset`; false if memory ran out. */
