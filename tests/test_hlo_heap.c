@@ -258,7 +258,8 @@ static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignm
 
 /* Random intervals in the shapes planners meet: many short-lived, some living across most of
  * the program, a few sizes repeated (ties), empty ones, and share groups (chains reusing one
- * chunk, and now and then members that overlap). */
+ * chunk, and now and then members that overlap). Kind 3 is hostile: long lives and sizes all
+ * different, so that the free space breaks into hundreds of gaps. */
 static void random_case(hlo_interval_t *iv, size_t n, uint32_t steps, int kind, uint64_t *seed) {
   static const uint64_t common[] = {4096, 8192, 1 << 20, 3 << 20, 512, 100, 4 << 20, 65536};
   for (size_t i = 0; i < n; i++) {
@@ -272,11 +273,13 @@ static void random_case(hlo_interval_t *iv, size_t n, uint32_t steps, int kind, 
       len = (uint32_t)(next_random(seed) % steps);
     else
       len = 0;
+    if (kind == 3)
+      len = 1 + (uint32_t)(next_random(seed) % steps);
     if (kind == 1 && r % 7 == 0) { /* live across everything, as XLA's long temporaries */
       start = (uint32_t)(next_random(seed) % 4);
       len = steps - start;
     }
-    uint64_t size = kind == 2 ? 1 + next_random(seed) % 1000000
+    uint64_t size = kind >= 2 ? 1 + next_random(seed) % 1000000
                               : common[next_random(seed) % (sizeof common / sizeof *common)];
     if (next_random(seed) % 50 == 0)
       size = 0;
@@ -295,11 +298,11 @@ static void same_offsets_as_the_reference(void **state) {
   static const size_t sizes[] = {1, 2, 5, 17, 60, 200, 700, 1500};
   uint64_t seed = 0x2545f4914f6cdd1dull;
   hlo_interval_t *iv = calloc(1500, sizeof *iv), *ref = calloc(1500, sizeof *ref);
-  for (int round = 0; round < 96; round++) {
+  for (int round = 0; round < 128; round++) {
     size_t n = sizes[round % 8];
     uint32_t steps = 1 + (uint32_t)(next_random(&seed) % (round % 3 == 0 ? 30 : 3000));
     uint64_t alignment = alignments[(round / 8) % 4];
-    random_case(iv, n, steps, round % 3, &seed);
+    random_case(iv, n, steps, round % 4, &seed);
     memcpy(ref, iv, n * sizeof *iv);
     uint64_t heap, want = reference_best_fit(ref, n, alignment);
     assert_int_equal(hbm__hlo_best_fit(iv, n, alignment, &heap), HBM_OK);
