@@ -33,15 +33,29 @@ static hbm_category_t category_of(uint32_t flags) {
 
 /* ---- the profile ---- */
 
-typedef struct buffer_order {
-  uint32_t start, index;
-} buffer_order_t;
-
-static int by_definition(const void *x, const void *y) {
-  const buffer_order_t *a = x, *b = y;
-  if (a->start != b->start)
-    return a->start < b->start ? -1 : 1;
-  return a->index < b->index ? -1 : a->index > b->index;
+/* The buffers in order of definition (ties: by index), by counting sort over the steps;
+ * NULL when memory ran out. */
+static uint32_t *definition_order(const hlo_assignment_t *as) {
+  uint32_t last = 0;
+  for (uint32_t i = 0; i < as->n_buffers; i++) {
+    uint32_t s = as->values[as->buffers[i].value].def_step;
+    last = s > last ? s : last;
+  }
+  uint32_t *order = malloc(((size_t)as->n_buffers + 1) * sizeof *order);
+  uint32_t *at = calloc((size_t)last + 2, sizeof *at);
+  if (order && at) {
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      at[as->values[as->buffers[i].value].def_step + 1]++;
+    for (size_t s = 1; s <= (size_t)last + 1; s++)
+      at[s] += at[s - 1];
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      order[at[as->values[as->buffers[i].value].def_step]++] = i;
+  } else {
+    free(order);
+    order = NULL;
+  }
+  free(at);
+  return order;
 }
 
 /* ":N" for a positive N into out (no NUL); returns its length. */
@@ -168,21 +182,18 @@ static hbm_status_t build_profile(hbm_plan_t *plan) {
     if (hbm_profile_add_step(p, (int64_t)s, name) < 0)
       st = hbm_last_status();
   }
-  buffer_order_t *order = malloc(((size_t)as->n_buffers + 1) * sizeof *order);
+  uint32_t *order = st == HBM_OK ? definition_order(as) : NULL;
   plan->buffer_index = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->buffer_index);
   plan->profile_hlo = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->profile_hlo);
   if (st == HBM_OK && (!order || !plan->buffer_index || !plan->profile_hlo))
     st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
   if (st == HBM_OK) {
-    for (uint32_t i = 0; i < as->n_buffers; i++)
-      order[i] = (buffer_order_t){as->values[as->buffers[i].value].def_step, i};
-    qsort(order, as->n_buffers, sizeof *order, by_definition);
     hbm_strbuf_t scratch;
     hbm_strbuf_init(&scratch);
     for (uint32_t k = 0; st == HBM_OK && k < as->n_buffers; k++) {
-      const hlo_buffer_t *hb = &as->buffers[order[k].index];
-      plan->buffer_index[order[k].index] = k;
-      plan->profile_hlo[k] = order[k].index;
+      const hlo_buffer_t *hb = &as->buffers[order[k]];
+      plan->buffer_index[order[k]] = k;
+      plan->profile_hlo[k] = order[k];
       if (!add_profile_buffer(plan, hb, space_of[hb->color], &scratch))
         st = hbm_last_status();
     }
