@@ -7,18 +7,22 @@
  * Where a buffer may go depends only on the union of the byte ranges of the placed buffers
  * that overlap it in time, and that union is short: buffers are packed side by side, so the
  * 150 buffers in the way of a typical one in a big model merge into about ten ranges. The
- * simulator therefore keeps unions, not buffers. Time is cut into blocks of W steps, under a
- * segment tree over blocks; a placed buffer is
+ * simulator therefore keeps unions, not buffers. Time is cut into blocks of W steps (about 64
+ * buffer ends each) under a segment tree over blocks; a placed buffer is
  *   - in the `own` union of the tree nodes that make up the blocks it covers whole (the
- *     canonical nodes of a segment tree), which every query below such a node reads;
- *   - in the `sub` union of those nodes and of every node above the blocks it touches, so
- *     that a query covering a node whole reads one union for everything under it;
+ *     canonical nodes of a segment tree), which every query below such a node reads (each
+ *     node caches the union of `own` along its path from the root, rebuilt when something
+ *     on the path changed; each block has a bit mask of the levels above it with any);
+ *   - in the `sub` union of those nodes and of every node above the blocks it touches, at
+ *     every other level and only as high as a query still to come reads, so that a query
+ *     covering a node whole reads one union (or three) for everything under it;
  *   - as itself (its exact steps) in the `raw` list of the one or two blocks it covers only
  *     in part, which queries ending inside those blocks filter step by step.
  * A query reads O(log blocks) unions plus the raw lists of its two end blocks; an insertion
- * updates as many. Each leaf keeps a bit mask of the levels above it whose `own` union is not
- * empty, so queries skip the empty ones. The result is the same as sorting every overlapping
- * buffer by offset (tests/test_hlo_heap.c checks it against that plain algorithm). */
+ * updates as many. Unions are merged by insertion when short and linearly when long, so
+ * hostile inputs (thousands of gaps) stay linear per list. The result is the same as sorting
+ * every overlapping buffer by offset: tests/test_hlo_heap.c checks it against that plain
+ * algorithm, tests/test_hlo_shared.c pins the plans of the shared modules. */
 #include "hlo.h"
 
 #include <stdlib.h>
@@ -289,7 +293,7 @@ static bool acc_under(heap_state_t *h, size_t v, unsigned level) {
          acc_under(h, 2 * v + 1, level - 1);
 }
 
-/* Appends to found[] the ranges of the placed buffers that overlap [s, e) in time. */
+/* Adds to the union acc the bytes of the placed buffers that overlap steps [s, e). */
 static bool query(heap_state_t *h, uint32_t s, uint32_t e) {
   unsigned wb = h->block_bits;
   size_t t0 = s >> wb, t1 = (e - 1) >> wb;                        /* blocks touched */
@@ -548,6 +552,8 @@ static bool build_tree(heap_state_t *h, const hlo_interval_t *iv, size_t n) {
       steps = iv[i].end > steps ? iv[i].end : steps;
       ends += 2;
     }
+  /* It stops with fewer than ends / 64 + 1 < 2^27 blocks (or 4 blocks of 2^30 steps), so the
+   * levels of the tree fit the 32-bit own masks. */
   h->block_bits = 0;
   while (h->block_bits < 30 && ((uint64_t)2 << h->block_bits) * ends <= 128 * steps)
     h->block_bits++;
