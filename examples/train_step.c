@@ -19,12 +19,15 @@ int main(int argc, char **argv) {
   if (hbm_profiler_start(logdir) != HBM_OK)
     fprintf(stderr, "no profile: %s\n", hbm_last_error());
 
-  hbm_tag_t weights = {.op = "dense_1/kernel", .shape = "f32[1024,4096]",
-                       .category = HBM_CAT_PARAMETER, .group = "params", .source = __FILE__};
+  hbm_tag_t weights = {.op = "dense_1/kernel",
+                       .shape = "f32[1024,4096]",
+                       .category = HBM_CAT_PARAMETER,
+                       .group = "params",
+                       .source = __FILE__};
   void *w = hbm_alloc_tagged(dev, 1024 * 4096 * 4, 0, &weights);
 
-  hbm_tag_t scope = {.op = "jit(train_step)/dense_1", .category = HBM_CAT_TEMPORARY,
-                     .group = "activations"};
+  hbm_tag_t scope = {
+      .op = "jit(train_step)/dense_1", .category = HBM_CAT_TEMPORARY, .group = "activations"};
   hbm_annotate_push(&scope); /* everything allocated here is tagged with the scope */
   hbm_profiler_step_begin(1);
   void *act = hbm_alloc(dev, 256 * 4096 * 2, 0);

@@ -222,29 +222,29 @@ hbm_status_t hbm_free_async(hbm_device_t *dev, void *ptr, hbm_stream_t *stream);
 hbm_status_t hbm_trim(hbm_device_t *dev);
 
 typedef struct hbm_stats {
-  uint64_t bytes_in_use;       /* sum of live requested sizes */
-  uint64_t peak_bytes_in_use;  /* exact while one thread uses the device; once threads share
-                                  it, sampled when the device's lock is taken and when stats
-                                  are read (docs/configuration.md, "Threads") */
-  uint64_t bytes_reserved;     /* taken from the device (mapped, in expandable mode) */
+  uint64_t bytes_in_use;      /* sum of live requested sizes */
+  uint64_t peak_bytes_in_use; /* exact while one thread uses the device; once threads share
+                                 it, sampled when the device's lock is taken and when stats
+                                 are read (docs/configuration.md, "Threads") */
+  uint64_t bytes_reserved;    /* taken from the device (mapped, in expandable mode) */
   uint64_t peak_bytes_reserved;
   uint64_t bytes_limit;        /* the most this allocator may take */
   uint64_t largest_free_block; /* largest block allocatable without taking more */
   uint64_t num_allocs;         /* allocations served so far */
   uint64_t num_frees;
-  uint64_t num_live;           /* live blocks now */
-  uint64_t num_ooms;           /* failed allocations */
-  double fragmentation;        /* 1 - largest_free_block / free bytes (0 when nothing free) */
+  uint64_t num_live;    /* live blocks now */
+  uint64_t num_ooms;    /* failed allocations */
+  double fragmentation; /* 1 - largest_free_block / free bytes (0 when nothing free) */
 } hbm_stats_t;
 hbm_status_t hbm_get_stats(hbm_device_t *dev, hbm_stats_t *out);
 
 typedef struct hbm_block_info {
   const void *ptr;
-  size_t size;       /* requested */
-  size_t allocated;  /* what it occupies after rounding */
-  const char *op;    /* tags, NULL when untagged */
+  size_t size;      /* requested */
+  size_t allocated; /* what it occupies after rounding */
+  const char *op;   /* tags, NULL when untagged */
   const char *shape;
-  int category;      /* hbm_category_t */
+  int category; /* hbm_category_t */
   const char *group;
   const char *source;
 } hbm_block_info_t;
@@ -272,8 +272,8 @@ const char *hbm_category_name(hbm_category_t c);
 hbm_status_t hbm_category_parse(const char *name, hbm_category_t *out);
 
 typedef struct hbm_tag {
-  const char *op;     /* op / instruction name, e.g. "dot.3" or "jit(f)/matmul" */
-  const char *shape;  /* "bf16[327680,327680]" */
+  const char *op;    /* op / instruction name, e.g. "dot.3" or "jit(f)/matmul" */
+  const char *shape; /* "bf16[327680,327680]" */
   hbm_category_t category;
   const char *group;  /* free-form group: "optimizer state", "activations", ... */
   const char *source; /* "model.c:42" */
@@ -335,13 +335,13 @@ typedef struct hbm_buffer {
   int64_t end;            /* first step it is no longer live; n_steps if live out */
   int space;              /* index into the profile's memory spaces */
   hbm_category_t category;
-  uint32_t flags;         /* HBM_BUF_* */
-  const char *op;         /* tags; NULL when absent. Owned by the profile. */
+  uint32_t flags; /* HBM_BUF_* */
+  const char *op; /* tags; NULL when absent. Owned by the profile. */
   const char *shape;
   const char *group;
   const char *source;
-  const char *opcode;     /* plan: HLO opcode */
-  const char *label;      /* plan: XLA label (the instruction's text); runtime: NULL */
+  const char *opcode; /* plan: HLO opcode */
+  const char *label;  /* plan: XLA label (the instruction's text); runtime: NULL */
 } hbm_buffer_t;
 
 typedef struct hbm_space_info {
@@ -453,27 +453,27 @@ typedef struct hbm_analysis hbm_analysis_t;
 typedef struct hbm_summary {
   int space;
   int64_t n_steps;
-  int64_t n_buffers;              /* buffers in this space */
-  uint64_t peak_bytes;            /* max over steps of live sizes (padded) */
-  int64_t peak_step;              /* first step reaching it (-1 when empty) */
-  int64_t peak_time_ns;           /* time of that step (runtime) */
-  uint64_t peak_unpadded_bytes;   /* sum of unpadded sizes live at peak_step */
-  uint64_t padding_bytes;         /* peak_bytes - peak_unpadded_bytes */
-  uint64_t indefinite_bytes;      /* buffers live for the whole program (HBM_BUF_INDEFINITE) */
-  uint64_t argument_bytes;        /* parameters live at the peak */
-  uint64_t output_bytes;          /* outputs live at the peak */
-  uint64_t temporary_bytes;       /* peak_bytes minus buffers live at the peak that are
-                                     indefinite or program inputs/outputs, constants,
-                                     thread-local (XProf's peak - indefinite); untagged
-                                     buffers count as temporaries */
-  uint64_t heap_bytes;            /* highest address+size in use (plan: heap size with
-                                     fragmentation; runtime: span of reserved memory) */
-  uint64_t peak_reserved_bytes;   /* max reserved over steps (runtime); heap_bytes for plans */
-  uint64_t reserved_at_peak;      /* reserved at peak_step */
-  uint64_t limit_bytes;           /* the space's limit, 0 = unknown */
-  double fragmentation_at_peak;   /* 1 - largest free block / free bytes, within reserved
-                                     memory at peak_step (0 when nothing free; -1 when the
-                                     profile records no reserved memory, e.g. an RMM log) */
+  int64_t n_buffers;            /* buffers in this space */
+  uint64_t peak_bytes;          /* max over steps of live sizes (padded) */
+  int64_t peak_step;            /* first step reaching it (-1 when empty) */
+  int64_t peak_time_ns;         /* time of that step (runtime) */
+  uint64_t peak_unpadded_bytes; /* sum of unpadded sizes live at peak_step */
+  uint64_t padding_bytes;       /* peak_bytes - peak_unpadded_bytes */
+  uint64_t indefinite_bytes;    /* buffers live for the whole program (HBM_BUF_INDEFINITE) */
+  uint64_t argument_bytes;      /* parameters live at the peak */
+  uint64_t output_bytes;        /* outputs live at the peak */
+  uint64_t temporary_bytes;     /* peak_bytes minus buffers live at the peak that are
+                                   indefinite or program inputs/outputs, constants,
+                                   thread-local (XProf's peak - indefinite); untagged
+                                   buffers count as temporaries */
+  uint64_t heap_bytes;          /* highest address+size in use (plan: heap size with
+                                   fragmentation; runtime: span of reserved memory) */
+  uint64_t peak_reserved_bytes; /* max reserved over steps (runtime); heap_bytes for plans */
+  uint64_t reserved_at_peak;    /* reserved at peak_step */
+  uint64_t limit_bytes;         /* the space's limit, 0 = unknown */
+  double fragmentation_at_peak; /* 1 - largest free block / free bytes, within reserved
+                                   memory at peak_step (0 when nothing free; -1 when the
+                                   profile records no reserved memory, e.g. an RMM log) */
   uint64_t largest_free_at_peak;
   size_t n_buffers_at_peak;
   size_t n_oom;
@@ -481,10 +481,10 @@ typedef struct hbm_summary {
 } hbm_summary_t;
 
 typedef struct hbm_timeline_point {
-  int64_t step;        /* the step this point stands for (the max of its bucket) */
-  uint64_t bytes;      /* live (padded) bytes */
-  uint64_t unpadded;   /* live unpadded bytes */
-  uint64_t reserved;   /* reserved bytes (runtime), heap high-water (plan) */
+  int64_t step;      /* the step this point stands for (the max of its bucket) */
+  uint64_t bytes;    /* live (padded) bytes */
+  uint64_t unpadded; /* live unpadded bytes */
+  uint64_t reserved; /* reserved bytes (runtime), heap high-water (plan) */
 } hbm_timeline_point_t;
 
 typedef struct hbm_group_total {
@@ -502,8 +502,8 @@ const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a);
 /* The timeline over steps [from, to) in at most max_points points. When downsampled each
  * point is the bucket's maximum, so the exact peak is always present. Returns the number
  * of points written. */
-size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to,
-                             size_t max_points, hbm_timeline_point_t *out);
+size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, size_t max_points,
+                             hbm_timeline_point_t *out);
 /* Live bytes at one step. */
 uint64_t hbm_analysis_bytes_at(const hbm_analysis_t *a, int64_t step);
 /* Buffers live at the peak, as indices into the profile, in allocation order. */
@@ -536,9 +536,9 @@ hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out);
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct hbm_logdir_entry {
-  char run[256];      /* run directory name */
-  char file[256];     /* profile file name inside the run */
-  char path[4096];    /* full path */
+  char run[256];   /* run directory name */
+  char file[256];  /* profile file name inside the run */
+  char path[4096]; /* full path */
   int64_t mtime;
   uint64_t bytes;
 } hbm_logdir_entry_t;
@@ -567,13 +567,13 @@ typedef struct hbm_log_event {
   uint64_t size;
   uint64_t pointer;
   int64_t time_ns; /* the Time column in ns (HH:MM:SS clock times run on past midnight) */
-  int64_t line; /* line number in the source file */
+  int64_t line;    /* line number in the source file */
 } hbm_log_event_t;
 
 typedef struct hbm_alloc_log {
   hbm_log_event_t *events;
   size_t n_events;
-  size_t skipped; /* malformed lines skipped with lenient = 1 */
+  size_t skipped;       /* malformed lines skipped with lenient = 1 */
   char first_skip[512]; /* the message of the first skipped line */
 } hbm_alloc_log_t;
 
@@ -593,11 +593,11 @@ hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *
  * them (XLA_PYTHON_CLIENT_MEM_FRACTION=1). 'allocate failure' lines of the log are counted,
  * not replayed. */
 typedef struct hbm_replay_options {
-  hbm_mode_t mode;  /* default HBM_MODE_BFC */
-  uint64_t memory;  /* device memory; 0: 16 GiB, or twice the peak live bytes rounded up to
-                       a GiB when that is more */
-  int min_memory;   /* also search the smallest memory (1 MiB resolution) the log runs on */
-  int repeat;       /* timed replays after the first (warm-up) one; 0: 5, < 0: none */
+  hbm_mode_t mode; /* default HBM_MODE_BFC */
+  uint64_t memory; /* device memory; 0: 16 GiB, or twice the peak live bytes rounded up to
+                      a GiB when that is more */
+  int min_memory;  /* also search the smallest memory (1 MiB resolution) the log runs on */
+  int repeat;      /* timed replays after the first (warm-up) one; 0: 5, < 0: none */
   /* Called now and then with a phase ("replay", "timing", "min-memory") and the fraction
    * of the whole work done, in [0, 1]; may be NULL. */
   void (*progress)(void *ctx, const char *phase, double done);
@@ -619,9 +619,9 @@ typedef struct hbm_replay_result {
   int64_t first_failure_event;  /* index among the log's events, -1 when none failed */
   int64_t first_failure_line;   /* its line in the log */
   uint64_t first_failure_size;
-  char *first_failure_message;  /* the allocator's diagnosis (malloc'd), NULL when none */
-  int timed_replays;            /* replays behind ns_per_op */
-  double ns_per_op;             /* median over the timed replays of time / events; 0 if none */
+  char *first_failure_message; /* the allocator's diagnosis (malloc'd), NULL when none */
+  int timed_replays;           /* replays behind ns_per_op */
+  double ns_per_op;            /* median over the timed replays of time / events; 0 if none */
   double ns_per_op_min, ns_per_op_max;
 } hbm_replay_result_t;
 
@@ -643,31 +643,31 @@ hbm_status_t hbm_replay_min_memory(const hbm_alloc_log_t *log, hbm_mode_t mode, 
 typedef struct hbm_plan hbm_plan_t;
 
 typedef struct hbm_plan_options {
-  uint64_t memory;       /* device memory for the fit check (0 = none) */
-  uint64_t reserved;     /* bytes reserved by the runtime (XLA's "reserved"), default 0 */
-  int remat;             /* rematerialize to fit `memory` */
-  int space_color;       /* memory colour to plan (0 = HBM) */
-  uint64_t alignment;    /* heap offsets are multiples of this (0 = 1) */
-  int top;               /* buffers listed in reports (0 = 10) */
+  uint64_t memory;    /* device memory for the fit check (0 = none) */
+  uint64_t reserved;  /* bytes reserved by the runtime (XLA's "reserved"), default 0 */
+  int remat;          /* rematerialize to fit `memory` */
+  int space_color;    /* memory colour to plan (0 = HBM) */
+  uint64_t alignment; /* heap offsets are multiples of this (0 = 1) */
+  int top;            /* buffers listed in reports (0 = 10) */
 } hbm_plan_options_t;
 
 typedef struct hbm_plan_summary {
-  uint64_t argument_bytes;  /* compiled.memory_analysis().argument_size_in_bytes */
-  uint64_t output_bytes;    /* output_size_in_bytes */
-  uint64_t alias_bytes;     /* output bytes shared with arguments */
-  uint64_t temp_bytes;      /* temp_size_in_bytes (heap size with fragmentation) */
+  uint64_t argument_bytes;      /* compiled.memory_analysis().argument_size_in_bytes */
+  uint64_t output_bytes;        /* output_size_in_bytes */
+  uint64_t alias_bytes;         /* output bytes shared with arguments */
+  uint64_t temp_bytes;          /* temp_size_in_bytes (heap size with fragmentation) */
   uint64_t temp_unpadded_bytes; /* unpadded bytes of the temporaries live at the peak */
-  uint64_t peak_bytes;      /* arguments + outputs not aliased + constants + temp peak */
+  uint64_t peak_bytes;          /* arguments + outputs not aliased + constants + temp peak */
   int64_t peak_step;
   const char *peak_instruction;
   uint64_t fragmentation_bytes; /* temp_bytes - the temporaries live at the peak */
   size_t n_instructions;
   size_t n_buffers;
-  int fits;                 /* 1 if reserved + arguments + outputs + constants + temp_bytes
-                               <= memory, or memory == 0 */
+  int fits; /* 1 if reserved + arguments + outputs + constants + temp_bytes
+               <= memory, or memory == 0 */
   /* remat */
   uint64_t peak_before_remat;
-  size_t n_remat;           /* instructions rematerialized */
+  size_t n_remat;             /* instructions rematerialized */
   uint64_t remat_extra_flops; /* estimated extra work: element-wise operations */
   uint64_t remat_extra_bytes; /* and bytes read and written by the recomputations */
 } hbm_plan_summary_t;
@@ -677,8 +677,8 @@ typedef struct hbm_plan_summary {
 typedef struct hbm_remat_info {
   const char *instruction;
   const char *clone;
-  uint64_t bytes;   /* the buffer no longer live across the peak */
-  uint64_t flops;   /* estimated element-wise operations of one recomputation */
+  uint64_t bytes; /* the buffer no longer live across the peak */
+  uint64_t flops; /* estimated element-wise operations of one recomputation */
 } hbm_remat_info_t;
 
 /* Parses HLO text (or an XLA dump: buffer assignment / memory usage report) and plans it.

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev libjansson-dev
           libmicrohttpd-dev libcmocka-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(chromium zstd)
+  packages+=(chromium zstd clang-format)
 fi
 # Node.js may come from elsewhere than Debian (a newer npm cannot be installed over Debian's
 # nodejs package): ask for Debian's only when the commands are missing.

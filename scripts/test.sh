@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 scripts/web-deps.sh 2>/dev/null || true
 
+scripts/format.sh
 jobs=$(nproc)
 run_suite() { # name, build dir, cmake args...
   local name=$1 dir=$2

@@ -121,7 +121,8 @@ static void xla_memory_report_goes_to_the_planner(void **state) {
 
 static void unknown_content_is_refused(void **state) {
   (void)state;
-  const char *texts[] = {"", "hello world\n", "\x89PNG\r\n\x1a\n", "// only a comment\n", "HBMTRAC"};
+  const char *texts[] = {"", "hello world\n", "\x89PNG\r\n\x1a\n", "// only a comment\n",
+                         "HBMTRAC"};
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
     const char *path = write_temp("unknown", texts[i]);
     assert_null(hbm_profile_load(path));

@@ -104,13 +104,12 @@ static int allocate_the_seeds_array(hbm_device_t *dev) {
 }
 
 static void print_usage(FILE *out) {
-  fprintf(out,
-          "usage: hbm demo [--logdir DIR] [--serve] [--port N]   (default DIR: /tmp/hbm)\n\n"
-          "Runs the seed's program on the simulated device with the profiler on: a small\n"
-          "model, then a bf16[327680,327680] array (214748364800 bytes) that does not fit\n"
-          "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n"
-          "--serve then serves the profile in the Memory Viewer on 127.0.0.1:PORT (default\n"
-          "6006) until Ctrl-C, as `hbm view --logdir DIR` does.\n");
+  fprintf(out, "usage: hbm demo [--logdir DIR] [--serve] [--port N]   (default DIR: /tmp/hbm)\n\n"
+               "Runs the seed's program on the simulated device with the profiler on: a small\n"
+               "model, then a bf16[327680,327680] array (214748364800 bytes) that does not fit\n"
+               "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n"
+               "--serve then serves the profile in the Memory Viewer on 127.0.0.1:PORT (default\n"
+               "6006) until Ctrl-C, as `hbm view --logdir DIR` does.\n");
 }
 
 /* --serve: the demo's logdir in the Memory Viewer; the server's exit status. */
@@ -120,8 +119,10 @@ static int serve_logdir(const char *logdir, int port) {
   return hbm_viewer_serve(logdir, "127.0.0.1", port, stderr);
 #else
   (void)port;
-  return cli_fail("demo", 1, "this hbm was built without the viewer (HBM_VIEWER=OFF); "
-                  "run `hbm report %s` instead", logdir);
+  return cli_fail("demo", 1,
+                  "this hbm was built without the viewer (HBM_VIEWER=OFF); "
+                  "run `hbm report %s` instead",
+                  logdir);
 #endif
 }
 
