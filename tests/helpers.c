@@ -1,6 +1,7 @@
 /* helpers.c — see helpers.h. */
 #include "helpers.h"
 
+#include <errno.h> /* program_invocation_short_name */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,22 @@ void th_rmtree(const char *path) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
   if (system(cmd) != 0)
     fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+char *th_dir;
+
+int th_tmpdir_setup(void **state) {
+  (void)state;
+  th_dir = th_mkdtemp(program_invocation_short_name);
+  return th_dir ? 0 : -1;
+}
+
+int th_tmpdir_teardown(void **state) {
+  (void)state;
+  th_rmtree(th_dir);
+  free(th_dir);
+  th_dir = NULL;
+  return 0;
 }
 
 char *th_read(const char *path, size_t *len) {

@@ -11,6 +11,10 @@ int th_run(const char *cmd, char **out);
 /* A fresh temporary directory (malloc'd path), removed by th_rmtree. */
 char *th_mkdtemp(const char *tag);
 void th_rmtree(const char *path);
+/* cmocka group fixtures: a fresh temporary directory in th_dir, removed afterwards. */
+extern char *th_dir;
+int th_tmpdir_setup(void **state);
+int th_tmpdir_teardown(void **state);
 /* Whole file into a malloc'd NUL-terminated buffer, NULL on error. */
 char *th_read(const char *path, size_t *len);
 /* Writes data to path; 0 on success. */

@@ -19,27 +19,14 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "alloc_helpers.h"
 #include "helpers.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
-static int sim_counter;
-
-/* A config for a fresh sim device of `memory` bytes in `mode`. */
-static hbm_config_t sim_config(hbm_mode_t mode, uint64_t memory, double fraction) {
-  hbm_config_t cfg;
-  hbm_config_default(&cfg);
-  cfg.device = HBM_DEVICE_SIM;
-  cfg.sim_memory = memory;
-  cfg.mem_fraction = fraction;
-  snprintf(cfg.sim_name, sizeof cfg.sim_name, "tmodes-%d-%d", (int)getpid(), ++sim_counter);
-  hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
-  return cfg;
-}
-
 static hbm_device_t *open_mode(hbm_mode_t mode, uint64_t memory, double fraction) {
-  hbm_config_t cfg = sim_config(mode, memory, fraction);
+  hbm_config_t cfg = th_sim_config("tmodes", mode, memory, fraction);
   hbm_device_t *dev = hbm_open(&cfg);
   if (!dev)
     fail_msg("hbm_open(%s): %s", hbm_mode_name(mode), hbm_last_error());
@@ -221,7 +208,7 @@ static void async_follows_stream_order(void **state) {
 
 static void async_preallocation_and_trim(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   cfg.async_prealloc = 8 * MiB;
   hbm_device_t *dev = hbm_open(&cfg);
   assert_non_null(dev);
@@ -241,7 +228,7 @@ static void async_preallocation_and_trim(void **state) {
   assert_true(device_free(dev) == 64 * MiB);
   hbm_close(dev);
   /* -1: the default amount, which is the limit. */
-  cfg = sim_config(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  cfg = th_sim_config("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   cfg.async_prealloc = -1;
   dev = hbm_open(&cfg);
   assert_non_null(hbm_alloc(dev, 1000, 0));
@@ -249,7 +236,7 @@ static void async_preallocation_and_trim(void **state) {
   assert_true(device_free(dev) == 32 * MiB);
   hbm_close(dev);
   /* More than the limit is capped at the limit. */
-  cfg = sim_config(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  cfg = th_sim_config("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   cfg.async_prealloc = 1ll << 40;
   dev = hbm_open(&cfg);
   assert_non_null(hbm_alloc(dev, 1000, 0));
@@ -259,7 +246,7 @@ static void async_preallocation_and_trim(void **state) {
 
 static void expandable_mode_is_reached(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("tmodes", HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
   hbm_device_t *dev = hbm_open(&cfg);
   if (!dev) { /* until src/alloc/expandable.c is built */
     assert_int_equal(hbm_last_status(), HBM_ERR_UNAVAILABLE);
@@ -552,7 +539,7 @@ static void every_mode_respects_the_limit(void **state) {
 static void close_releases_everything(void **state) {
   (void)state;
   for (size_t m = 0; m < HBM_ARRAY_LEN(host_modes); m++) {
-    hbm_config_t cfg = sim_config(host_modes[m], 64 * MiB, 0.5);
+    hbm_config_t cfg = th_sim_config("tmodes", host_modes[m], 64 * MiB, 0.5);
     hbm_device_t *dev = hbm_open(&cfg);
     hbm_device_t *watcher = hbm_open(&cfg);
     for (int i = 0; i < 10; i++)
@@ -685,7 +672,7 @@ static hbm_status_t mock_pool_usage(hbm__device_t *d, void *pool, uint64_t *rese
 
 static void async_over_a_native_pool(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   hbm__device_t *sim = NULL;
   assert_int_equal(hbm__sim_open(&cfg, &sim), HBM_OK);
   hbm__device_ops_t ops = *sim->ops;
@@ -729,7 +716,7 @@ static void async_over_a_native_pool(void **state) {
 static void profile_dir_starts_a_capture(void **state) {
   (void)state;
   char *dir = th_mkdtemp("alloc-profile");
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("tmodes", HBM_MODE_BFC, 64 * MiB, 0.5);
   snprintf(cfg.profile_dir, sizeof cfg.profile_dir, "%s", dir);
   hbm_device_t *dev = hbm_open(&cfg);
   assert_non_null(dev);

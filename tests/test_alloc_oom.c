@@ -18,34 +18,16 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "alloc_helpers.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
-static int counter;
-
-static hbm_config_t sim_config(hbm_mode_t mode, uint64_t memory, double fraction) {
-  hbm_config_t cfg;
-  hbm_config_default(&cfg);
-  cfg.device = HBM_DEVICE_SIM;
-  cfg.sim_memory = memory;
-  cfg.mem_fraction = fraction;
-  snprintf(cfg.sim_name, sizeof cfg.sim_name, "toom-%d-%d", (int)getpid(), ++counter);
-  if (mode != HBM_MODE_BFC)
-    hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
-  return cfg;
-}
-
 /* A failed test leaves its devices open: remove their ledgers anyway. */
 static int remove_ledgers(void **state) {
   (void)state;
-  for (int i = 1; i <= counter; i++) {
-    char name[64], shm[128];
-    snprintf(name, sizeof name, "toom-%d-%d", (int)getpid(), i);
-    hbm__ledger_shm_name(name, shm, sizeof shm);
-    shm_unlink(shm);
-  }
+  th_sim_remove_ledgers("toom");
   return 0;
 }
 
@@ -92,7 +74,7 @@ static void assert_contains(const char *text, const char *part) {
 /* The seed's program: bf16[327680,327680] on a 16 GiB device. */
 static void seed_array_is_larger_than_the_device(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 16 * GiB, 0.75);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_BFC, 16 * GiB, 0.75);
   hbm_device_t *dev = open_cfg(&cfg);
   assert_non_null(hbm_alloc(dev, 1000, 0));
   const char *text = expect_oom(dev, 214748364800ull, "request larger than the device");
@@ -116,7 +98,7 @@ static void request_larger_than_the_limit(void **state) {
   (void)state;
   const hbm_mode_t modes[] = {HBM_MODE_BFC, HBM_MODE_GROWTH, HBM_MODE_PLATFORM, HBM_MODE_ASYNC};
   for (size_t m = 0; m < HBM_ARRAY_LEN(modes); m++) {
-    hbm_config_t cfg = sim_config(modes[m], 64 * MiB, 0.5);
+    hbm_config_t cfg = th_sim_config("toom", modes[m], 64 * MiB, 0.5);
     hbm_config_set(&cfg, "XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5", HBM_ORIGIN_ENV);
     hbm_device_t *dev = open_cfg(&cfg);
     const char *text = expect_oom(dev, 40 * MiB, "request larger than the limit");
@@ -130,7 +112,7 @@ static void in_use_plus_request_over_the_limit(void **state) {
   (void)state;
   const hbm_mode_t modes[] = {HBM_MODE_BFC, HBM_MODE_GROWTH, HBM_MODE_PLATFORM, HBM_MODE_ASYNC};
   for (size_t m = 0; m < HBM_ARRAY_LEN(modes); m++) {
-    hbm_config_t cfg = sim_config(modes[m], 64 * MiB, 0.5);
+    hbm_config_t cfg = th_sim_config("toom", modes[m], 64 * MiB, 0.5);
     hbm_device_t *dev = open_cfg(&cfg);
     void *p = hbm_alloc(dev, 20 * MiB, 0);
     assert_non_null(p);
@@ -149,7 +131,7 @@ static void in_use_plus_request_over_the_limit(void **state) {
 /* Enough free bytes, no piece big enough. */
 static void fragmentation_in_bfc_mode(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_BFC, 64 * MiB, 0.5);
   hbm_device_t *dev = open_cfg(&cfg);
   void *blocks[32];
   for (int i = 0; i < 32; i++)
@@ -168,7 +150,7 @@ static void fragmentation_in_bfc_mode(void **state) {
 
 static void fragmentation_in_growth_mode(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_GROWTH, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_GROWTH, 64 * MiB, 0.5);
   hbm_device_t *dev = open_cfg(&cfg);
   void *blocks[64];
   int n = 0;
@@ -188,7 +170,7 @@ static void fragmentation_in_growth_mode(void **state) {
 /* Memory freed on one stream is not the other streams' until it synchronizes. */
 static void memory_waiting_on_another_stream(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_ASYNC, 16 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_ASYNC, 16 * MiB, 0.5);
   hbm_device_t *dev = open_cfg(&cfg);
   hbm_stream_t *s1 = hbm_stream_create(dev), *s2 = hbm_stream_create(dev);
   void *p = hbm_alloc_async(dev, 6 * MiB, s1);
@@ -212,7 +194,7 @@ static void memory_waiting_on_another_stream(void **state) {
  * cannot preallocate its 75%. */
 static void preallocation_blocked_by_another_device(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 64 * MiB, 0.75);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_BFC, 64 * MiB, 0.75);
   hbm_device_t *first = open_cfg(&cfg);
   hbm_device_t *second = open_cfg(&cfg);
   assert_non_null(hbm_alloc(first, 1000, 0));
@@ -235,14 +217,14 @@ static void preallocation_blocked_by_another_device(void **state) {
  * space). */
 static void preallocation_the_host_cannot_map(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 1ull << 50, 0.75);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_BFC, 1ull << 50, 0.75);
   hbm_device_t *dev = open_cfg(&cfg);
   const char *text = expect_oom(dev, 1000, "preallocation failed");
   assert_contains(text, "the host could not map");
   assert_contains(text, "Lower XLA_PYTHON_CLIENT_MEM_FRACTION");
   /* Growth mode on the same huge device works: it takes only what it needs. */
   hbm_close(dev);
-  cfg = sim_config(HBM_MODE_GROWTH, 1ull << 50, 0.75);
+  cfg = th_sim_config("toom", HBM_MODE_GROWTH, 1ull << 50, 0.75);
   dev = open_cfg(&cfg);
   void *p = hbm_alloc(dev, 1000, 0);
   assert_non_null(p);
@@ -253,7 +235,7 @@ static void preallocation_the_host_cannot_map(void **state) {
 /* An async pool asked to prefill more than the device has. */
 static void async_preallocation_failed(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_ASYNC, 64 * MiB, 0.75);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_ASYNC, 64 * MiB, 0.75);
   cfg.async_prealloc = -1;
   hbm_device_t *hog = open_cfg(&cfg);
   hbm_config_t small = cfg;
@@ -269,7 +251,7 @@ static void async_preallocation_failed(void **state) {
 /* Growth mode within its limit, but the device is held by another device of this process. */
 static void device_refuses_a_region(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_PLATFORM, 64 * MiB, 1.0);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_PLATFORM, 64 * MiB, 1.0);
   hbm_device_t *holder = open_cfg(&cfg);
   assert_non_null(hbm_alloc(holder, 50 * MiB, 0));
   hbm_config_t growth = cfg;
@@ -287,7 +269,7 @@ static void device_refuses_a_region(void **state) {
  * tags, as XLA's "Peak buffers:" does. */
 static void largest_live_buffers_are_listed(void **state) {
   (void)state;
-  hbm_config_t cfg = sim_config(HBM_MODE_BFC, 64 * MiB, 0.5);
+  hbm_config_t cfg = th_sim_config("toom", HBM_MODE_BFC, 64 * MiB, 0.5);
   hbm_device_t *dev = open_cfg(&cfg);
   hbm__device_set_oom_buffers(dev, true);
   for (int i = 0; i < 12; i++) {

@@ -18,24 +18,9 @@
 
 #define DATA HBM_SOURCE_DIR "/tests/data/profile/"
 
-static char *dir;
-
-static int setup(void **state) {
-  (void)state;
-  dir = th_mkdtemp("load");
-  return dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  th_rmtree(dir);
-  free(dir);
-  return 0;
-}
-
 static const char *write_temp(const char *name, const char *text) {
   static char path[4200];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(path, sizeof path, "%s/%s", th_dir, name);
   assert_int_equal(th_write(path, text, strlen(text)), 0);
   return path;
 }
@@ -67,7 +52,7 @@ static void trace_by_content(void **state) {
   (void)state;
   hbm_profile_t *p = hbm_profile_load(DATA "small.csv");
   char path[4200];
-  snprintf(path, sizeof path, "%s/saved.bin", dir);
+  snprintf(path, sizeof path, "%s/saved.bin", th_dir);
   assert_int_equal(hbm_profile_save(p, path), HBM_OK);
   hbm_profile_t *q = hbm_profile_load(path);
   assert_non_null(q);
@@ -130,7 +115,7 @@ static void unknown_content_is_refused(void **state) {
   }
   assert_null(hbm_profile_load("/nonexistent/profile.hbmtrace"));
   assert_non_null(strstr(hbm_last_error(), "/nonexistent/profile.hbmtrace"));
-  assert_null(hbm_profile_load(dir)); /* a directory */
+  assert_null(hbm_profile_load(th_dir)); /* a directory */
   assert_int_equal(hbm_last_status(), HBM_ERR_IO);
 }
 
@@ -143,5 +128,5 @@ int main(void) {
       cmocka_unit_test(xla_memory_report_goes_to_the_planner),
       cmocka_unit_test(unknown_content_is_refused),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

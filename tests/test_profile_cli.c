@@ -19,21 +19,6 @@
 
 #define SMALL_CSV HBM_SOURCE_DIR "/tests/data/profile/small.csv"
 
-static char *dir;
-
-static int setup(void **state) {
-  (void)state;
-  dir = th_mkdtemp("cli");
-  return dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  th_rmtree(dir);
-  free(dir);
-  return 0;
-}
-
 /* Runs `hbm ARGS`; returns the exit status and the output (stdout and stderr). */
 static int hbm(char **out, const char *fmt, ...) {
   char args[8192], cmd[8400];
@@ -108,7 +93,7 @@ static void save_synthetic(const char *path, int n, const char *device) {
 static void report_of_a_logdir_and_a_run(void **state) {
   (void)state;
   char logdir[4200], run[4300], path[4400];
-  snprintf(logdir, sizeof logdir, "%s/logdir", dir);
+  snprintf(logdir, sizeof logdir, "%s/logdir", th_dir);
   assert_int_equal(hbm_logdir_new_run(logdir, run, sizeof run), HBM_OK);
   snprintf(path, sizeof path, "%s/host.1.hbmtrace", run);
   save_synthetic(path, 2000, "sim0");
@@ -150,7 +135,7 @@ static void report_of_a_logdir_and_a_run(void **state) {
 static void truncated_profile_reports_its_loss(void **state) {
   (void)state;
   char path[4200];
-  snprintf(path, sizeof path, "%s/big.hbmtrace", dir);
+  snprintf(path, sizeof path, "%s/big.hbmtrace", th_dir);
   save_synthetic(path, 60000, "sim0");
   size_t len;
   char *data = th_read(path, &len);
@@ -191,7 +176,7 @@ static void export_opens_as_chrome_trace(void **state) {
   assert_int_equal(ooms, 1);
   json_decref(j);
   free(out);
-  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  snprintf(trace, sizeof trace, "%s/trace.json", th_dir);
   assert_int_equal(hbm(&out, "export '%s' -o '%s'", SMALL_CSV, trace), 0);
   free(out);
   char *text = th_read(trace, NULL);
@@ -205,14 +190,15 @@ static void bad_input_fails_with_a_message(void **state) {
   assert_int_equal(hbm(&out, "report /nonexistent/x.csv"), 1);
   assert_non_null(strstr(out, "hbm report: /nonexistent/x.csv: no such file or directory"));
   free(out);
-  assert_int_equal(hbm(&out, "report '%s'/empty", dir), 1);
+  assert_int_equal(hbm(&out, "report '%s'/empty", th_dir), 1);
   assert_non_null(strstr(out, "no such file or directory"));
   free(out);
-  assert_int_equal(hbm(&out, "report \"$(mkdir '%s/empty' && echo '%s/empty')\"", dir, dir), 1);
+  assert_int_equal(hbm(&out, "report \"$(mkdir '%s/empty' && echo '%s/empty')\"", th_dir, th_dir),
+                   1);
   assert_non_null(strstr(out, "empty: no profiles found"));
   free(out);
   char junk[4200];
-  snprintf(junk, sizeof junk, "%s/junk.bin", dir);
+  snprintf(junk, sizeof junk, "%s/junk.bin", th_dir);
   assert_int_equal(th_write(junk, "\x01\x02garbage", 9), 0);
   assert_int_equal(hbm(&out, "report '%s'", junk), 1);
   assert_non_null(strstr(out, "not a profile hbm can read"));
@@ -257,5 +243,5 @@ int main(void) {
       cmocka_unit_test(bad_input_fails_with_a_message),
       cmocka_unit_test(report_peak_equals_replay_peak),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

@@ -1,0 +1,39 @@
+/* alloc_helpers.h — for the allocator's tests: configurations of fresh simulated devices,
+ * each with a name of its own so that tests running in parallel never share a ledger. */
+#ifndef HBM_TEST_ALLOC_HELPERS_H
+#define HBM_TEST_ALLOC_HELPERS_H
+
+#include "alloc/alloc.h"
+
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int th_sim_devices; /* configurations made so far in this test program */
+
+/* A sim device of `memory` bytes in `mode`, limit `fraction` of it, named
+ * <prefix>-<pid>-<n>. */
+static inline hbm_config_t th_sim_config(const char *prefix, hbm_mode_t mode, uint64_t memory,
+                                         double fraction) {
+  hbm_config_t cfg;
+  hbm_config_default(&cfg);
+  cfg.device = HBM_DEVICE_SIM;
+  cfg.sim_memory = memory;
+  cfg.mem_fraction = fraction;
+  snprintf(cfg.sim_name, sizeof cfg.sim_name, "%s-%d-%d", prefix, (int)getpid(), ++th_sim_devices);
+  if (hbm_config_mode(&cfg) != mode) /* the defaults' settings keep their default origin */
+    hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
+  return cfg;
+}
+
+/* A failed test leaves its devices open: remove their ledgers anyway. */
+static inline void th_sim_remove_ledgers(const char *prefix) {
+  for (int i = 1; i <= th_sim_devices; i++) {
+    char name[64], shm[128];
+    snprintf(name, sizeof name, "%s-%d-%d", prefix, (int)getpid(), i);
+    hbm__ledger_shm_name(name, shm, sizeof shm);
+    shm_unlink(shm);
+  }
+}
+
+#endif
