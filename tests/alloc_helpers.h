@@ -3,6 +3,13 @@
 #ifndef HBM_TEST_ALLOC_HELPERS_H
 #define HBM_TEST_ALLOC_HELPERS_H
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it needs */
+
 #include "alloc/alloc.h"
 
 #include <stdio.h>
@@ -24,6 +31,38 @@ static inline hbm_config_t th_sim_config(const char *prefix, hbm_mode_t mode, ui
   if (hbm_config_mode(&cfg) != mode) /* the defaults' settings keep their default origin */
     hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
   return cfg;
+}
+
+/* A device for th_sim_config(prefix, ...), or the test fails. */
+static inline hbm_device_t *th_open_sim(const char *prefix, hbm_mode_t mode, uint64_t memory,
+                                        double fraction) {
+  hbm_config_t cfg = th_sim_config(prefix, mode, memory, fraction);
+  hbm_device_t *dev = hbm_open(&cfg);
+  if (!dev)
+    fail_msg("hbm_open(%s): %s", hbm_mode_name(mode), hbm_last_error());
+  return dev;
+}
+
+static inline hbm_stats_t th_stats(hbm_device_t *dev) {
+  hbm_stats_t s;
+  assert_int_equal(hbm_get_stats(dev, &s), HBM_OK);
+  return s;
+}
+
+/* A pattern of 32-bit words that depends on the seed and the position, to write into device
+ * memory and check later. */
+static inline void th_fill(void *p, size_t n, uint32_t seed) {
+  uint32_t *w = p;
+  for (size_t i = 0; i < n / 4; i++)
+    w[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static inline bool th_intact(const void *p, size_t n, uint32_t seed) {
+  const uint32_t *w = p;
+  for (size_t i = 0; i < n / 4; i++)
+    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+      return false;
+  return true;
 }
 
 /* A failed test leaves its devices open: remove their ledgers anyway. */

@@ -17,31 +17,10 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "alloc_helpers.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
-
-static int sim_counter;
-
-static hbm_device_t *open_sim(hbm_mode_t mode, uint64_t memory, double fraction) {
-  hbm_config_t cfg;
-  hbm_config_default(&cfg);
-  cfg.device = HBM_DEVICE_SIM;
-  cfg.sim_memory = memory;
-  cfg.mem_fraction = fraction;
-  snprintf(cfg.sim_name, sizeof cfg.sim_name, "texp-%d-%d", (int)getpid(), ++sim_counter);
-  hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
-  hbm_device_t *dev = hbm_open(&cfg);
-  if (!dev)
-    fail_msg("hbm_open(%s): %s", hbm_mode_name(mode), hbm_last_error());
-  return dev;
-}
-
-static hbm_stats_t stats_of(hbm_device_t *dev) {
-  hbm_stats_t s;
-  assert_int_equal(hbm_get_stats(dev, &s), HBM_OK);
-  return s;
-}
 
 static uint64_t device_free(hbm_device_t *dev) {
   uint64_t total, free_bytes;
@@ -49,40 +28,26 @@ static uint64_t device_free(hbm_device_t *dev) {
   return free_bytes;
 }
 
-static void fill(void *p, size_t n, uint32_t seed) {
-  uint32_t *w = p;
-  for (size_t i = 0; i < n / 4; i++)
-    w[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-static bool intact(const void *p, size_t n, uint32_t seed) {
-  const uint32_t *w = p;
-  for (size_t i = 0; i < n / 4; i++)
-    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-      return false;
-  return true;
-}
-
 /* Mapped memory is the granules that live blocks cover; a free granule stays mapped (for
  * reuse) until hbm_trim, and is then given back to the device. */
 static void granules_follow_blocks(void **state) {
   (void)state;
-  hbm_device_t *dev = open_sim(HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
-  assert_true(stats_of(dev).bytes_reserved == 0);
+  hbm_device_t *dev = th_open_sim("texp", HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
+  assert_true(th_stats(dev).bytes_reserved == 0);
   void *a = hbm_alloc(dev, 3 * MiB, 0); /* granules 0 and 1 */
   assert_non_null(a);
-  assert_true(stats_of(dev).bytes_reserved == 4 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 4 * MiB);
   assert_true(device_free(dev) == 60 * MiB);
   void *b = hbm_alloc(dev, MiB, 0); /* right after a: granule 1 */
   assert_true((char *)b == (char *)a + 3 * MiB);
-  assert_true(stats_of(dev).bytes_reserved == 4 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 4 * MiB);
   assert_int_equal(hbm_free(dev, a), HBM_OK); /* granule 0 is free, granule 1 still used */
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  assert_true(stats_of(dev).bytes_reserved == 2 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 2 * MiB);
   assert_true(device_free(dev) == 62 * MiB);
   assert_int_equal(hbm_free(dev, b), HBM_OK);
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_reserved == 0 && s.peak_bytes_reserved == 4 * MiB);
   assert_true(device_free(dev) == 64 * MiB);
   hbm_close(dev);
@@ -92,7 +57,7 @@ static void granules_follow_blocks(void **state) {
  * unmapped, and new blocks mapped in between, several times over. */
 static void data_survives_remapping(void **state) {
   (void)state;
-  hbm_device_t *dev = open_sim(HBM_MODE_EXPANDABLE, 256 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("texp", HBM_MODE_EXPANDABLE, 256 * MiB, 0.5);
   enum { N = 48 };
   void *blocks[N];
   size_t sizes[N];
@@ -103,7 +68,7 @@ static void data_survives_remapping(void **state) {
     seeds[i] = (uint32_t)i * 7919u;
     blocks[i] = hbm_alloc(dev, sizes[i], 0);
     assert_non_null(blocks[i]);
-    fill(blocks[i], sizes[i], seeds[i]);
+    th_fill(blocks[i], sizes[i], seeds[i]);
   }
   for (int round = 1; round <= 4; round++) {
     for (int i = round % 2; i < N; i += 2) { /* free half, trim, allocate anew */
@@ -112,18 +77,18 @@ static void data_survives_remapping(void **state) {
     }
     assert_int_equal(hbm_trim(dev), HBM_OK);
     for (int i = 0; i < N; i++)
-      if (blocks[i] && !intact(blocks[i], sizes[i], seeds[i]))
+      if (blocks[i] && !th_intact(blocks[i], sizes[i], seeds[i]))
         fail_msg("round %d: block %d (%zu bytes) lost its data", round, i, sizes[i]);
     for (int i = round % 2; i < N; i += 2) {
       sizes[i] = (size_t)(round * 311 + i * 1009) % (3 * MiB) + 256;
       seeds[i] = (uint32_t)(round * 100003 + i);
       blocks[i] = hbm_alloc(dev, sizes[i], 0);
       assert_non_null(blocks[i]);
-      fill(blocks[i], sizes[i], seeds[i]);
+      th_fill(blocks[i], sizes[i], seeds[i]);
     }
   }
   for (int i = 0; i < N; i++)
-    if (!intact(blocks[i], sizes[i], seeds[i]))
+    if (!th_intact(blocks[i], sizes[i], seeds[i]))
       fail_msg("block %d (%zu bytes) lost its data", i, sizes[i]);
   hbm_close(dev);
 }
@@ -131,24 +96,24 @@ static void data_survives_remapping(void **state) {
 /* After a peak, what was mapped goes back: at once beyond a small cache, all of it on trim. */
 static void memory_goes_back_after_a_peak(void **state) {
   (void)state;
-  hbm_device_t *dev = open_sim(HBM_MODE_EXPANDABLE, 512 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("texp", HBM_MODE_EXPANDABLE, 512 * MiB, 0.5);
   void *blocks[20];
   for (int i = 0; i < 20; i++) {
     blocks[i] = hbm_alloc(dev, 10 * MiB, 0);
     assert_non_null(blocks[i]);
     memset(blocks[i], i, 10 * MiB);
   }
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_in_use == 200 * MiB);
   assert_true(s.bytes_reserved >= 200 * MiB && s.bytes_reserved <= 204 * MiB);
   for (int i = 0; i < 20; i++)
     hbm_free(dev, blocks[i]);
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.peak_bytes_reserved >= 200 * MiB);
   assert_true(s.bytes_reserved <= 32 * MiB); /* only the cache of free granules */
   assert_true(device_free(dev) >= 480 * MiB);
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  assert_true(stats_of(dev).bytes_reserved == 0);
+  assert_true(th_stats(dev).bytes_reserved == 0);
   assert_true(device_free(dev) == 512 * MiB);
   hbm_close(dev);
 }
@@ -159,7 +124,7 @@ static void no_physical_fragmentation(void **state) {
   (void)state;
   const hbm_mode_t modes[] = {HBM_MODE_BFC, HBM_MODE_EXPANDABLE};
   for (int m = 0; m < 2; m++) {
-    hbm_device_t *dev = open_sim(modes[m], 32 * MiB, 0.5); /* limit 16 MiB */
+    hbm_device_t *dev = th_open_sim("texp", modes[m], 32 * MiB, 0.5); /* limit 16 MiB */
     void *blocks[8];
     for (int i = 0; i < 8; i++) {
       blocks[i] = hbm_alloc(dev, 2 * MiB, 0);
@@ -175,7 +140,7 @@ static void no_physical_fragmentation(void **state) {
     } else {
       assert_non_null(big);
       memset(big, 0x77, 6 * MiB);
-      assert_true(stats_of(dev).bytes_reserved == 14 * MiB); /* 8 live + 6 new */
+      assert_true(th_stats(dev).bytes_reserved == 14 * MiB); /* 8 live + 6 new */
       for (int i = 1; i < 8; i += 2)
         assert_true(((unsigned char *)blocks[i])[2 * MiB - 1] == 0x11 * i);
     }
@@ -186,7 +151,7 @@ static void no_physical_fragmentation(void **state) {
 /* The limit bounds mapped memory; over it, the diagnosis says so. */
 static void limit_bounds_mapped_memory(void **state) {
   (void)state;
-  hbm_device_t *dev = open_sim(HBM_MODE_EXPANDABLE, 32 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("texp", HBM_MODE_EXPANDABLE, 32 * MiB, 0.5);
   void *a = hbm_alloc(dev, 10 * MiB, 0);
   assert_non_null(a);
   assert_null(hbm_alloc(dev, 7 * MiB, 0));
@@ -195,10 +160,10 @@ static void limit_bounds_mapped_memory(void **state) {
                                            "allocate 7340032 bytes."));
   assert_non_null(strstr(hbm_last_error(), "cause: in use + request over the limit"));
   assert_non_null(strstr(hbm_last_error(), "mode: expandable (HBM_EXPANDABLE=true"));
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_reserved == 10 * MiB && s.num_ooms == 1);
   assert_non_null(hbm_alloc(dev, 6 * MiB, 0)); /* exactly up to the limit */
-  assert_true(stats_of(dev).bytes_reserved == 16 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 16 * MiB);
   assert_null(hbm_alloc(dev, 17 * MiB, 0));
   assert_non_null(strstr(hbm_last_error(), "request larger than the limit"));
   hbm_close(dev);
@@ -213,7 +178,7 @@ static int count_live(const hbm_block_info_t *b, void *ctx) {
 
 static void walks_and_alignment(void **state) {
   (void)state;
-  hbm_device_t *dev = open_sim(HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("texp", HBM_MODE_EXPANDABLE, 64 * MiB, 0.5);
   void *small = hbm_alloc(dev, 300, 0);
   void *aligned = hbm_alloc(dev, 5000, 4 * MiB);
   assert_non_null(small);

@@ -25,20 +25,6 @@
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
-static hbm_device_t *open_mode(hbm_mode_t mode, uint64_t memory, double fraction) {
-  hbm_config_t cfg = th_sim_config("tmodes", mode, memory, fraction);
-  hbm_device_t *dev = hbm_open(&cfg);
-  if (!dev)
-    fail_msg("hbm_open(%s): %s", hbm_mode_name(mode), hbm_last_error());
-  return dev;
-}
-
-static hbm_stats_t stats_of(hbm_device_t *dev) {
-  hbm_stats_t s;
-  assert_int_equal(hbm_get_stats(dev, &s), HBM_OK);
-  return s;
-}
-
 static uint64_t device_free(hbm_device_t *dev) {
   uint64_t total, free_bytes;
   assert_int_equal(hbm_device_memory(dev, &total, &free_bytes), HBM_OK);
@@ -50,26 +36,26 @@ static const hbm_mode_t host_modes[] = {HBM_MODE_BFC, HBM_MODE_GROWTH, HBM_MODE_
 
 static void bfc_preallocates_at_first_use(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_BFC, 64 * MiB, 0.75);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 64 * MiB, 0.75);
   assert_int_equal(hbm_device_mode(dev), HBM_MODE_BFC);
   assert_int_equal(hbm_device_kind(dev), HBM_DEVICE_SIM);
   assert_true(device_free(dev) == 64 * MiB); /* nothing until the first allocation */
-  assert_true(stats_of(dev).bytes_reserved == 0);
+  assert_true(th_stats(dev).bytes_reserved == 0);
   void *p = hbm_alloc(dev, 1000, 0);
   assert_non_null(p);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_limit == 48 * MiB);
   assert_true(s.bytes_reserved == 48 * MiB && s.peak_bytes_reserved == 48 * MiB);
   assert_true(s.bytes_in_use == 1000 && s.peak_bytes_in_use == 1000);
   assert_true(s.largest_free_block == 48 * MiB - 1024);
   assert_true(device_free(dev) == 16 * MiB);
   assert_int_equal(hbm_free(dev, p), HBM_OK);
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.bytes_in_use == 0 && s.peak_bytes_in_use == 1000);
   assert_true(s.bytes_reserved == 48 * MiB); /* never given back */
   assert_true(s.largest_free_block == 48 * MiB);
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  assert_true(stats_of(dev).bytes_reserved == 48 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 48 * MiB);
   hbm_close(dev);
 }
 
@@ -78,50 +64,50 @@ static void bfc_preallocates_at_first_use(void **state) {
  * given back. */
 static void growth_commits_what_is_lacking(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_GROWTH, 64 * MiB, 0.5); /* limit 32 MiB */
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_GROWTH, 64 * MiB, 0.5); /* limit 32 MiB */
   void *a = hbm_alloc(dev, 1000, 0);
   assert_non_null(a);
-  assert_true(stats_of(dev).bytes_reserved == 2 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 2 * MiB);
   void *b = hbm_alloc(dev, 3 * MiB, 0); /* lacks 1 MiB + 1 KiB beyond the free tail */
   assert_non_null(b);
-  assert_true(stats_of(dev).bytes_reserved == 4 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 4 * MiB);
   assert_true((char *)b == (char *)a + 1024); /* one region: right after a */
   void *c = hbm_alloc(dev, 5 * MiB, 0);       /* lacks 4 MiB + 1 KiB */
   assert_non_null(c);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB);
   assert_true((char *)c == (char *)b + 3 * MiB);
   assert_true(device_free(dev) == 54 * MiB);
   hbm_free(dev, a);
   hbm_free(dev, b);
   hbm_free(dev, c);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB); /* kept */
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB); /* kept */
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB); /* even by a trim */
-  hbm_stats_t s = stats_of(dev);
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB); /* even by a trim */
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.largest_free_block == 10 * MiB && s.fragmentation == 0.0); /* coalesced */
   void *d = hbm_alloc(dev, 7 * MiB, 0); /* reuses what was freed */
   assert_non_null(d);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB);
   assert_non_null(hbm_alloc(dev, 10 * MiB, 0)); /* 3 MiB free at the tail: 8 MiB more */
-  assert_true(stats_of(dev).bytes_reserved == 18 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 18 * MiB);
   assert_non_null(hbm_alloc(dev, 9 * MiB, 0)); /* 1 MiB free at the tail: 8 MiB more */
-  assert_true(stats_of(dev).bytes_reserved == 26 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 26 * MiB);
   assert_null(hbm_alloc(dev, 8 * MiB, 0)); /* would need 8 MiB more: over the limit */
   assert_int_equal(hbm_last_status(), HBM_ERR_NO_MEMORY);
   assert_non_null(strstr(hbm_last_error(), "may still grow by 6.00MiB"));
-  assert_true(stats_of(dev).peak_bytes_reserved == 26 * MiB);
+  assert_true(th_stats(dev).peak_bytes_reserved == 26 * MiB);
   assert_non_null(hbm_alloc(dev, 6 * MiB, 0)); /* exactly up to the limit */
-  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 32 * MiB);
   hbm_free(dev, d);
-  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 32 * MiB);
   hbm_close(dev);
   /* A limit that is not a whole number of granules: its last bytes come as a region. */
-  dev = open_mode(HBM_MODE_GROWTH, 41 * MiB, 0.5); /* limit 20.5 MiB */
+  dev = th_open_sim("tmodes", HBM_MODE_GROWTH, 41 * MiB, 0.5); /* limit 20.5 MiB */
   assert_non_null(hbm_alloc(dev, 20 * MiB, 0));
-  assert_true(stats_of(dev).bytes_reserved == 20 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 20 * MiB);
   void *g = hbm_alloc(dev, 300 * KiB, 0);
   assert_non_null(g);
-  assert_true(stats_of(dev).bytes_reserved == 20 * MiB + 300 * KiB);
+  assert_true(th_stats(dev).bytes_reserved == 20 * MiB + 300 * KiB);
   memset(g, 0x5a, 300 * KiB);
   assert_null(hbm_alloc(dev, 300 * KiB, 0));
   hbm_close(dev);
@@ -129,18 +115,18 @@ static void growth_commits_what_is_lacking(void **state) {
 
 static void platform_is_exact_and_returns(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_PLATFORM, 64 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_PLATFORM, 64 * MiB, 0.5);
   void *p = hbm_alloc(dev, 1000, 0);
   assert_non_null(p);
-  assert_true(stats_of(dev).bytes_reserved == 1024);
+  assert_true(th_stats(dev).bytes_reserved == 1024);
   assert_true(device_free(dev) == 64 * MiB - 1024);
   void *q = hbm_alloc(dev, 10 * MiB, 0);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB + 1024);
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB + 1024);
   hbm_free(dev, p);
-  assert_true(stats_of(dev).bytes_reserved == 10 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 10 * MiB);
   assert_true(device_free(dev) == 54 * MiB);
   hbm_free(dev, q);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_reserved == 0 && s.peak_bytes_reserved == 10 * MiB + 1024);
   assert_true(device_free(dev) == 64 * MiB);
   /* The limit holds: 32 MiB of a 64 MiB device. */
@@ -154,28 +140,28 @@ static void platform_is_exact_and_returns(void **state) {
  * by others only after it synchronized. */
 static void async_follows_stream_order(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   hbm_stream_t *s1 = hbm_stream_create(dev), *s2 = hbm_stream_create(dev);
   assert_non_null(s1);
   assert_non_null(s2);
   void *a = hbm_alloc_async(dev, MiB, s1);
   assert_non_null(a);
-  assert_true(stats_of(dev).bytes_reserved == 2 * MiB); /* the pool grew by a segment */
+  assert_true(th_stats(dev).bytes_reserved == 2 * MiB); /* the pool grew by a segment */
   assert_int_equal(hbm_free_async(dev, a, s1), HBM_OK);
   void *b = hbm_alloc_async(dev, MiB, s1);
   assert_ptr_equal(b, a); /* same stream: reused at once */
   assert_int_equal(hbm_free_async(dev, b, s1), HBM_OK);
-  assert_true(stats_of(dev).bytes_in_use == 0);
+  assert_true(th_stats(dev).bytes_in_use == 0);
   void *c = hbm_alloc_async(dev, MiB, s2);
   assert_non_null(c);
   assert_ptr_not_equal(c, b); /* other stream: not before s1 synchronizes */
   void *c2 = hbm_alloc_async(dev, MiB, s2);
   assert_non_null(c2);
-  assert_true(stats_of(dev).bytes_reserved == 6 * MiB); /* so the pool had to grow */
+  assert_true(th_stats(dev).bytes_reserved == 6 * MiB); /* so the pool had to grow */
   assert_int_equal(hbm_stream_synchronize(dev, s1), HBM_OK);
   void *d = hbm_alloc_async(dev, MiB, s2);
   assert_ptr_equal(d, b); /* now it may */
-  assert_true(stats_of(dev).bytes_reserved == 6 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 6 * MiB);
   /* A stream reuses part of a bigger block it freed; the rest stays its own. */
   assert_int_equal(hbm_free_async(dev, c2, s2), HBM_OK);
   void *e = hbm_alloc_async(dev, 256 * KiB, s2);
@@ -188,7 +174,7 @@ static void async_follows_stream_order(void **state) {
   assert_ptr_equal(g, c);
   /* Destroying a stream releases what waited on it. */
   assert_int_equal(hbm_free_async(dev, g, s1), HBM_OK);
-  assert_true(stats_of(dev).bytes_in_use == 256 * KiB + 512 * KiB + MiB);
+  assert_true(th_stats(dev).bytes_in_use == 256 * KiB + 512 * KiB + MiB);
   assert_int_equal(hbm_stream_destroy(dev, s1), HBM_OK);
   void *h = hbm_alloc_async(dev, MiB, s2);
   assert_ptr_equal(h, g);
@@ -198,7 +184,7 @@ static void async_follows_stream_order(void **state) {
   assert_int_equal(hbm_free_async(dev, i, NULL), HBM_OK);
   assert_int_equal(hbm_stream_synchronize(dev, NULL), HBM_OK);
   /* A stream of another device is refused. */
-  hbm_device_t *other = open_mode(HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  hbm_device_t *other = th_open_sim("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   assert_null(hbm_alloc_async(other, 100, s2));
   assert_int_equal(hbm_last_status(), HBM_ERR_INVALID);
   assert_int_equal(hbm_free_async(other, h, s2), HBM_ERR_INVALID);
@@ -212,19 +198,19 @@ static void async_preallocation_and_trim(void **state) {
   cfg.async_prealloc = 8 * MiB;
   hbm_device_t *dev = hbm_open(&cfg);
   assert_non_null(dev);
-  assert_true(stats_of(dev).bytes_reserved == 0);
+  assert_true(th_stats(dev).bytes_reserved == 0);
   void *p = hbm_alloc(dev, 1000, 0);
-  assert_true(stats_of(dev).bytes_reserved == 8 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
   void *q = hbm_alloc(dev, 7 * MiB, 0); /* still inside the preallocation */
-  assert_true(stats_of(dev).bytes_reserved == 8 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
   void *r = hbm_alloc(dev, 3 * MiB, 0); /* grows */
-  assert_true(stats_of(dev).bytes_reserved > 8 * MiB);
+  assert_true(th_stats(dev).bytes_reserved > 8 * MiB);
   hbm_free(dev, p);
   hbm_free(dev, q);
   hbm_free(dev, r);
   assert_true(device_free(dev) < 64 * MiB); /* the pool keeps what it grew to */
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  assert_true(stats_of(dev).bytes_reserved == 0);
+  assert_true(th_stats(dev).bytes_reserved == 0);
   assert_true(device_free(dev) == 64 * MiB);
   hbm_close(dev);
   /* -1: the default amount, which is the limit. */
@@ -232,7 +218,7 @@ static void async_preallocation_and_trim(void **state) {
   cfg.async_prealloc = -1;
   dev = hbm_open(&cfg);
   assert_non_null(hbm_alloc(dev, 1000, 0));
-  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 32 * MiB);
   assert_true(device_free(dev) == 32 * MiB);
   hbm_close(dev);
   /* More than the limit is capped at the limit. */
@@ -240,7 +226,7 @@ static void async_preallocation_and_trim(void **state) {
   cfg.async_prealloc = 1ll << 40;
   dev = hbm_open(&cfg);
   assert_non_null(hbm_alloc(dev, 1000, 0));
-  assert_true(stats_of(dev).bytes_reserved == 32 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 32 * MiB);
   hbm_close(dev);
 }
 
@@ -261,26 +247,12 @@ static void expandable_mode_is_reached(void **state) {
   hbm_close(dev);
 }
 
-static void fill(void *p, size_t n, uint32_t seed) {
-  uint32_t *w = p;
-  for (size_t i = 0; i < n / 4; i++)
-    w[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-static bool intact(const void *p, size_t n, uint32_t seed) {
-  const uint32_t *w = p;
-  for (size_t i = 0; i < n / 4; i++)
-    if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-      return false;
-  return true;
-}
-
 /* Memory handed out is real: what is written reads back, through other allocations and
  * frees around it, in every mode. */
 static void data_reads_back(void **state) {
   (void)state;
   for (size_t m = 0; m < HBM_ARRAY_LEN(host_modes); m++) {
-    hbm_device_t *dev = open_mode(host_modes[m], 256 * MiB, 0.75);
+    hbm_device_t *dev = th_open_sim("tmodes", host_modes[m], 256 * MiB, 0.75);
     enum { N = 64 };
     void *blocks[N];
     size_t sizes[N];
@@ -288,16 +260,16 @@ static void data_reads_back(void **state) {
       sizes[i] = (size_t)(1 + (i * 7919) % 200) * 1024 + (size_t)i * 4;
       blocks[i] = hbm_alloc(dev, sizes[i], 0);
       assert_non_null(blocks[i]);
-      fill(blocks[i], sizes[i], (uint32_t)i);
+      th_fill(blocks[i], sizes[i], (uint32_t)i);
     }
     for (int i = 0; i < N; i += 2) {
       hbm_free(dev, blocks[i]);
       blocks[i] = hbm_alloc(dev, sizes[i] / 2 + 256, 0);
       sizes[i] = sizes[i] / 2 + 256;
-      fill(blocks[i], sizes[i], (uint32_t)i + 1000);
+      th_fill(blocks[i], sizes[i], (uint32_t)i + 1000);
     }
     for (int i = 0; i < N; i++)
-      if (!intact(blocks[i], sizes[i], (uint32_t)i + (i % 2 ? 0 : 1000)))
+      if (!th_intact(blocks[i], sizes[i], (uint32_t)i + (i % 2 ? 0 : 1000)))
         fail_msg("mode %s: block %d lost its data", hbm_mode_name(host_modes[m]), i);
     hbm_close(dev);
   }
@@ -307,7 +279,7 @@ static void alignment_is_honoured(void **state) {
   (void)state;
   size_t alignments[] = {0, 1, 64, 256, 512, 4096, 65536, MiB, 4 * MiB};
   for (size_t m = 0; m < HBM_ARRAY_LEN(host_modes); m++) {
-    hbm_device_t *dev = open_mode(host_modes[m], 256 * MiB, 0.75);
+    hbm_device_t *dev = th_open_sim("tmodes", host_modes[m], 256 * MiB, 0.75);
     for (size_t i = 0; i < HBM_ARRAY_LEN(alignments); i++) {
       void *filler = hbm_alloc(dev, 300, 0); /* so the next block does not start aligned */
       void *p = hbm_alloc(dev, 1000, alignments[i]);
@@ -330,7 +302,7 @@ static void alignment_is_honoured(void **state) {
 
 static void bad_arguments_are_refused(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_BFC, 64 * MiB, 0.75);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 64 * MiB, 0.75);
   assert_null(hbm_alloc(dev, 0, 0));
   assert_int_equal(hbm_last_status(), HBM_ERR_INVALID);
   assert_null(hbm_alloc(NULL, 10, 0));
@@ -351,7 +323,7 @@ static void bad_arguments_are_refused(void **state) {
   assert_int_equal(hbm_last_status(), HBM_ERR_NO_MEMORY);
   assert_null(hbm_alloc(dev, SIZE_MAX - 100, 4096));
   assert_int_equal(hbm_last_status(), HBM_ERR_NO_MEMORY);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.num_ooms == 2 && s.num_allocs == 1 && s.num_frees == 1 && s.num_live == 0);
   hbm_close(dev);
   hbm_close(NULL);
@@ -360,11 +332,11 @@ static void bad_arguments_are_refused(void **state) {
 /* Statistics are exact: sums of requested sizes; fragmentation = 1 - largest / free. */
 static void statistics_are_exact(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_BFC, 16 * MiB, 1.0);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 16 * MiB, 1.0);
   void *blocks[16];
   for (int i = 0; i < 16; i++)
     blocks[i] = hbm_alloc(dev, MiB - 100 * (uint64_t)i, 0);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   uint64_t sum = 0;
   for (int i = 0; i < 16; i++)
     sum += MiB - 100 * (uint64_t)i;
@@ -372,7 +344,7 @@ static void statistics_are_exact(void **state) {
   assert_true(s.num_allocs == 16 && s.num_live == 16);
   for (int i = 0; i < 16; i += 2)
     hbm_free(dev, blocks[i]);
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.num_frees == 8 && s.num_live == 8 && s.peak_bytes_in_use == sum);
   uint64_t live = 0;
   for (int i = 1; i < 16; i += 2)
@@ -388,7 +360,7 @@ static void statistics_are_exact(void **state) {
   assert_true(s.fragmentation > 0.8);
   for (int i = 1; i < 16; i += 2)
     hbm_free(dev, blocks[i]);
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.fragmentation == 0.0 && s.largest_free_block == 16 * MiB);
   hbm_close(dev);
 }
@@ -414,7 +386,7 @@ static int collect(const hbm_block_info_t *b, void *ctx) {
 
 static void walk_lists_live_blocks_with_tags(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_BFC, 64 * MiB, 0.75);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 64 * MiB, 0.75);
   char op[32];
   snprintf(op, sizeof op, "dot.3");
   hbm_tag_t tag = {op, "f32[64,64]", HBM_CAT_PARAMETER, "params", "model.c:1"};
@@ -464,7 +436,7 @@ static void *thread_allocates(void *arg) { return hbm_alloc((hbm_device_t *)arg,
  * field by field; other threads are not affected. */
 static void annotations_scope_tags(void **state) {
   (void)state;
-  hbm_device_t *dev = open_mode(HBM_MODE_BFC, 64 * MiB, 0.75);
+  hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 64 * MiB, 0.75);
   char group[32] = "activations";
   hbm_tag_t outer = {
       .op = "forward", .category = HBM_CAT_TEMPORARY, .group = group, .source = "model.c:10"};
@@ -513,7 +485,7 @@ static void annotations_scope_tags(void **state) {
 static void every_mode_respects_the_limit(void **state) {
   (void)state;
   for (size_t m = 0; m < HBM_ARRAY_LEN(host_modes); m++) {
-    hbm_device_t *dev = open_mode(host_modes[m], 64 * MiB, 0.25);
+    hbm_device_t *dev = th_open_sim("tmodes", host_modes[m], 64 * MiB, 0.25);
     uint64_t got = 0;
     void *blocks[256];
     int n = 0;
@@ -525,7 +497,7 @@ static void every_mode_respects_the_limit(void **state) {
       got += 700 * KiB;
     }
     assert_int_equal(hbm_last_status(), HBM_ERR_NO_MEMORY);
-    hbm_stats_t s = stats_of(dev);
+    hbm_stats_t s = th_stats(dev);
     assert_true(s.bytes_in_use == got);
     assert_true(s.bytes_reserved <= 16 * MiB && s.peak_bytes_reserved <= 16 * MiB);
     assert_true(got > 12 * MiB); /* and it used most of it */
@@ -577,12 +549,12 @@ static void environment_picks_mode_and_limit(void **state) {
     hbm_device_t *dev = hbm_open(NULL);
     assert_non_null(dev);
     assert_int_equal(hbm_device_mode(dev), cases[i].mode);
-    assert_true(stats_of(dev).bytes_limit == 64 * MiB);
+    assert_true(th_stats(dev).bytes_limit == 64 * MiB);
     assert_string_equal(hbm_device_name(dev), name);
     assert_string_equal(hbm_device_note(dev), "");
     void *p = hbm_alloc(dev, 1000, 0);
     assert_non_null(p);
-    assert_true(stats_of(dev).bytes_reserved == (cases[i].mode == HBM_MODE_BFC        ? 64 * MiB
+    assert_true(th_stats(dev).bytes_reserved == (cases[i].mode == HBM_MODE_BFC        ? 64 * MiB
                                                  : cases[i].mode == HBM_MODE_PLATFORM ? 1024
                                                                                       : 2 * MiB));
     hbm_close(dev);
@@ -592,7 +564,7 @@ static void environment_picks_mode_and_limit(void **state) {
   setenv("TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC", "16MiB", 1);
   hbm_device_t *dev = hbm_open(NULL);
   assert_non_null(hbm_alloc(dev, 1000, 0));
-  assert_true(stats_of(dev).bytes_reserved == 16 * MiB);
+  assert_true(th_stats(dev).bytes_reserved == 16 * MiB);
   assert_string_equal(hbm_device_config(dev)->sim_name, name);
   hbm_close(dev);
   const char *vars[] = {"HBM_DEVICE",       "HBM_SIM_NAME",

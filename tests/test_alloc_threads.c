@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "alloc_helpers.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -39,12 +40,6 @@ static hbm_device_t *open_sim(hbm_mode_t mode, uint64_t memory) {
     fail_msg("hbm_open: %s", hbm_last_error());
   assert_int_equal(hbm_free(dev, hbm_alloc(dev, 100, 0)), HBM_OK);
   return dev;
-}
-
-static hbm_stats_t stats_of(hbm_device_t *dev) {
-  hbm_stats_t s;
-  assert_int_equal(hbm_get_stats(dev, &s), HBM_OK);
-  return s;
 }
 
 /* ---- helpers run on other threads ---- */
@@ -106,7 +101,7 @@ static void cross_thread_frees(void **state) {
   uint64_t want = 0;
   for (size_t i = 0; i < 64; i++)
     want += 3000 + i * 512;
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.bytes_in_use == want && s.num_live == 64);
   assert_true(s.num_allocs == 129 && s.num_frees == 65);
   uint64_t walked[2] = {0, 0};
@@ -117,7 +112,7 @@ static void cross_thread_frees(void **state) {
     assert_int_equal(hbm_free(dev, blocks[i]), HBM_OK);
   assert_int_equal(hbm_free(dev, blocks[0]), HBM_ERR_NOT_FOUND); /* twice */
   assert_non_null(strstr(hbm_last_error(), "not a live block"));
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.bytes_in_use == 0 && s.num_live == 0 && s.num_frees == 129);
   assert_true(hbm_block_size(dev, blocks[5]) == 0);
   hbm_close(dev);
@@ -132,15 +127,15 @@ static void caches_give_back_before_failing(void **state) {
   job_t j = {.dev = dev, .blocks = blocks, .n = 32, .size = MiB};
   on_thread(allocate_all, &j);
   on_thread(free_all, &j); /* into that thread's cache */
-  assert_true(stats_of(dev).bytes_in_use == 0);
-  assert_true(stats_of(dev).largest_free_block < 64 * MiB);
+  assert_true(th_stats(dev).bytes_in_use == 0);
+  assert_true(th_stats(dev).largest_free_block < 64 * MiB);
   void *big = hbm_alloc(dev, 60 * MiB, 0); /* needs what the cache holds */
   assert_non_null(big);
   assert_int_equal(hbm_free(dev, big), HBM_OK);
   on_thread(allocate_all, &j);
   on_thread(free_all, &j);
   assert_int_equal(hbm_trim(dev), HBM_OK);
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.largest_free_block == 64 * MiB && s.fragmentation == 0.0);
   assert_true(s.num_ooms == 0);
   hbm_close(dev);
@@ -156,13 +151,13 @@ static void exited_threads_leave_blocks_to_the_device(void **state) {
   for (size_t i = 0; i < 40; i++)
     memset(blocks[i], (int)i, 100 * KiB);
   assert_int_equal(hbm_trim(dev), HBM_OK); /* reaps the exited thread's cache */
-  hbm_stats_t s = stats_of(dev);
+  hbm_stats_t s = th_stats(dev);
   assert_true(s.num_live == 40 && s.num_allocs == 81 && s.num_frees == 41);
   for (size_t i = 0; i < 40; i++) {
     assert_true(hbm_block_size(dev, blocks[i]) == 100 * KiB + i * 512);
     assert_int_equal(hbm_free(dev, blocks[i]), HBM_OK);
   }
-  s = stats_of(dev);
+  s = th_stats(dev);
   assert_true(s.num_live == 0 && s.bytes_in_use == 0 && s.num_frees == 81);
   hbm_close(dev);
 }
@@ -203,7 +198,7 @@ static void devices_closed_before_their_threads(void **state) {
   pthread_barrier_wait(&r.step);
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_int_equal(r.status, 0);
-  hbm_stats_t s = stats_of(r.dev);
+  hbm_stats_t s = th_stats(r.dev);
   assert_true(s.num_live == 0 && s.num_allocs == 101 && s.num_frees == 101);
   assert_true(r.dev->n_caches == 1); /* the other thread's */
   hbm_close(r.dev);
@@ -214,12 +209,12 @@ static void devices_closed_before_their_threads(void **state) {
 static void one_thread_has_no_cache(void **state) {
   (void)state;
   hbm_device_t *dev = open_sim(HBM_MODE_BFC, 64 * MiB);
-  assert_true(stats_of(dev).num_allocs == 1);
+  assert_true(th_stats(dev).num_allocs == 1);
   void *p = hbm_alloc(dev, MiB, 0);
   assert_int_equal(hbm_free(dev, p), HBM_OK);
   assert_false(hbm__devlock_shared(&dev->lock));
   assert_true(dev->n_caches == 0);
-  assert_true(stats_of(dev).largest_free_block == 64 * MiB);
+  assert_true(th_stats(dev).largest_free_block == 64 * MiB);
   hbm_close(dev);
 }
 
