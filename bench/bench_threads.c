@@ -15,6 +15,7 @@
  *            before the timing, as hbm replay does).
  *
  * Usage: bench_threads [--ops N] [--runs N] [LOG...]   (prints a Markdown table) */
+#include "../tests/mixed_sizes.h"
 #include "hbm.h"
 
 #include <pthread.h>
@@ -61,31 +62,13 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static uint64_t next_random(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
-static size_t mixed_size(uint64_t *rng) {
-  uint64_t r = next_random(rng);
-  unsigned bucket = (unsigned)(r % 100);
-  r >>= 8;
-  if (bucket < 70)
-    return 16 + (size_t)(r % 4081);
-  if (bucket < 95)
-    return 4096 + (size_t)(r % (256 << 10));
-  return (256 << 10) + (size_t)(r % (4 << 20));
-}
-
 static void run_nothing(work_t *w) {
   uint64_t rng = w->seed, acc = 0;
   uint64_t *buf = calloc(1 << 16, sizeof *buf);
   if (!buf)
     return;
   for (uint64_t i = 0; i < w->ops; i++) {
-    uint64_t r = next_random(&rng);
+    uint64_t r = mix_next_random(&rng);
     buf[r & 0xffff] += r;
     acc += buf[(r >> 20) & 0xffff];
   }
@@ -98,13 +81,13 @@ static void run_mixed(work_t *w) {
   void *slots[SLOTS] = {0};
   uint64_t rng = w->seed;
   for (uint64_t i = 0; i < w->ops; i++) {
-    void **s = &slots[next_random(&rng) % SLOTS];
+    void **s = &slots[mix_next_random(&rng) % SLOTS];
     if (*s) {
       hbm_free(w->dev, *s);
       *s = NULL;
     } else {
-      size_t size = mixed_size(&rng);
-      *s = hbm_alloc(w->dev, size, next_random(&rng) % 16 ? 0 : 4096);
+      size_t size = mix_random_size(&rng);
+      *s = hbm_alloc(w->dev, size, mix_next_random(&rng) % 16 ? 0 : 4096);
     }
   }
   for (int i = 0; i < SLOTS; i++)

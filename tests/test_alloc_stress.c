@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "mixed_sizes.h"
 
 #define THREADS 4
 #define LIVE_PER_THREAD 256
@@ -63,25 +64,6 @@ typedef struct run {
   worker_t workers[THREADS];
 } run_t;
 
-static uint64_t next_random(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
-/* Mostly small, some medium, a few large (as tensors are). */
-static size_t random_size(uint64_t *rng) {
-  uint64_t r = next_random(rng);
-  unsigned bucket = (unsigned)(r % 100);
-  r >>= 8;
-  if (bucket < 70)
-    return 16 + (size_t)(r % 4081);
-  if (bucket < 95)
-    return 4096 + (size_t)(r % (256 << 10));
-  return (256 << 10) + (size_t)(r % (4 << 20));
-}
-
 static void stamp(shadow_block_t *b) {
   memcpy(b->ptr, &b->stamp, 8);
   memcpy(b->ptr + b->size - 8, &b->stamp, 8);
@@ -101,7 +83,7 @@ static void note_failure(worker_t *w, const char *what, const void *ptr) {
 
 static void one_operation(worker_t *w) {
   run_t *run = w->run;
-  shadow_block_t *b = &w->live[next_random(&w->rng) % LIVE_PER_THREAD];
+  shadow_block_t *b = &w->live[mix_next_random(&w->rng) % LIVE_PER_THREAD];
   if (b->ptr) {
     if (!stamp_intact(b))
       note_failure(w, "a live block was overwritten: it overlaps another", b->ptr);
@@ -113,8 +95,8 @@ static void one_operation(worker_t *w) {
     w->frees++;
     return;
   }
-  size_t size = random_size(&w->rng);
-  size_t alignment = next_random(&w->rng) % 16 == 0 && run->mode != HBM_MODE_ASYNC ? 4096 : 0;
+  size_t size = mix_random_size(&w->rng);
+  size_t alignment = mix_next_random(&w->rng) % 16 == 0 && run->mode != HBM_MODE_ASYNC ? 4096 : 0;
   void *p = run->mode == HBM_MODE_ASYNC ? hbm_alloc_async(run->dev, size, w->stream)
                                         : hbm_alloc(run->dev, size, alignment);
   if (!p) {
