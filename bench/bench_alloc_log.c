@@ -2,6 +2,7 @@
  * logs in ../shared/traces: per log, the median of 7 parses of the file already in memory
  * (hbm_alloc_log_parse), in ms and MB/s, and the time to turn the events into a profile
  * (hbm_alloc_log_to_profile). Usage: bench_alloc_log [DIR]   (default ../shared/traces) */
+#include "base/base.h" /* hbm__read_file */
 #include "hbm.h"
 
 #include <dirent.h>
@@ -23,28 +24,11 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *data = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  *len = (size_t)n;
-  return data;
-}
-
 static int bench_one(const char *path, const char *name) {
   size_t len;
-  char *data = read_all(path, &len);
-  if (!data)
-    return fprintf(stderr, "%s: cannot read\n", path), 1;
+  char *data;
+  if (hbm__read_file(path, &data, &len) != HBM_OK)
+    return fprintf(stderr, "%s\n", hbm_last_error()), 1;
   double parse[RUNS], convert[RUNS];
   hbm_alloc_log_t log;
   for (int r = 0; r < RUNS; r++) {
