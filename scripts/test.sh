@@ -9,6 +9,7 @@ scripts/web-deps.sh 2>/dev/null || true
 
 scripts/format.sh
 jobs=$(nproc)
+passed=0 # tests run and passed over every suite (a failure stops the script)
 run_suite() { # name, build dir, cmake args...
   local name=$1 dir=$2
   shift 2
@@ -16,6 +17,7 @@ run_suite() { # name, build dir, cmake args...
   scripts/build.sh "$dir" "$@"
   echo "== $name tests"
   (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 900)
+  passed=$((passed + $(cd "$dir" && ctest -N | sed -n 's/^Total Tests: //p')))
 }
 
 run_suite "plain" build
@@ -29,3 +31,4 @@ if [[ "${1:-}" != "--quick" ]]; then
   scripts/fuzz.sh 20
 fi
 echo "all test suites passed"
+echo "tests: $passed passed, 0 failed"
