@@ -127,6 +127,31 @@ static uint64_t unpadded_of(dump_parser_t *dp, hlo_str_t shape, uint64_t fallbac
 
 /* ---- buffer assignment ---- */
 
+/* The flags after an allocation's size, in either dump format: ", color N",
+ * ", parameter N, shape |S| at ShapeIndex {..}", ", output shape is |S|", ", constant",
+ * ", thread-local", ", maybe-live-out", ", preallocated-temp". */
+static void read_allocation_flags(hlo_str_t rest, dump_alloc_t *a) {
+  const char *end = rest.p + rest.n, *c;
+  uint64_t n;
+  if ((c = find_in(rest, ", color ")) && (c += 8, parse_u64(&c, end, &n)) && n < 256)
+    a->color = (int)n;
+  if ((c = find_in(rest, ", parameter ")) && (c += 12, parse_u64(&c, end, &n)))
+    a->param = (int64_t)n;
+  const char *bar = find_in(rest, "shape |"); /* a parameter's shape first */
+  if (bar)
+    bar += 7;
+  else if ((bar = find_in(rest, ", output shape is |")))
+    bar += 19;
+  const char *close = bar ? memchr(bar, '|', (size_t)(end - bar)) : NULL;
+  if (close)
+    a->shape = (hlo_str_t){bar, (uint32_t)(close - bar)};
+  a->constant = find_in(rest, ", constant") != NULL;
+  a->thread_local = find_in(rest, ", thread-local") != NULL;
+  a->live_out = find_in(rest, ", maybe-live-out") != NULL;
+  a->temp = find_in(rest, ", preallocated-temp") != NULL ||
+            (a->param < 0 && !a->constant && !a->thread_local && !a->live_out);
+}
+
 static bool parse_alloc_header(dump_parser_t *dp, hlo_str_t line) {
   dump_alloc_t a = {.param = -1, .first_value = (uint32_t)dp->values.len};
   const char *p = line.p + strlen("allocation "), *end = line.p + line.n;
@@ -140,37 +165,7 @@ static bool parse_alloc_header(dump_parser_t *dp, hlo_str_t line) {
   size += 5;
   if (!parse_u64(&size, end, &a.size))
     return error_in_line(dp, line, size, "an allocation size in bytes");
-  hlo_str_t rest = {size, (uint32_t)(end - size)};
-  const char *c;
-  if ((c = find_in(rest, ", color "))) {
-    const char *q = c + 8;
-    uint64_t col;
-    if (parse_u64(&q, end, &col) && col < 256)
-      a.color = (int)col;
-  }
-  if ((c = find_in(rest, ", parameter "))) {
-    const char *q = c + 12;
-    uint64_t pn;
-    if (parse_u64(&q, end, &pn))
-      a.param = (int64_t)pn;
-    const char *bar = find_in(rest, "shape |");
-    if (bar) {
-      bar += 7;
-      const char *close = memchr(bar, '|', (size_t)(end - bar));
-      if (close)
-        a.shape = (hlo_str_t){bar, (uint32_t)(close - bar)};
-    }
-  }
-  if ((c = find_in(rest, ", output shape is |")) && !a.shape.n) {
-    const char *bar = c + 19, *close = memchr(bar, '|', (size_t)(end - bar));
-    if (close)
-      a.shape = (hlo_str_t){bar, (uint32_t)(close - bar)};
-  }
-  a.constant = find_in(rest, ", constant") != NULL;
-  a.thread_local = find_in(rest, ", thread-local") != NULL;
-  a.live_out = find_in(rest, ", maybe-live-out") != NULL;
-  a.temp = find_in(rest, ", preallocated-temp") != NULL ||
-           (a.param < 0 && !a.constant && !a.thread_local && !a.live_out);
+  read_allocation_flags((hlo_str_t){size, (uint32_t)(end - size)}, &a);
   return hbm__hlo_vec_push(&dp->allocs, &a);
 }
 
@@ -472,37 +467,11 @@ static bool parse_memory_report(dump_parser_t *dp) {
         return error_in_line(dp, line, sz, "'size N' with a unit");
       dump_alloc_t a = {.param = -1, .first_value = (uint32_t)dp->values.len, .size = bytes};
       hlo_str_t rest = {stop, (uint32_t)(line.p + line.n - stop)};
-      const char *c;
       const char *q = line.p + 11;
       uint64_t idx;
       if (parse_u64(&q, line.p + line.n, &idx))
         a.index = (int64_t)idx;
-      if ((c = find_in(rest, ", parameter "))) {
-        const char *r = c + 12;
-        uint64_t pn;
-        if (parse_u64(&r, line.p + line.n, &pn))
-          a.param = (int64_t)pn;
-      }
-      if ((c = find_in(rest, ", color "))) {
-        const char *r = c + 8;
-        uint64_t col;
-        if (parse_u64(&r, line.p + line.n, &col) && col < 256)
-          a.color = (int)col;
-      }
-      const char *bar = find_in(rest, "shape |");
-      if (!bar)
-        bar = find_in(rest, "output shape is |");
-      if (bar) {
-        bar = memchr(bar, '|', (size_t)(line.p + line.n - bar)) + 1;
-        const char *close = memchr(bar, '|', (size_t)(line.p + line.n - bar));
-        if (close)
-          a.shape = (hlo_str_t){bar, (uint32_t)(close - bar)};
-      }
-      a.constant = find_in(rest, ", constant") != NULL;
-      a.thread_local = find_in(rest, ", thread-local") != NULL;
-      a.live_out = find_in(rest, ", maybe-live-out") != NULL;
-      a.temp = find_in(rest, ", preallocated-temp") != NULL ||
-               (a.param < 0 && !a.constant && !a.thread_local && !a.live_out);
+      read_allocation_flags(rest, &a);
       if (!hbm__hlo_vec_push(&dp->allocs, &a))
         return false;
     } else if ((section == 2 || section == 3) && dp->allocs.len && memchr(t.p, ';', t.n) &&
