@@ -16,35 +16,7 @@
 #include <string.h>
 
 #include "hlo/hlo.h"
-
-typedef struct planned {
-  hlo_module_t *m;
-  hlo_assignment_t as;
-} planned_t;
-
-static void plan_text(planned_t *p, const char *text, const char *name) {
-  p->m = hbm__hlo_parse(text, strlen(text), name);
-  if (!p->m)
-    fail_msg("%s: %s", name, hbm_last_error());
-  assert_int_equal(hbm__hlo_assign(p->m, &p->as), HBM_OK);
-  hlo_plan_opts_t o = {1};
-  assert_int_equal(hbm__hlo_simulate_heap(&p->as, &o), HBM_OK);
-}
-
-static void plan_file(planned_t *p, const char *file) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/data/hlo/%s", HBM_SOURCE_DIR, file);
-  char *data;
-  size_t len;
-  assert_int_equal(hbm__read_file(path, &data, &len), HBM_OK);
-  plan_text(p, data, file);
-  free(data);
-}
-
-static void release(planned_t *p) {
-  hbm__hlo_assignment_free(&p->as);
-  hbm__hlo_free(p->m);
-}
+#include "hlo_helpers.h"
 
 /* The buffer of the value instruction `name` defines at pre-order subshape k. */
 static uint32_t def_buffer(const planned_t *p, const char *name, uint32_t k) {

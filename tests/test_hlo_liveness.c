@@ -15,35 +15,7 @@
 #include <string.h>
 
 #include "hlo/hlo.h"
-
-typedef struct planned {
-  hlo_module_t *m;
-  hlo_assignment_t as;
-} planned_t;
-
-static void plan_text(planned_t *p, const char *text) {
-  p->m = hbm__hlo_parse(text, strlen(text), "test");
-  if (!p->m)
-    fail_msg("%s", hbm_last_error());
-  assert_int_equal(hbm__hlo_assign(p->m, &p->as), HBM_OK);
-  hlo_plan_opts_t o = {1};
-  assert_int_equal(hbm__hlo_simulate_heap(&p->as, &o), HBM_OK);
-}
-
-static void plan_file(planned_t *p, const char *file) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/data/hlo/%s", HBM_SOURCE_DIR, file);
-  char *data;
-  size_t len;
-  assert_int_equal(hbm__read_file(path, &data, &len), HBM_OK);
-  plan_text(p, data);
-  free(data);
-}
-
-static void release(planned_t *p) {
-  hbm__hlo_assignment_free(&p->as);
-  hbm__hlo_free(p->m);
-}
+#include "hlo_helpers.h"
 
 static const hlo_buffer_t *buffer(const planned_t *p, const char *name) {
   for (uint32_t v = 0; v < p->as.n_values; v++)
@@ -112,18 +84,20 @@ static void bodies_follow_their_instruction(void **state) {
 static void elementwise_reuse(void **state) {
   (void)state;
   planned_t p;
-  plan_text(&p, "HloModule ew\n"
-                "ENTRY %e (p: f32[256]) -> f32[256] {\n"
-                "  %p = f32[256]{0} parameter(0)\n"
-                "  %x = f32[256]{0} exponential(%p)\n" /* 1 */
-                "  %y = f32[256]{0} log(%x)\n"         /* 2: x dies here, y takes it */
-                "  %z = f32[256]{0} tanh(%y)\n"        /* 3: y dies here, z takes it */
-                "  %w = f32[256]{0} sine(%z)\n"        /* 4: z is read again at 5 */
-                "  %v = f32[256]{0} add(%z, %w)\n"     /* 5: takes z (its first operand) */
-                "  %c = s32[256]{0} convert(%v)\n"     /* 6: same size, element-wise */
-                "  %h = f16[256]{0} convert(%c)\n"     /* 7: smaller: no reuse */
-                "  ROOT %o = f16[256]{0} negate(%h)\n" /* output: never reuses */
-                "}\n");
+  plan_text(&p,
+            "HloModule ew\n"
+            "ENTRY %e (p: f32[256]) -> f32[256] {\n"
+            "  %p = f32[256]{0} parameter(0)\n"
+            "  %x = f32[256]{0} exponential(%p)\n" /* 1 */
+            "  %y = f32[256]{0} log(%x)\n"         /* 2: x dies here, y takes it */
+            "  %z = f32[256]{0} tanh(%y)\n"        /* 3: y dies here, z takes it */
+            "  %w = f32[256]{0} sine(%z)\n"        /* 4: z is read again at 5 */
+            "  %v = f32[256]{0} add(%z, %w)\n"     /* 5: takes z (its first operand) */
+            "  %c = s32[256]{0} convert(%v)\n"     /* 6: same size, element-wise */
+            "  %h = f16[256]{0} convert(%c)\n"     /* 7: smaller: no reuse */
+            "  ROOT %o = f16[256]{0} negate(%h)\n" /* output: never reuses */
+            "}\n",
+            "ew");
   expect_range(&p, "x", 1, 2);
   expect_range(&p, "y", 2, 3);
   expect_range(&p, "z", 3, 5);
@@ -146,12 +120,14 @@ static void elementwise_reuse(void **state) {
 static void unused_values_live_one_step(void **state) {
   (void)state;
   planned_t p;
-  plan_text(&p, "HloModule u\n"
-                "ENTRY %e (p: f32[8]) -> f32[8] {\n"
-                "  %p = f32[8]{0} parameter(0)\n"
-                "  %dead = f32[1000]{0} broadcast(%p), dimensions={}\n"
-                "  ROOT %r = f32[8]{0} negate(%p)\n"
-                "}\n");
+  plan_text(&p,
+            "HloModule u\n"
+            "ENTRY %e (p: f32[8]) -> f32[8] {\n"
+            "  %p = f32[8]{0} parameter(0)\n"
+            "  %dead = f32[1000]{0} broadcast(%p), dimensions={}\n"
+            "  ROOT %r = f32[8]{0} negate(%p)\n"
+            "}\n",
+            "test");
   expect_range(&p, "dead", 1, 2);
   assert_true(p.as.temp_peak[0] == 4000);
   release(&p);
