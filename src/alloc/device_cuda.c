@@ -276,11 +276,15 @@ static hbm_status_t need_vmm(cuda_device_t *c) {
                     c->base.name);
 }
 
+/* enter(), once the driver is known to have the calls a feature needs. */
+static hbm_status_t enter_needing(cuda_device_t *c, hbm_status_t (*need)(cuda_device_t *)) {
+  hbm_status_t st = need(c);
+  return st == HBM_OK ? enter(c) : st;
+}
+
 static hbm_status_t cuda_va_reserve(hbm__device_t *d, uint64_t size, void **base) {
   cuda_device_t *c = cuda_of(d);
-  hbm_status_t st = need_vmm(c);
-  if (st == HBM_OK)
-    st = enter(c);
+  hbm_status_t st = enter_needing(c, need_vmm);
   if (st != HBM_OK)
     return st;
   hbmcu_deviceptr_t ptr = 0;
@@ -309,9 +313,7 @@ static hbmcu_alloc_prop_t device_alloc_prop(const cuda_device_t *c) {
 
 static hbm_status_t cuda_phys_create(hbm__device_t *d, uint64_t size, hbm__phys_t *out) {
   cuda_device_t *c = cuda_of(d);
-  hbm_status_t st = need_vmm(c);
-  if (st == HBM_OK)
-    st = enter(c);
+  hbm_status_t st = enter_needing(c, need_vmm);
   if (st != HBM_OK)
     return st;
   hbmcu_alloc_prop_t prop = device_alloc_prop(c);
@@ -333,9 +335,7 @@ static void cuda_phys_release(hbm__device_t *d, hbm__phys_t phys, uint64_t size)
 static hbm_status_t cuda_map(hbm__device_t *d, void *addr, uint64_t size, hbm__phys_t phys,
                              uint64_t offset) {
   cuda_device_t *c = cuda_of(d);
-  hbm_status_t st = need_vmm(c);
-  if (st == HBM_OK)
-    st = enter(c);
+  hbm_status_t st = enter_needing(c, need_vmm);
   if (st != HBM_OK)
     return st;
   hbmcu_deviceptr_t ptr = (hbmcu_deviceptr_t)(uintptr_t)addr;
@@ -357,9 +357,7 @@ static hbm_status_t cuda_map(hbm__device_t *d, void *addr, uint64_t size, hbm__p
 
 static hbm_status_t cuda_unmap(hbm__device_t *d, void *addr, uint64_t size) {
   cuda_device_t *c = cuda_of(d);
-  hbm_status_t st = need_vmm(c);
-  if (st == HBM_OK)
-    st = enter(c);
+  hbm_status_t st = enter_needing(c, need_vmm);
   if (st != HBM_OK)
     return st;
   hbmcu_result_t r = c->api.mem_unmap((hbmcu_deviceptr_t)(uintptr_t)addr, (size_t)size);
@@ -440,9 +438,7 @@ static hbm_status_t need_pools(cuda_device_t *c) {
 
 static hbm_status_t cuda_pool_create(hbm__device_t *d, uint64_t release_threshold, void **pool) {
   cuda_device_t *c = cuda_of(d);
-  hbm_status_t st = need_pools(c);
-  if (st == HBM_OK)
-    st = enter(c);
+  hbm_status_t st = enter_needing(c, need_pools);
   if (st != HBM_OK)
     return st;
   hbmcu_pool_props_t props;
