@@ -147,6 +147,14 @@ static bool add_output_copy(outputs_ctx_t *c, uint32_t v, uint32_t root_step) {
   return hbm__hlo_vec_push(&df->values, &copy);
 }
 
+/* realloc that keeps the old block (and clears *ok) when memory runs out. */
+static void *resize_or_keep(void *items, size_t bytes, bool *ok) {
+  void *grown = realloc(items, bytes);
+  if (!grown)
+    *ok = false;
+  return grown ? grown : items;
+}
+
 static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claimed_out,
                            uint32_t *n_values) {
   const hlo_instr_t *root = df->m->entry->root;
@@ -158,22 +166,13 @@ static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claime
     return false;
   /* Copies are added at the end: grow the union-find arrays for them first. */
   size_t cap = n + n_out + 1;
-  uint32_t *p1 = realloc(u->parent, cap * sizeof *p1);
-  if (p1)
-    u->parent = p1;
-  uint32_t *p2 = realloc(u->def, cap * sizeof *p2);
-  if (p2)
-    u->def = p2;
-  uint32_t *p3 = realloc(u->last, cap * sizeof *p3);
-  if (p3)
-    u->last = p3;
-  uint32_t *p4 = realloc(u->flags, cap * sizeof *p4);
-  if (p4)
-    u->flags = p4;
-  uint64_t *p5 = realloc(u->bytes, cap * sizeof *p5);
-  if (p5)
-    u->bytes = p5;
-  if (!p1 || !p2 || !p3 || !p4 || !p5) {
+  bool grown = true;
+  u->parent = resize_or_keep(u->parent, cap * sizeof *u->parent, &grown);
+  u->def = resize_or_keep(u->def, cap * sizeof *u->def, &grown);
+  u->last = resize_or_keep(u->last, cap * sizeof *u->last, &grown);
+  u->flags = resize_or_keep(u->flags, cap * sizeof *u->flags, &grown);
+  u->bytes = resize_or_keep(u->bytes, cap * sizeof *u->bytes, &grown);
+  if (!grown) {
     free(claimed);
     return false;
   }
