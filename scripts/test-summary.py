@@ -15,7 +15,8 @@ def reason_of(case):
     """The skip reason: the test's own 'skipped (...)' line, else the runner's message."""
     out = case.findtext("system-out") or ""
     for line in reversed(out.splitlines()):
-        if "skip" in line.lower():
+        own = line.startswith("[") or "SKIPPED TEST" in line  # cmocka's lines, not a reason
+        if "skip" in line.lower() and not own:
             return line.strip()
     skipped = case.find("skipped")
     if skipped is not None:
@@ -39,7 +40,7 @@ def outcome(case):
 def cmocka_skips(case):
     """Names of cmocka cases skipped inside a test that ran (`[  SKIPPED ] name`)."""
     out = case.findtext("system-out") or ""
-    return re.findall(r"^\[  SKIPPED \] (\S+)$", out, re.M)
+    return sorted(set(re.findall(r"^\[  SKIPPED \] (\S+)$", out, re.M)))
 
 
 def read_suite(path):
