@@ -1,34 +1,55 @@
 #!/usr/bin/env bash
-# Runs every test of hbm: installs what is missing, then builds and runs the suite three
-# times — plain, under ASan+UBSan, under TSan — and gives each fuzzer a short run on top of
-# its corpus. Usage: scripts/test.sh [--quick]   (--quick: the plain build only)
+# Runs every test of hbm: installs what is missing (Debian packages, npm packages, the Python
+# virtual environment with JAX), then builds and runs the C suite three times — plain, under
+# ASan+UBSan, under TSan —, the Python tests (the JAX zoo: real XLA programs compiled on the
+# CPU, hbm checked against XLA's own numbers; `pip install .`), and gives each fuzzer a short
+# run on top of its corpus. Every suite runs even when an earlier one failed; the last line is
+# `tests: N passed, M failed, K skipped` over all of them, and the exit status is 1 if any
+# test failed. Usage: scripts/test.sh [--quick]   (--quick: the plain build and Python only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
-scripts/web-deps.sh 2>/dev/null || true
+scripts/web-deps.sh
 
 scripts/format.sh
 jobs=$(nproc)
-passed=0 # tests run and passed over every suite (a failure stops the script)
+results=()     # SUITE=JUNIT.xml for the summary
+extras=()      # --extra NAME:P:F:S for suites without a JUnit file
 run_suite() { # name, build dir, cmake args...
   local name=$1 dir=$2
   shift 2
   echo "== $name build"
-  scripts/build.sh "$dir" "$@"
+  if ! scripts/build.sh "$dir" "$@"; then
+    echo "== $name: the build failed"
+    extras+=(--extra "$name-build:0:1:0")
+    return
+  fi
   echo "== $name tests"
-  (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 900)
-  passed=$((passed + $(cd "$dir" && ctest -N | sed -n 's/^Total Tests: //p')))
+  rm -f "$dir/junit.xml"
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 900 \
+     --output-junit "$PWD/junit.xml") || true
+  results+=("$name=$dir/junit.xml")
 }
 
 run_suite "plain" build
+echo "== python tests (JAX zoo, hbm vs XLA; the Python package)"
+rm -f build/pytest.xml
+HBM_BIN=$PWD/build/hbm HBM_BUILD_DIR=$PWD/build .venv/bin/python -m pytest tests/python -q \
+  -p no:cacheprovider -rs --junitxml=build/pytest.xml || true
+results+=("python=build/pytest.xml")
+
 if [[ "${1:-}" != "--quick" ]]; then
   # Leak checking stays on; the sanitizer builds skip the browser tests (Chromium itself is
-  # not what is under test there).
+  # not what is under test there) and say so in the summary.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     HBM_SKIP_BROWSER=1 run_suite "asan+ubsan" build-asan -DHBM_SANITIZE=address -DHBM_BENCH=OFF
   TSAN_OPTIONS=halt_on_error=1 HBM_SKIP_BROWSER=1 \
     run_suite "tsan" build-tsan -DHBM_SANITIZE=thread -DHBM_BENCH=OFF
-  scripts/fuzz.sh 20
+  n_fuzz=$(ls fuzz/fuzz_*.c | wc -l)
+  if scripts/fuzz.sh 20; then
+    extras+=(--extra "fuzz:$n_fuzz:0:0")
+  else
+    extras+=(--extra "fuzz:0:1:0")
+  fi
 fi
-echo "all test suites passed"
-echo "tests: $passed passed, 0 failed"
+python3 scripts/test-summary.py "${extras[@]}" "${results[@]}"

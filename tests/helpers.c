@@ -112,5 +112,9 @@ int th_write(const char *path, const void *data, size_t len) {
 
 int th_have_shared(void) {
   struct stat st;
-  return stat(HBM_SHARED_DIR "/traces", &st) == 0 && S_ISDIR(st.st_mode);
+  if (stat(HBM_SHARED_DIR "/traces", &st) == 0 && S_ISDIR(st.st_mode))
+    return 1;
+  /* The reason scripts/test.sh's summary gives for the data tests that skip. */
+  printf("skipped: the shared data is absent (%s)\n", HBM_SHARED_DIR);
+  return 0;
 }

@@ -6,8 +6,8 @@
 set -euo pipefail
 src=$2 build=$3
 if grep -qE '^HBM_SANITIZE:STRING=.+' "$build/CMakeCache.txt"; then
-  echo "skipped: sanitizer build"
-  exit 0
+  echo "install: skipped (sanitizer build: the installed library needs the sanitizer runtime)"
+  exit 77
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

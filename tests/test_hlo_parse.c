@@ -128,6 +128,27 @@ static void tolerates_what_it_does_not_need(void **state) {
   hbm__hlo_free(m);
 }
 
+/* JAX 0.10's compiled.as_text() prints the stack-frame tables right after the header, their
+ * rows holding `{key=value ...}` groups, and the computations after them. */
+static void stack_frame_tables_before_the_computations(void **state) {
+  (void)state;
+  hlo_module_t *m = parse("HloModule jit_f, is_scheduled=true\n\n"
+                          "FileNames\n1 \"/src/zoo.py\"\n\n"
+                          "FunctionNames\n1 \"<module>\"\n2 \"f\"\n\n"
+                          "FileLocations\n1 {file_name_id=1 function_name_id=1 line=280 "
+                          "end_line=280 column=8 end_column=43}\n\n"
+                          "StackFrames\n1 {file_location_id=1 parent_frame_id=1}\n"
+                          "2 {file_location_id=1}\n\n"
+                          "ENTRY %main.1 (p: f32[8]) -> f32[8] {\n"
+                          "  %p = f32[8]{0} parameter(0)\n"
+                          "  ROOT %n = f32[8]{0} negate(%p), metadata={stack_frame_id=2}\n"
+                          "}\n");
+  assert_int_equal(m->n_comps, 1);
+  assert_int_equal(m->entry->n_instrs, 2);
+  assert_int_equal(find(m->entry, "n")->opcode, HLO_OP_NEGATE);
+  hbm__hlo_free(m);
+}
+
 static void bare_computations_and_names_without_percent(void **state) {
   (void)state;
   /* No HloModule header; no signatures; the last computation is the entry. */
@@ -249,6 +270,7 @@ int main(void) {
       cmocka_unit_test(reads_a_module),
       cmocka_unit_test(header_attributes),
       cmocka_unit_test(tolerates_what_it_does_not_need),
+      cmocka_unit_test(stack_frame_tables_before_the_computations),
       cmocka_unit_test(bare_computations_and_names_without_percent),
       cmocka_unit_test(control_flow_kinds),
       cmocka_unit_test(labels_and_printing),

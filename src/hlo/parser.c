@@ -964,6 +964,37 @@ static bool at_stack_frame_tables(hlo_lexer_t *lx) {
          hbm__hlo_lex_at_word(lx, "FileLocations") || hbm__hlo_lex_at_word(lx, "StackFrames");
 }
 
+/* The stack-frame index tables that newer XLA prints (`FileNames`, `FunctionNames`,
+ * `FileLocations`, `StackFrames`: a word, then rows of integers, strings and `{key=value ...}`
+ * groups) between the
+ * header and the computations, or after them. They index metadata's stack_frame_id, which the
+ * planner does not use: skipped wherever they stand. */
+static bool skip_stack_frame_tables(hlo_lexer_t *lx) {
+  while (at_stack_frame_tables(lx)) {
+    hlo_str_t word;
+    if (!hbm__hlo_lex_ident(lx, &word))
+      return false;
+    for (;;) {
+      char c = hbm__hlo_lex_peek(lx);
+      int64_t n;
+      hlo_str_t s;
+      if (c == '"') {
+        if (!hbm__hlo_lex_string(lx, &s))
+          return false;
+      } else if ((c >= '0' && c <= '9') || c == '-') {
+        if (!hbm__hlo_lex_int(lx, &n))
+          return false;
+      } else if (c == '{') {
+        if (!hbm__hlo_lex_skip_group(lx))
+          return false;
+      } else {
+        break;
+      }
+    }
+  }
+  return true;
+}
+
 static bool resolve_calls(parser_t *ps) {
   hlo_module_t *m = ps->m;
   for (uint32_t c = 0; c < m->n_comps; c++)
@@ -987,7 +1018,11 @@ static bool parse_module(parser_t *ps) {
   hlo_module_t *m = ps->m;
   if (!parse_module_header(ps))
     return false;
-  while (!hbm__hlo_lex_at_end(lx) && !at_stack_frame_tables(lx)) {
+  for (;;) {
+    if (!skip_stack_frame_tables(lx))
+      return false;
+    if (hbm__hlo_lex_at_end(lx))
+      break;
     hlo_comp_t *c = parse_computation(ps);
     if (!c || !hbm__hlo_vec_push(&ps->comps, &c))
       return false;

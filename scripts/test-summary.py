@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""test-summary.py — the closing lines of scripts/test.sh, read from the JUnit files that ctest
+and pytest write: per suite, how many tests passed, failed and were skipped (with each skipped
+test's reason, and the cmocka cases skipped inside tests that otherwise ran), then one line
+`tests: N passed, M failed, K skipped` over every suite.
+
+Usage: test-summary.py [--extra NAME:PASSED:FAILED:SKIPPED]... SUITE=JUNIT.xml...
+A missing JUnit file counts as one failed test: a suite that wrote nothing did not pass."""
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+
+def reason_of(case):
+    """The skip reason: the test's own 'skipped (...)' line, else the runner's message."""
+    out = case.findtext("system-out") or ""
+    for line in reversed(out.splitlines()):
+        own = line.startswith("[") or "SKIPPED TEST" in line  # cmocka's lines, not a reason
+        if "skip" in line.lower() and not own:
+            return line.strip()
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return (skipped.get("message") or skipped.text or "").strip() or "no reason given"
+    return "no reason given"
+
+
+def outcome(case):
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    if case.find("skipped") is not None:
+        return "skipped"
+    status = case.get("status")
+    if status in ("fail",):
+        return "failed"
+    if status in ("notrun", "disabled"):
+        return "skipped"
+    return "passed"
+
+
+def cmocka_skips(case):
+    """Names of cmocka cases skipped inside a test that ran (`[  SKIPPED ] name`)."""
+    out = case.findtext("system-out") or ""
+    return sorted(set(re.findall(r"^\[  SKIPPED \] (\S+)$", out, re.M)))
+
+
+def read_suite(path):
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    notes = []
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        counts["failed"] = 1
+        notes.append(f"no results ({e})")
+        return counts, notes
+    for case in root.iter("testcase"):
+        name = case.get("name")
+        kind = outcome(case)
+        counts[kind] += 1
+        if kind == "skipped":
+            notes.append(f"skipped {name}: {reason_of(case)}")
+        elif kind == "failed":
+            notes.append(f"FAILED {name}")
+        inner = cmocka_skips(case)
+        if inner:
+            notes.append(f"{name} ran, but skipped the cases {', '.join(inner)}: "
+                         f"{reason_of(case)}")
+    return counts, notes
+
+
+def main(argv):
+    total = {"passed": 0, "failed": 0, "skipped": 0}
+    suites = []
+    args = list(argv)
+    while args and args[0] == "--extra":
+        name, p, f, s = args[1].split(":")
+        suites.append((name, {"passed": int(p), "failed": int(f), "skipped": int(s)}, []))
+        args = args[2:]
+    for arg in args:
+        name, path = arg.split("=", 1)
+        counts, notes = read_suite(path)
+        suites.append((name, counts, notes))
+    print("== summary")
+    for name, counts, notes in suites:
+        print(f"{name}: {counts['passed']} passed, {counts['failed']} failed, "
+              f"{counts['skipped']} skipped")
+        for note in notes:
+            print(f"  {note}")
+        for k in total:
+            total[k] += counts[k]
+    print(f"tests: {total['passed']} passed, {total['failed']} failed, "
+          f"{total['skipped']} skipped")
+    return 1 if total["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
