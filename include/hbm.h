@@ -476,21 +476,21 @@ typedef enum hbm_oom_field {
   HBM_OOMF_BFC_RESERVED,
   HBM_OOMF_PEAK_RESERVED,
   HBM_OOMF_LARGEST_FREE_BLOCK,
-  HBM_OOMF_PARAMETER,          /* XLA BufferAssignment stats */
+  HBM_OOMF_PARAMETER, /* XLA BufferAssignment stats */
   HBM_OOMF_CONSTANT,
   HBM_OOMF_MAYBE_LIVE_OUT,
   HBM_OOMF_PREALLOCATED_TEMP,
   HBM_OOMF_TEMP_FRAGMENTATION,
   HBM_OOMF_TOTAL_ALLOCATION,
   HBM_OOMF_TOTAL_FRAGMENTATION,
-  HBM_OOMF_USED,               /* TPU: "Used U of C hbm" */
-  HBM_OOMF_EXCEEDED,           /* TPU: "Exceeded hbm capacity by E" */
-  HBM_OOMF_TOTAL_USAGE,        /* TPU: "Total hbm usage >= T" */
-  HBM_OOMF_TPU_RESERVED,       /* TPU: its "reserved" row */
-  HBM_OOMF_PROGRAM,            /* TPU: "program" row / program requirement */
-  HBM_OOMF_ARGUMENTS,          /* TPU: "arguments" row */
-  HBM_OOMF_OUTPUT,             /* TPU: "Output size" */
-  HBM_OOMF_HLO_TEMP,           /* TPU: "HLO temp" */
+  HBM_OOMF_USED,         /* TPU: "Used U of C hbm" */
+  HBM_OOMF_EXCEEDED,     /* TPU: "Exceeded hbm capacity by E" */
+  HBM_OOMF_TOTAL_USAGE,  /* TPU: "Total hbm usage >= T" */
+  HBM_OOMF_TPU_RESERVED, /* TPU: its "reserved" row */
+  HBM_OOMF_PROGRAM,      /* TPU: "program" row / program requirement */
+  HBM_OOMF_ARGUMENTS,    /* TPU: "arguments" row */
+  HBM_OOMF_OUTPUT,       /* TPU: "Output size" */
+  HBM_OOMF_HLO_TEMP,     /* TPU: "HLO temp" */
   HBM_OOMF_COUNT
 } hbm_oom_field_t;
 
@@ -515,18 +515,18 @@ typedef struct hbm_oom_process {
 
 typedef struct hbm_oom_text {
   hbm_oom_kind_t kind;
-  char *headline;       /* the framework's error line, as written (log prefixes removed) */
-  int64_t line;         /* 1-based line of the headline in the input */
-  char *device;         /* "GPU 0", "/device:GPU:0", "hbm", "GPU_0_bfc" ...; NULL unknown */
-  char *allocator;      /* "GPU_0_bfc", "gpu_async_0" ...; NULL unknown */
-  char *tensor_shape;   /* TensorFlow: "[16,112,112,147]"; NULL unknown */
-  char *tensor_type;    /* TensorFlow: "float" */
-  char *op;             /* TensorFlow node / op; NULL unknown */
+  char *headline;     /* the framework's error line, as written (log prefixes removed) */
+  int64_t line;       /* 1-based line of the headline in the input */
+  char *device;       /* "GPU 0", "/device:GPU:0", "hbm", "GPU_0_bfc" ...; NULL unknown */
+  char *allocator;    /* "GPU_0_bfc", "gpu_async_0" ...; NULL unknown */
+  char *tensor_shape; /* TensorFlow: "[16,112,112,147]"; NULL unknown */
+  char *tensor_type;  /* TensorFlow: "float" */
+  char *op;           /* TensorFlow node / op; NULL unknown */
   uint64_t value[HBM_OOMF_COUNT];
-  int known[HBM_OOMF_COUNT]; /* 1 when the text gave value[i] */
+  int known[HBM_OOMF_COUNT];    /* 1 when the text gave value[i] */
   hbm_oom_process_t *processes; /* PyTorch: "Process N has X memory in use" */
   size_t n_processes;
-  int this_process_listed;  /* one listed process is taken to be this one */
+  int this_process_listed;   /* one listed process is taken to be this one */
   hbm_oom_buffer_t *buffers; /* peak buffers / largest program allocations, as listed */
   size_t n_buffers;
 } hbm_oom_text_t;

@@ -122,29 +122,33 @@ static hbm_status_t add_line(oom_doc_t *doc, size_t *cap, size_t start, int64_t 
 
 hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len) {
   memset(doc, 0, sizeof *doc);
-  hbm_strbuf_t sb;
+  hbm_strbuf_t sb, raw;
   hbm_strbuf_init(&sb);
+  hbm_strbuf_init(&raw);
   size_t cap = 0;
   int64_t number = 0;
   const char *p = data, *end = data + len;
-  while (p < end) {
+  while (p < end && !sb.failed) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     const char *line_end = nl ? nl : end;
     number++;
-    const char *b = strip_prefixes(p, line_end), *e = line_end;
+    raw.len = 0; /* colour codes first: Ray prints them before its "(pid=...)" prefix */
+    append_without_escapes(&raw, p, line_end);
+    hbm_strbuf_puts(&raw, "");
+    const char *rb = raw.data ? raw.data : "";
+    const char *b = strip_prefixes(rb, rb + raw.len), *e = rb + raw.len;
     while (e > b && is_blank(e[-1]))
       e--;
-    if (add_line(doc, &cap, sb.len, number) != HBM_OK) {
-      hbm_strbuf_free(&sb);
-      hbm__oom_doc_free(doc);
-      return HBM_ERR_NO_MEMORY;
-    }
-    append_without_escapes(&sb, b, e);
+    if (raw.failed || add_line(doc, &cap, sb.len, number) != HBM_OK)
+      break;
+    hbm_strbuf_append(&sb, b, (size_t)(e - b));
     hbm_strbuf_puts(&sb, "\n");
     p = nl ? nl + 1 : end;
   }
   hbm_strbuf_puts(&sb, "");
-  if (sb.failed) {
+  bool failed = sb.failed || raw.failed || p < end;
+  hbm_strbuf_free(&raw);
+  if (failed) {
     hbm_strbuf_free(&sb);
     hbm__oom_doc_free(doc);
     return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
@@ -214,20 +218,13 @@ static uint64_t parse_unit(const char **pp, const char *end) {
   static const struct {
     const char *name;
     uint64_t mult;
-  } units[] = {{"bytes", 1},
-               {"B", 1},
-               {"KiB", 1ull << 10},
-               {"MiB", 1ull << 20},
-               {"GiB", 1ull << 30},
-               {"TiB", 1ull << 40},
-               {"KB", 1000ull},
-               {"MB", 1000000ull},
-               {"GB", 1000000000ull},
-               {"TB", 1000000000000ull},
-               {"K", 1ull << 10},
-               {"M", 1ull << 20},
-               {"G", 1ull << 30},
-               {"T", 1ull << 40}};
+  } units[] = {{"bytes", 1},          {"B", 1},
+               {"KiB", 1ull << 10},   {"MiB", 1ull << 20},
+               {"GiB", 1ull << 30},   {"TiB", 1ull << 40},
+               {"KB", 1000ull},       {"MB", 1000000ull},
+               {"GB", 1000000000ull}, {"TB", 1000000000000ull},
+               {"K", 1ull << 10},     {"M", 1ull << 20},
+               {"G", 1ull << 30},     {"T", 1ull << 40}};
   const char *p = *pp;
   while (p < end && *p == ' ')
     p++;
@@ -369,23 +366,37 @@ const char *hbm_oom_kind_name(hbm_oom_kind_t kind) {
   return (unsigned)kind < HBM_OOM_KIND_COUNT ? kind_names[kind] : "unknown";
 }
 
-static const char *const field_names[HBM_OOMF_COUNT] = {
-    "requested",          "rounded",
-    "capacity",           "free",
-    "limit",              "in_use",
-    "allocated",          "reserved",
-    "reserved_unallocated", "other_processes",
-    "max_in_use",         "num_allocs",
-    "max_alloc_size",     "bfc_reserved",
-    "peak_reserved",      "largest_free_block",
-    "parameter",          "constant",
-    "maybe_live_out",     "preallocated_temp",
-    "temp_fragmentation", "total_allocation",
-    "total_fragmentation", "used",
-    "exceeded",           "total_usage",
-    "tpu_reserved",       "program",
-    "arguments",          "output",
-    "hlo_temp"};
+static const char *const field_names[HBM_OOMF_COUNT] = {"requested",
+                                                        "rounded",
+                                                        "capacity",
+                                                        "free",
+                                                        "limit",
+                                                        "in_use",
+                                                        "allocated",
+                                                        "reserved",
+                                                        "reserved_unallocated",
+                                                        "other_processes",
+                                                        "max_in_use",
+                                                        "num_allocs",
+                                                        "max_alloc_size",
+                                                        "bfc_reserved",
+                                                        "peak_reserved",
+                                                        "largest_free_block",
+                                                        "parameter",
+                                                        "constant",
+                                                        "maybe_live_out",
+                                                        "preallocated_temp",
+                                                        "temp_fragmentation",
+                                                        "total_allocation",
+                                                        "total_fragmentation",
+                                                        "used",
+                                                        "exceeded",
+                                                        "total_usage",
+                                                        "tpu_reserved",
+                                                        "program",
+                                                        "arguments",
+                                                        "output",
+                                                        "hlo_temp"};
 
 const char *hbm_oom_field_name(hbm_oom_field_t field) {
   return (unsigned)field < HBM_OOMF_COUNT ? field_names[field] : "unknown";

@@ -9,10 +9,10 @@
 /* The pasted text with log prefixes, escape sequences, quote marks and indentation taken off
  * every line, joined with '\n' so that wrapped sentences can be matched across lines. */
 typedef struct oom_doc {
-  char *text;            /* the clean lines, '\n'-separated, NUL-terminated */
-  size_t len;            /* strlen(text) */
-  size_t *line_start;    /* offset in text of each clean line */
-  int64_t *line_number;  /* its 1-based line in the input */
+  char *text;           /* the clean lines, '\n'-separated, NUL-terminated */
+  size_t len;           /* strlen(text) */
+  size_t *line_start;   /* offset in text of each clean line */
+  int64_t *line_number; /* its 1-based line in the input */
   size_t n_lines;
 } oom_doc_t;
 

@@ -182,11 +182,11 @@ static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
                       "in use + request over the limit: PyTorch reserved %s and %s was "
                       "requested, over the %s this process is allowed "
                       "(torch.cuda.set_per_process_memory_fraction).",
-                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
+                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_LIMIT), c));
   } else if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE)) {
     hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
-                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b),
-                      fmt(val(t, HBM_OOMF_LIMIT), c));
+                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
   } else if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_ALLOCATED)) {
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: PyTorch has %s allocated and %s was "
@@ -309,7 +309,10 @@ static void fixes_shrink(fixes_t *f, hbm_oom_kind_t kind) {
 static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
   fixes_t f = {.n = 0};
   switch (cause) {
-  case TC_TOO_LARGE: fix(&f, HBM_FIX_SHARDING); fix(&f, HBM_FIX_SMALLER_BATCH); break;
+  case TC_TOO_LARGE:
+    fix(&f, HBM_FIX_SHARDING);
+    fix(&f, HBM_FIX_SMALLER_BATCH);
+    break;
   case TC_FRAGMENTATION:
     if (t->kind == HBM_OOM_PYTORCH)
       fix(&f, HBM_FIX_EXPANDABLE_SEGMENTS);
@@ -452,8 +455,7 @@ static void write_groups(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
                     t->n_buffers, t->n_buffers == 1 ? "" : "s", fmt(all, a));
   for (size_t i = 0; i < n && i < LISTED_GROUPS; i++)
     hbm_strbuf_printf(sb, "  %10s %5.1f%% %3zu  %s\n", fmt(g[i].bytes, a),
-                      all ? 100.0 * (double)g[i].bytes / (double)all : 0.0, g[i].count,
-                      g[i].group);
+                      all ? 100.0 * (double)g[i].bytes / (double)all : 0.0, g[i].count, g[i].group);
   if (n > LISTED_GROUPS)
     hbm_strbuf_printf(sb, "  ... and %zu more paths\n", n - LISTED_GROUPS);
   free(g);
@@ -481,8 +483,7 @@ static void write_buffers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
 static void write_explanation(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
   text_cause_t cause = classify(t);
   hbm_strbuf_printf(sb, "%s\nhbm explain: %s out-of-memory error (line %lld)\n",
-                    t->headline ? t->headline : "", hbm_oom_kind_name(t->kind),
-                    (long long)t->line);
+                    t->headline ? t->headline : "", hbm_oom_kind_name(t->kind), (long long)t->line);
   write_numbers(sb, t);
   write_cause(sb, t, cause);
   fixes_t f = choose_fixes(t, cause);
@@ -556,9 +557,10 @@ static json_t *text_json(const hbm_oom_text_t *t) {
   json_object_set_new(o, "bytes", numbers);
   json_t *procs = json_array();
   for (size_t i = 0; i < t->n_processes; i++)
-    json_array_append_new(procs, json_pack("{s:I, s:I, s:b}", "pid", (json_int_t)t->processes[i].pid,
-                                           "bytes", (json_int_t)t->processes[i].bytes, "this",
-                                           i == 0 && t->this_process_listed));
+    json_array_append_new(procs,
+                          json_pack("{s:I, s:I, s:b}", "pid", (json_int_t)t->processes[i].pid,
+                                    "bytes", (json_int_t)t->processes[i].bytes, "this",
+                                    i == 0 && t->this_process_listed));
   json_object_set_new(o, "processes", procs);
   json_object_set_new(o, "cause", json_string(cause_names[cause]));
   fixes_t f = choose_fixes(t, cause);

@@ -143,8 +143,7 @@ typedef struct row_field {
 } row_field_t;
 
 /* Every line that starts with one of the labels sets its field (the first time). */
-static void parse_rows(const oom_doc_t *doc, hbm_oom_text_t *t, const row_field_t *rows,
-                       size_t n) {
+static void parse_rows(const oom_doc_t *doc, hbm_oom_text_t *t, const row_field_t *rows, size_t n) {
   for (size_t i = 0; i < doc->n_lines; i++) {
     range_t r = line_at(doc, i);
     if (starts(r, "Stats:")) /* cudaMallocAsync: "Stats: Limit: 0" on one line */
@@ -191,8 +190,7 @@ static void parse_bfc(const oom_doc_t *doc, hbm_oom_text_t *t) {
     return;
   const char *close = hbm__oom_find(at, all.e, ")");
   uint64_t req, rounded;
-  const char *p =
-      hbm__oom_scan(close + 1, all.e, " ran out of memory trying to allocate #", &req);
+  const char *p = hbm__oom_scan(close + 1, all.e, " ran out of memory trying to allocate #", &req);
   if (!t->allocator)
     t->allocator = dup_range(at + 11, close);
   if (!p)
@@ -334,7 +332,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
   uint64_t req, bytes, free_b, total;
   int64_t ordinal;
   const char *p;
-  if (hbm__oom_scan(h->at, all.e, "Out of memory while trying to allocate # bytes", &req))
+  if (hbm__oom_scan(h->at, all.e, "Out of memory while trying to allocate #", &req))
     hbm__oom_set(t, HBM_OOMF_REQUESTED, req);
   else if (hbm__oom_scan(h->at, all.e, "Failed to allocate request for # (#) on device ordinal %",
                          &req, &bytes, &ordinal)) {
@@ -342,8 +340,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
     char dev[32];
     snprintf(dev, sizeof dev, "GPU %lld", (long long)ordinal);
     t->device = hbm__strdup(dev);
-  } else if ((p = hbm__oom_scan(h->at, all.e, "cuMemAllocAsync failed to allocate # bytes",
-                                &req))) {
+  } else if ((p = hbm__oom_scan(h->at, all.e, "cuMemAllocAsync failed to allocate #", &req))) {
     hbm__oom_set(t, HBM_OOMF_REQUESTED, req);
     const char *name = h->at;
     while (name > all.b && name[-1] == ' ')
@@ -380,8 +377,8 @@ static void parse_tpu_allocation(const oom_doc_t *doc, hbm_oom_text_t *t) {
   range_t all = whole(doc);
   uint64_t size, memory;
   const char *e;
-  const char *at = hbm__oom_search(all.b, all.e, &e, "Allocation (size=#) would exceed memory (size=#)",
-                                   &size, &memory);
+  const char *at = hbm__oom_search(
+      all.b, all.e, &e, "Allocation (size=#) would exceed memory (size=#)", &size, &memory);
   if (!at)
     return;
   hbm__oom_set_once(t, HBM_OOMF_REQUESTED, size);
@@ -513,7 +510,8 @@ static void parse_tpu_usage(const oom_doc_t *doc, hbm_oom_text_t *t) {
       hbm__oom_set_once(t, HBM_OOMF_OUTPUT, v);
     } else if (row_size(r, "HLO temp", &v)) {
       hbm__oom_set_once(t, HBM_OOMF_HLO_TEMP, v);
-    } else if ((p = hbm__oom_scan(r.b, r.e, "Program ")) && hbm__oom_find(r.b, r.e, "requirement") &&
+    } else if ((p = hbm__oom_scan(r.b, r.e, "Program ")) &&
+               hbm__oom_find(r.b, r.e, "requirement") &&
                last_size((range_t){r.b, r.e > r.b && r.e[-1] == ':' ? r.e - 1 : r.e}, &v)) {
       hbm__oom_set_once(t, HBM_OOMF_PROGRAM, v);
     }
@@ -632,9 +630,8 @@ static void parse_torch_new(range_t w, hbm_oom_text_t *t) {
   }
   if (hbm__oom_search(w.b, w.e, NULL, "this process has # memory in use", &v))
     hbm__oom_set(t, HBM_OOMF_IN_USE, v);
-  for (const char *p = w.b; (p = hbm__oom_search(p, w.e, &e, "Process % has # memory in use",
-                                                 &pid, &v));
-       p = e)
+  for (const char *p = w.b;
+       (p = hbm__oom_search(p, w.e, &e, "Process % has # memory in use", &pid, &v)); p = e)
     add_process(t, pid, v);
   if (hbm__oom_search(w.b, w.e, &e, "Of the allocated memory # is allocated by PyTorch", &v)) {
     hbm__oom_set(t, HBM_OOMF_ALLOCATED, v);
@@ -661,9 +658,9 @@ static uint64_t dtype_bytes(const char *type) {
   static const struct {
     const char *name;
     uint64_t bytes;
-  } types[] = {{"float", 4},  {"double", 8},   {"half", 2},   {"bfloat16", 2}, {"int8", 1},
-               {"uint8", 1},  {"int16", 2},    {"uint16", 2}, {"int32", 4},    {"uint32", 4},
-               {"int64", 8},  {"uint64", 8},   {"bool", 1},   {"complex64", 8}, {"complex128", 16},
+  } types[] = {{"float", 4},   {"double", 8},  {"half", 2},   {"bfloat16", 2},  {"int8", 1},
+               {"uint8", 1},   {"int16", 2},   {"uint16", 2}, {"int32", 4},     {"uint32", 4},
+               {"int64", 8},   {"uint64", 8},  {"bool", 1},   {"complex64", 8}, {"complex128", 16},
                {"float16", 2}, {"float32", 4}, {"float64", 8}};
   for (size_t i = 0; i < HBM_ARRAY_LEN(types); i++)
     if (!strcmp(type, types[i].name))
@@ -707,12 +704,12 @@ static void parse_tf_tensor(const oom_doc_t *doc, const oom_headline_t *h, hbm_o
   const char *e = hbm__oom_scan(close + 1, all.e, " and type ");
   if (e)
     t->tensor_type = word_after(e, all.e, "");
-  const char *on = hbm__oom_scan(e ? e + (t->tensor_type ? strlen(t->tensor_type) : 0) : close,
-                                 all.e, " on ");
+  const char *on =
+      hbm__oom_scan(e ? e + (t->tensor_type ? strlen(t->tensor_type) : 0) : close, all.e, " on ");
   if (on)
     t->device = word_after(on, all.e, "");
-  const char *by = hbm__oom_search(close, all.e - close > 300 ? close + 300 : all.e, &e,
-                                   "by allocator ");
+  const char *by =
+      hbm__oom_search(close, all.e - close > 300 ? close + 300 : all.e, &e, "by allocator ");
   if (by && !t->allocator)
     t->allocator = word_after(e, all.e, "");
   uint64_t bytes = t->tensor_type ? tensor_bytes(t->tensor_shape, t->tensor_type) : 0;
@@ -724,8 +721,8 @@ static void parse_tf_tensor(const oom_doc_t *doc, const oom_headline_t *h, hbm_o
 static void parse_tf_op(const oom_doc_t *doc, hbm_oom_text_t *t) {
   range_t all = whole(doc);
   const char *e;
-  if (hbm__oom_search(all.b, all.e, &e, "{{node ") || hbm__oom_search(all.b, all.e, &e, "[[Node: ") ||
-      hbm__oom_search(all.b, all.e, &e, "[Op:") ||
+  if (hbm__oom_search(all.b, all.e, &e, "{{node ") ||
+      hbm__oom_search(all.b, all.e, &e, "[[Node: ") || hbm__oom_search(all.b, all.e, &e, "[Op:") ||
       hbm__oom_search(all.b, all.e, &e, "requested by op "))
     t->op = word_after(e, all.e, "}]");
   if (t->op && !t->op[0]) {
@@ -775,9 +772,8 @@ static bool is_wrapper(const char *c, size_t n, const char *name) {
  * names the module again). */
 static void add_component(hbm_strbuf_t *sb, const char *c, size_t n) {
   static const char *const wrappers[] = {
-      "jit",         "pjit",       "pmap",      "xmap",       "shard_map",       "parallelize",
-      "named_call",  "jvp",        "transpose", "vmap",       "remat",           "checkpoint",
-      "custom_jvp_call", "custom_vjp_call"};
+      "jit", "pjit",      "pmap", "xmap",  "shard_map",  "parallelize",     "named_call",
+      "jvp", "transpose", "vmap", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call"};
   for (size_t i = 0; i < HBM_ARRAY_LEN(wrappers); i++)
     if (is_wrapper(c, n, wrappers[i]))
       return;
