@@ -46,6 +46,11 @@ char *hbm__oom_strndup(const char *p, size_t n);
 
 /* ---- the result ---- */
 
+/* a + b, or UINT64_MAX when that overflows (pasted numbers can be anything). */
+static inline uint64_t hbm__oom_add(uint64_t a, uint64_t b) {
+  return a + b < a ? UINT64_MAX : a + b;
+}
+
 void hbm__oom_set(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);
 /* Sets f only when the text has not given it yet. */
 void hbm__oom_set_once(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);

@@ -99,7 +99,7 @@ static text_cause_t classify_pytorch(const hbm_oom_text_t *t) {
   if (has(t, HBM_OOMF_CAPACITY) && req > cap)
     return TC_TOO_LARGE;
   uint64_t others = val(t, HBM_OOMF_OTHER_PROCESSES);
-  if (others && free_b + others >= req)
+  if (others && hbm__oom_add(free_b, others) >= req)
     return TC_OTHER_PROCESSES;
   if (has(t, HBM_OOMF_RESERVED_UNALLOCATED) && val(t, HBM_OOMF_RESERVED_UNALLOCATED) >= req)
     return TC_FRAGMENTATION;
@@ -109,8 +109,8 @@ static text_cause_t classify_pytorch(const hbm_oom_text_t *t) {
     return TC_UNKNOWN;
   /* The old wording lists no processes: memory neither PyTorch's nor free is someone else's. */
   if (has(t, HBM_OOMF_CAPACITY) && has(t, HBM_OOMF_RESERVED) && !t->n_processes) {
-    uint64_t reserved = val(t, HBM_OOMF_RESERVED), used = free_b + reserved;
-    if (cap > used && cap - used >= cap / 4 && cap - used + free_b >= req)
+    uint64_t reserved = val(t, HBM_OOMF_RESERVED), used = hbm__oom_add(free_b, reserved);
+    if (cap > used && cap - used >= cap / 4 && hbm__oom_add(cap - used, free_b) >= req)
       return TC_OTHER_PROCESSES;
   }
   return TC_OVER_LIMIT;
@@ -137,7 +137,7 @@ static text_cause_t classify(const hbm_oom_text_t *t) {
 static uint64_t others_bytes(const hbm_oom_text_t *t) {
   if (has(t, HBM_OOMF_OTHER_PROCESSES))
     return val(t, HBM_OOMF_OTHER_PROCESSES);
-  uint64_t used = val(t, HBM_OOMF_FREE) + val(t, HBM_OOMF_RESERVED);
+  uint64_t used = hbm__oom_add(val(t, HBM_OOMF_FREE), val(t, HBM_OOMF_RESERVED));
   return val(t, HBM_OOMF_CAPACITY) > used ? val(t, HBM_OOMF_CAPACITY) - used : 0;
 }
 
@@ -400,6 +400,13 @@ static void write_numbers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
     hbm_strbuf_printf(sb, "  process %lld: %s%s\n", (long long)t->processes[i].pid,
                       fmt(t->processes[i].bytes, a),
                       i == 0 && t->this_process_listed ? " (taken to be this process)" : "");
+  /* What this process holds beyond PyTorch's cache: the CUDA context and the libraries. */
+  if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_IN_USE) && has(t, HBM_OOMF_RESERVED) &&
+      val(t, HBM_OOMF_IN_USE) > val(t, HBM_OOMF_RESERVED))
+    hbm_strbuf_printf(sb,
+                      "  outside PyTorch's cache in this process: %s (in use - reserved: the "
+                      "CUDA context, cuBLAS/cuDNN workspaces, NCCL, other libraries)\n",
+                      fmt(val(t, HBM_OOMF_IN_USE) - val(t, HBM_OOMF_RESERVED), a));
 }
 
 /* ---- groups ---- */
@@ -430,9 +437,9 @@ static group_total_t *group_totals(const hbm_oom_text_t *t, size_t *n, uint64_t 
       k++;
     if (k == *n)
       g[(*n)++].group = name;
-    g[k].bytes += b->size;
+    g[k].bytes = hbm__oom_add(g[k].bytes, b->size);
     g[k].count++;
-    *all += b->size;
+    *all = hbm__oom_add(*all, b->size);
   }
   qsort(g, *n, sizeof *g, by_bytes_desc);
   return g;

@@ -609,7 +609,7 @@ static void assign_processes(hbm_oom_text_t *t) {
   }
   uint64_t others = 0;
   for (size_t i = (size_t)t->this_process_listed; i < t->n_processes; i++)
-    others += t->processes[i].bytes;
+    others = hbm__oom_add(others, t->processes[i].bytes);
   if (t->n_processes > (size_t)t->this_process_listed)
     hbm__oom_set(t, HBM_OOMF_OTHER_PROCESSES, others);
 }
@@ -637,7 +637,7 @@ static void parse_torch_new(range_t w, hbm_oom_text_t *t) {
     hbm__oom_set(t, HBM_OOMF_ALLOCATED, v);
     if (hbm__oom_scan(e, w.e, ", and # is reserved by PyTorch but unallocated", &u)) {
       hbm__oom_set(t, HBM_OOMF_RESERVED_UNALLOCATED, u);
-      hbm__oom_set(t, HBM_OOMF_RESERVED, v + u);
+      hbm__oom_set(t, HBM_OOMF_RESERVED, hbm__oom_add(v, u));
     }
   }
 }
