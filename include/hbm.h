@@ -445,6 +445,111 @@ hbm_profile_t *hbm_profile_load(const char *path);
 hbm_status_t hbm_profile_save(const hbm_profile_t *p, const char *path);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Pasted out-of-memory errors (`hbm explain`, src/import/oom_text*.c)                         */
+/* ------------------------------------------------------------------------------------------ */
+/* The text users paste around an OOM (a traceback, a log with prefixes, cut or wrapped) from
+ * XLA on GPU or TPU, PyTorch or TensorFlow, parsed into numbers, peak buffers and a cause. */
+
+typedef enum hbm_oom_kind {
+  HBM_OOM_XLA_GPU = 0,    /* RESOURCE_EXHAUSTED: Out of memory while trying to allocate ... */
+  HBM_OOM_XLA_TPU = 1,    /* Allocation (size=...) would exceed / Ran out of memory in ... */
+  HBM_OOM_PYTORCH = 2,    /* CUDA out of memory. Tried to allocate ... */
+  HBM_OOM_TENSORFLOW = 3, /* OOM when allocating tensor with shape[...] ... */
+  HBM_OOM_KIND_COUNT
+} hbm_oom_kind_t;
+
+/* The numbers a text may give, in bytes (counts for NUM_ALLOCS); each known or not. */
+typedef enum hbm_oom_field {
+  HBM_OOMF_REQUESTED = 0,        /* the allocation that failed */
+  HBM_OOMF_ROUNDED,              /* BFC: the request rounded */
+  HBM_OOMF_CAPACITY,             /* device memory (PyTorch, cudaMallocAsync, TPU) */
+  HBM_OOMF_FREE,                 /* device memory free, as the framework saw it */
+  HBM_OOMF_LIMIT,                /* allocator limit (BFC Limit, PyTorch "allowed") */
+  HBM_OOMF_IN_USE,               /* this process (PyTorch) / the allocator (BFC InUse) */
+  HBM_OOMF_ALLOCATED,            /* PyTorch: allocated by PyTorch; TPU: currently allocated */
+  HBM_OOMF_RESERVED,             /* PyTorch: reserved in total (cached) */
+  HBM_OOMF_RESERVED_UNALLOCATED, /* PyTorch: reserved but unallocated */
+  HBM_OOMF_OTHER_PROCESSES,      /* memory of the other processes listed */
+  HBM_OOMF_MAX_IN_USE,           /* BFC stats */
+  HBM_OOMF_NUM_ALLOCS,
+  HBM_OOMF_MAX_ALLOC_SIZE,
+  HBM_OOMF_BFC_RESERVED,
+  HBM_OOMF_PEAK_RESERVED,
+  HBM_OOMF_LARGEST_FREE_BLOCK,
+  HBM_OOMF_PARAMETER, /* XLA BufferAssignment stats */
+  HBM_OOMF_CONSTANT,
+  HBM_OOMF_MAYBE_LIVE_OUT,
+  HBM_OOMF_PREALLOCATED_TEMP,
+  HBM_OOMF_TEMP_FRAGMENTATION,
+  HBM_OOMF_TOTAL_ALLOCATION,
+  HBM_OOMF_TOTAL_FRAGMENTATION,
+  HBM_OOMF_USED,         /* TPU: "Used U of C hbm" */
+  HBM_OOMF_EXCEEDED,     /* TPU: "Exceeded hbm capacity by E" */
+  HBM_OOMF_TOTAL_USAGE,  /* TPU: "Total hbm usage >= T" */
+  HBM_OOMF_TPU_RESERVED, /* TPU: its "reserved" row */
+  HBM_OOMF_PROGRAM,      /* TPU: "program" row / program requirement */
+  HBM_OOMF_ARGUMENTS,    /* TPU: "arguments" row */
+  HBM_OOMF_OUTPUT,       /* TPU: "Output size" */
+  HBM_OOMF_HLO_TEMP,     /* TPU: "HLO temp" */
+  HBM_OOMF_COUNT
+} hbm_oom_field_t;
+
+typedef struct hbm_oom_buffer {
+  uint64_t size;
+  uint64_t unpadded_size; /* 0 when the text does not say */
+  char *op_name;          /* metadata op_name; NULL when absent (all strings malloc'd) */
+  char *op_type;
+  char *source_file;
+  int64_t source_line; /* 0 when absent */
+  char *label;         /* XLA label / tag */
+  char *shape;
+  char *allocation_type; /* TPU "Allocation type", "Entry Parameter" for parameters */
+  char *group;           /* the operator path hbm groups by (the layer) */
+  int parameter;         /* "Entry Parameter Subshape" / allocation type parameter */
+} hbm_oom_buffer_t;
+
+typedef struct hbm_oom_process {
+  int64_t pid;
+  uint64_t bytes;
+} hbm_oom_process_t;
+
+typedef struct hbm_oom_text {
+  hbm_oom_kind_t kind;
+  char *headline;     /* the framework's error line, as written (log prefixes removed) */
+  int64_t line;       /* 1-based line of the headline in the input */
+  char *device;       /* "GPU 0", "/device:GPU:0", "hbm", "GPU_0_bfc" ...; NULL unknown */
+  char *allocator;    /* "GPU_0_bfc", "gpu_async_0" ...; NULL unknown */
+  char *tensor_shape; /* TensorFlow: "[16,112,112,147]"; NULL unknown */
+  char *tensor_type;  /* TensorFlow: "float" */
+  char *op;           /* TensorFlow node / op; NULL unknown */
+  uint64_t value[HBM_OOMF_COUNT];
+  int known[HBM_OOMF_COUNT];    /* 1 when the text gave value[i] */
+  hbm_oom_process_t *processes; /* PyTorch: "Process N has X memory in use" */
+  size_t n_processes;
+  int this_process_listed;   /* one listed process is taken to be this one */
+  hbm_oom_buffer_t *buffers; /* peak buffers / largest program allocations, as listed */
+  size_t n_buffers;
+} hbm_oom_text_t;
+
+/* Finds the first out-of-memory error in `data` and parses what is around it. Returns NULL
+ * with hbm_last_error() = "<name>: no out-of-memory error found (...)" when there is none
+ * (status HBM_ERR_NOT_FOUND). Free with hbm_oom_text_free. */
+hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *name);
+void hbm_oom_text_free(hbm_oom_text_t *t);
+/* True when `data` holds an out-of-memory error hbm_oom_text_parse would find. */
+int hbm_oom_text_is(const char *data, size_t len);
+/* "XLA on GPU", "XLA on TPU", "PyTorch", "TensorFlow"; and each field's JSON name. */
+const char *hbm_oom_kind_name(hbm_oom_kind_t kind);
+const char *hbm_oom_field_name(hbm_oom_field_t field);
+/* The diagnosis: the headline kept, the numbers, the cause, the fixes, the peak buffers
+ * grouped by operator path. */
+hbm_status_t hbm_oom_text_explain(const hbm_oom_text_t *t, FILE *out);
+/* The parsed numbers, cause and buffers as JSON. */
+hbm_status_t hbm_oom_text_json(const hbm_oom_text_t *t, FILE *out);
+/* The peak buffers as a plan profile (one step: the peak) with the OOM as its event. */
+hbm_profile_t *hbm_oom_text_to_profile(const hbm_oom_text_t *t, const char *name);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Analysis: the one module that computes peaks, timelines and buffers at the peak             */
 /* ------------------------------------------------------------------------------------------ */
 

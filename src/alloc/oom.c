@@ -16,6 +16,7 @@
  * goes on with the largest live buffers and their tags, as XLA's "Peak buffers:" does, and
  * where the profile is. */
 #include "alloc/alloc.h"
+#include "base/oom_fixes.h" /* the fix texts, shared with `hbm explain` */
 #include "profile/recorder.h"
 
 #include <math.h>
@@ -91,9 +92,7 @@ static void cause_too_large(hbm_strbuf_t *sb, const oom_facts_t *f) {
   if (f->rounded > f->total) {
     hbm_strbuf_printf(sb,
                       "request larger than the device: %s requested, but the device has "
-                      "%s in total (limit %s). No setting can make it fit: shard the array "
-                      "across devices, or make it smaller (a smaller batch, lower precision, "
-                      "rematerialization).",
+                      "%s in total (limit %s). " HBM_FIX_TOO_LARGE,
                       fmt(f->requested, a), fmt(f->total, b), fmt(f->limit, c));
     return;
   }
@@ -194,12 +193,8 @@ static void cause_other_processes(hbm_strbuf_t *sb, const oom_facts_t *f) {
                       fmt(f->why->device_request, a));
   else
     hbm_strbuf_printf(sb, ", so the device refused %s", fmt(f->why->device_request, a));
-  hbm_strbuf_printf(sb,
-                    ". Give each process its share with XLA_PYTHON_CLIENT_MEM_FRACTION "
-                    "(e.g. %.2f each for %zu processes), or set "
-                    "XLA_PYTHON_CLIENT_PREALLOCATE=false so that each takes only what it "
-                    "needs.",
-                    floor(100.0 / (double)(n + 1)) / 100.0, n + 1);
+  hbm_strbuf_printf(sb, ". " HBM_FIX_SHARE_PROCESSES, floor(100.0 / (double)(n + 1)) / 100.0,
+                    n + 1);
 }
 
 static void cause_preallocation(hbm_strbuf_t *sb, const oom_facts_t *f) {

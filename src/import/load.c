@@ -1,5 +1,6 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
- * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump) and
+ * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump, a
+ * pasted out-of-memory error: src/import/oom_text*.c) and
  * turns it into the one profile model. HLO and XLA dumps are planned with default options
  * and the caller takes the plan's profile. */
 #include "base/base.h"
@@ -15,7 +16,8 @@ typedef enum format {
   FORMAT_RMM_CSV,
   FORMAT_HLO,
   FORMAT_BUFFER_ASSIGNMENT,
-  FORMAT_MEMORY_REPORT
+  FORMAT_MEMORY_REPORT,
+  FORMAT_OOM_TEXT
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -76,6 +78,8 @@ static format_t detect(const char *data, size_t len) {
     return FORMAT_BUFFER_ASSIGNMENT;
   if (strstr(first, "Memory Space:") || strstr(first, "cumulative_size"))
     return FORMAT_MEMORY_REPORT;
+  if (hbm_oom_text_is(data, len)) /* a pasted OOM error: its peak buffers */
+    return FORMAT_OOM_TEXT;
   return FORMAT_UNKNOWN;
 }
 
@@ -103,6 +107,13 @@ static hbm_profile_t *load_csv(const char *path, const char *data, size_t len) {
   return p;
 }
 
+static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t len) {
+  hbm_oom_text_t *t = hbm_oom_text_parse(data, len, path);
+  hbm_profile_t *p = t ? hbm_oom_text_to_profile(t, path) : NULL;
+  hbm_oom_text_free(t);
+  return p;
+}
+
 hbm_profile_t *hbm_profile_load(const char *path) {
   if (!path) {
     hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
@@ -119,12 +130,13 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
+  case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
                "'HloModule'), or an XLA dump (*-buffer-assignment.txt with 'allocation N: size' "
-               "lines, *-memory-usage-report.txt)",
+               "lines, *-memory-usage-report.txt), or a pasted out-of-memory error",
                path, HBM_TRACE_MAGIC);
     break;
   }

@@ -1,0 +1,495 @@
+/* oom_text.c — reads the text of an out-of-memory error as users paste it: a traceback or
+ * a log around it, log prefixes ("2024-01-02 03:04:05.123: W external/...cc:479] ",
+ * "E1125 12:00:00.123 42 file.cc:1] ", "[rank0]: ", "(Worker pid=12) "), terminal colour
+ * codes, quote marks, indentation that changed, sentences wrapped over lines. The text is
+ * made clean here once; oom_text_kinds.c then finds the framework's wording in it. */
+#include "import/oom_text.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- clean lines ---- */
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f'; }
+
+/* "...file.cc:479] " within the first 240 bytes: the end of a log header, or NULL. */
+static const char *log_header_end(const char *p, const char *end) {
+  const char *limit = end - p > 240 ? p + 240 : end;
+  for (const char *q = p + 1; q + 1 < limit; q++)
+    if (q[0] == ']' && isdigit((unsigned char)q[-1]) && (q[1] == ' ' || q[1] == '\t'))
+      return q + 2;
+  return NULL;
+}
+
+/* A line that starts like a log record: a date or time, glog's "E1125", "W " + path, or a
+ * level word. */
+static bool starts_log_record(const char *p, const char *end) {
+  size_t n = (size_t)(end - p);
+  if (n >= 2 && isdigit((unsigned char)p[0]))
+    return true;
+  if (n >= 2 && strchr("IWEFD", p[0]) && (isdigit((unsigned char)p[1]) || p[1] == ' '))
+    return true;
+  static const char *const levels[] = {"ERROR ", "WARNING ", "INFO ", "DEBUG ", "[1] "};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(levels); i++)
+    if (n >= strlen(levels[i]) && !memcmp(p, levels[i], strlen(levels[i])))
+      return true;
+  return false;
+}
+
+/* Ray's "(Worker pid=489) " and torchrun's "[rank0]: ". */
+static const char *worker_prefix_end(const char *p, const char *end) {
+  if (*p == '(') {
+    const char *close = memchr(p, ')', (size_t)(end - p) < 120 ? (size_t)(end - p) : 120);
+    if (close && hbm__oom_find(p, close, "pid="))
+      return close + 1;
+  }
+  if (end - p > 6 && !memcmp(p, "[rank", 5)) {
+    const char *q = p + 5;
+    while (q < end && (isdigit((unsigned char)*q) || *q == ' '))
+      q++;
+    if (end - q >= 2 && q[0] == ']' && q[1] == ':')
+      return q + 2;
+  }
+  return NULL;
+}
+
+/* pytest's "E   " in front of an exception. */
+static const char *pytest_prefix_end(const char *p, const char *end) {
+  if (end - p >= 3 && p[0] == 'E' && p[1] == ' ' && p[2] == ' ')
+    return p + 3;
+  return NULL;
+}
+
+static const char *strip_prefixes(const char *p, const char *end) {
+  for (int round = 0; round < 8; round++) {
+    while (p < end && is_blank(*p))
+      p++;
+    const char *next = NULL;
+    if (p < end && *p == '>')
+      next = p + 1;
+    else if (p < end && (next = worker_prefix_end(p, end)))
+      ;
+    else if (p < end && (next = pytest_prefix_end(p, end)))
+      ;
+    else if (p < end && starts_log_record(p, end))
+      next = log_header_end(p, end);
+    if (!next)
+      break;
+    p = next;
+  }
+  return p;
+}
+
+/* Copies [p, end) without terminal escape sequences ("\x1b[36m"). */
+static void append_without_escapes(hbm_strbuf_t *sb, const char *p, const char *end) {
+  while (p < end) {
+    const char *esc = memchr(p, '\x1b', (size_t)(end - p));
+    const char *stop = esc ? esc : end;
+    hbm_strbuf_append(sb, p, (size_t)(stop - p));
+    if (!esc)
+      break;
+    p = esc + 1;
+    if (p < end && *p == '[') {
+      p++;
+      while (p < end && !isalpha((unsigned char)*p))
+        p++;
+      if (p < end)
+        p++;
+    }
+  }
+}
+
+static hbm_status_t add_line(oom_doc_t *doc, size_t *cap, size_t start, int64_t number) {
+  if (doc->n_lines == *cap) {
+    size_t n = *cap ? *cap * 2 : 256;
+    size_t *starts = realloc(doc->line_start, n * sizeof *starts);
+    if (!starts)
+      return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
+    doc->line_start = starts;
+    int64_t *numbers = realloc(doc->line_number, n * sizeof *numbers);
+    if (!numbers)
+      return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
+    doc->line_number = numbers;
+    *cap = n;
+  }
+  doc->line_start[doc->n_lines] = start;
+  doc->line_number[doc->n_lines++] = number;
+  return HBM_OK;
+}
+
+hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len) {
+  memset(doc, 0, sizeof *doc);
+  hbm_strbuf_t sb, raw;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_init(&raw);
+  size_t cap = 0;
+  int64_t number = 0;
+  const char *p = data, *end = data + len;
+  while (p < end && !sb.failed) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *line_end = nl ? nl : end;
+    number++;
+    raw.len = 0; /* colour codes first: Ray prints them before its "(pid=...)" prefix */
+    append_without_escapes(&raw, p, line_end);
+    hbm_strbuf_puts(&raw, "");
+    const char *rb = raw.data ? raw.data : "";
+    const char *b = strip_prefixes(rb, rb + raw.len), *e = rb + raw.len;
+    while (e > b && is_blank(e[-1]))
+      e--;
+    if (raw.failed || add_line(doc, &cap, sb.len, number) != HBM_OK)
+      break;
+    hbm_strbuf_append(&sb, b, (size_t)(e - b));
+    hbm_strbuf_puts(&sb, "\n");
+    p = nl ? nl + 1 : end;
+  }
+  hbm_strbuf_puts(&sb, "");
+  bool failed = sb.failed || raw.failed || p < end;
+  hbm_strbuf_free(&raw);
+  if (failed) {
+    hbm_strbuf_free(&sb);
+    hbm__oom_doc_free(doc);
+    return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
+  }
+  /* NUL bytes in the input would cut the text short: make them blanks. */
+  for (size_t i = 0; i < sb.len; i++)
+    if (sb.data[i] == '\0')
+      sb.data[i] = ' ';
+  doc->text = sb.data;
+  doc->len = sb.len;
+  return HBM_OK;
+}
+
+void hbm__oom_doc_free(oom_doc_t *doc) {
+  free(doc->text);
+  free(doc->line_start);
+  free(doc->line_number);
+  memset(doc, 0, sizeof *doc);
+}
+
+size_t hbm__oom_doc_line_of(const oom_doc_t *doc, size_t at) {
+  size_t lo = 0, hi = doc->n_lines;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (doc->line_start[mid] <= at)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+void hbm__oom_doc_line(const oom_doc_t *doc, size_t i, const char **begin, const char **end) {
+  *begin = doc->text + doc->line_start[i];
+  size_t stop = i + 1 < doc->n_lines ? doc->line_start[i + 1] - 1 : doc->len;
+  *end = doc->text + stop;
+  if (*end > *begin && (*end)[-1] == '\n')
+    (*end)--;
+}
+
+/* ---- matching ---- */
+
+const char *hbm__oom_find(const char *p, const char *end, const char *needle) {
+  size_t n = strlen(needle);
+  if (!n || p >= end)
+    return NULL;
+  while ((size_t)(end - p) >= n) {
+    const char *q = memchr(p, needle[0], (size_t)(end - p) - n + 1);
+    if (!q)
+      return NULL;
+    if (!memcmp(q, needle, n))
+      return q;
+    p = q + 1;
+  }
+  return NULL;
+}
+
+static bool unit_is(const char *p, const char *end, const char *unit) {
+  size_t n = strlen(unit);
+  if ((size_t)(end - p) < n || strncmp(p, unit, n))
+    return false;
+  return p + n == end || !isalpha((unsigned char)p[n]);
+}
+
+/* The multiplier of the unit at *p (advancing past it); 1 when there is none. */
+static uint64_t parse_unit(const char **pp, const char *end) {
+  static const struct {
+    const char *name;
+    uint64_t mult;
+  } units[] = {{"bytes", 1},          {"B", 1},
+               {"KiB", 1ull << 10},   {"MiB", 1ull << 20},
+               {"GiB", 1ull << 30},   {"TiB", 1ull << 40},
+               {"KB", 1000ull},       {"MB", 1000000ull},
+               {"GB", 1000000000ull}, {"TB", 1000000000000ull},
+               {"K", 1ull << 10},     {"M", 1ull << 20},
+               {"G", 1ull << 30},     {"T", 1ull << 40}};
+  const char *p = *pp;
+  while (p < end && *p == ' ')
+    p++;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(units); i++)
+    if (unit_is(p, end, units[i].name)) {
+      *pp = p + strlen(units[i].name);
+      return units[i].mult;
+    }
+  return 1;
+}
+
+const char *hbm__oom_size(const char *p, const char *end, uint64_t *out) {
+  uint64_t whole = 0;
+  const char *q = p;
+  while (q < end && isdigit((unsigned char)*q)) {
+    if (__builtin_mul_overflow(whole, 10, &whole) ||
+        __builtin_add_overflow(whole, (uint64_t)(*q - '0'), &whole))
+      return NULL;
+    q++;
+  }
+  if (q == p)
+    return NULL;
+  double frac = 0, scale = 0.1;
+  if (q + 1 < end && *q == '.' && isdigit((unsigned char)q[1]))
+    for (q++; q < end && isdigit((unsigned char)*q); q++, scale /= 10)
+      frac += (*q - '0') * scale;
+  uint64_t mult = parse_unit(&q, end), value;
+  if (__builtin_mul_overflow(whole, mult, &value))
+    return NULL;
+  uint64_t part = (uint64_t)llround(frac * (double)mult); /* frac < 1: fits */
+  if (__builtin_add_overflow(value, part, &value))
+    return NULL;
+  *out = value;
+  return q;
+}
+
+const char *hbm__oom_int(const char *p, const char *end, int64_t *out) {
+  bool negative = p < end && *p == '-';
+  const char *q = p + negative;
+  int64_t v = 0;
+  const char *digits = q;
+  while (q < end && isdigit((unsigned char)*q)) {
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *q - '0', &v))
+      return NULL;
+    q++;
+  }
+  if (q == digits)
+    return NULL;
+  *out = negative ? -v : v;
+  return q;
+}
+
+static const char *vscan(const char *p, const char *end, const char *pattern, va_list ap) {
+  for (const char *c = pattern; *c; c++) {
+    if (*c == ' ') {
+      while (p < end && (is_blank(*p) || *p == '\n'))
+        p++;
+    } else if (*c == '#') {
+      if (!(p = hbm__oom_size(p, end, va_arg(ap, uint64_t *))))
+        return NULL;
+    } else if (*c == '%') {
+      if (!(p = hbm__oom_int(p, end, va_arg(ap, int64_t *))))
+        return NULL;
+    } else {
+      if (p >= end || *p != *c)
+        return NULL;
+      p++;
+    }
+  }
+  return p;
+}
+
+const char *hbm__oom_scan(const char *p, const char *end, const char *pattern, ...) {
+  va_list ap;
+  va_start(ap, pattern);
+  const char *r = vscan(p, end, pattern, ap);
+  va_end(ap);
+  return r;
+}
+
+const char *hbm__oom_search(const char *p, const char *end, const char **match_end,
+                            const char *pattern, ...) {
+  for (; p && p < end; p++) {
+    p = memchr(p, pattern[0], (size_t)(end - p));
+    if (!p)
+      return NULL;
+    va_list ap;
+    va_start(ap, pattern);
+    const char *r = vscan(p, end, pattern, ap);
+    va_end(ap);
+    if (r) {
+      if (match_end)
+        *match_end = r;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+char *hbm__oom_strndup(const char *p, size_t n) {
+  while (n && (is_blank(*p) || *p == '\n'))
+    p++, n--;
+  while (n && (is_blank(p[n - 1]) || p[n - 1] == '\n'))
+    n--;
+  char *s = malloc(n + 1);
+  if (!s)
+    return NULL;
+  memcpy(s, p, n);
+  s[n] = '\0';
+  return s;
+}
+
+/* ---- the result ---- */
+
+void hbm__oom_set(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v) {
+  t->value[f] = v;
+  t->known[f] = 1;
+}
+
+void hbm__oom_set_once(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v) {
+  if (!t->known[f])
+    hbm__oom_set(t, f, v);
+}
+
+hbm_oom_buffer_t *hbm__oom_add_buffer(hbm_oom_text_t *t) {
+  hbm_oom_buffer_t *b = realloc(t->buffers, (t->n_buffers + 1) * sizeof *b);
+  if (!b)
+    return NULL;
+  t->buffers = b;
+  b = &t->buffers[t->n_buffers++];
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+static const char *const kind_names[HBM_OOM_KIND_COUNT] = {"XLA on GPU", "XLA on TPU", "PyTorch",
+                                                           "TensorFlow"};
+
+const char *hbm_oom_kind_name(hbm_oom_kind_t kind) {
+  return (unsigned)kind < HBM_OOM_KIND_COUNT ? kind_names[kind] : "unknown";
+}
+
+static const char *const field_names[HBM_OOMF_COUNT] = {"requested",
+                                                        "rounded",
+                                                        "capacity",
+                                                        "free",
+                                                        "limit",
+                                                        "in_use",
+                                                        "allocated",
+                                                        "reserved",
+                                                        "reserved_unallocated",
+                                                        "other_processes",
+                                                        "max_in_use",
+                                                        "num_allocs",
+                                                        "max_alloc_size",
+                                                        "bfc_reserved",
+                                                        "peak_reserved",
+                                                        "largest_free_block",
+                                                        "parameter",
+                                                        "constant",
+                                                        "maybe_live_out",
+                                                        "preallocated_temp",
+                                                        "temp_fragmentation",
+                                                        "total_allocation",
+                                                        "total_fragmentation",
+                                                        "used",
+                                                        "exceeded",
+                                                        "total_usage",
+                                                        "tpu_reserved",
+                                                        "program",
+                                                        "arguments",
+                                                        "output",
+                                                        "hlo_temp"};
+
+const char *hbm_oom_field_name(hbm_oom_field_t field) {
+  return (unsigned)field < HBM_OOMF_COUNT ? field_names[field] : "unknown";
+}
+
+static void free_buffer(hbm_oom_buffer_t *b) {
+  free(b->op_name);
+  free(b->op_type);
+  free(b->source_file);
+  free(b->label);
+  free(b->shape);
+  free(b->allocation_type);
+  free(b->group);
+}
+
+void hbm_oom_text_free(hbm_oom_text_t *t) {
+  if (!t)
+    return;
+  for (size_t i = 0; i < t->n_buffers; i++)
+    free_buffer(&t->buffers[i]);
+  free(t->buffers);
+  free(t->processes);
+  free(t->headline);
+  free(t->device);
+  free(t->allocator);
+  free(t->tensor_shape);
+  free(t->tensor_type);
+  free(t->op);
+  free(t);
+}
+
+int hbm_oom_text_is(const char *data, size_t len) {
+  oom_doc_t doc;
+  if (!data || hbm__oom_doc_build(&doc, data, len) != HBM_OK)
+    return 0;
+  oom_headline_t h;
+  bool found = hbm__oom_find_headline(&doc, &h);
+  hbm__oom_doc_free(&doc);
+  return found;
+}
+
+/* The headline: its line, and the lines after it while they go on with the sentence (a
+ * paste wrapped at a word boundary continues with a lower-case word or a number). */
+static char *headline_text(const oom_doc_t *doc, size_t line) {
+  const char *b, *e;
+  hbm__oom_doc_line(doc, line, &b, &e);
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_append(&sb, b, (size_t)(e - b));
+  for (size_t i = line + 1; i < doc->n_lines && i < line + 3; i++) {
+    hbm__oom_doc_line(doc, i, &b, &e);
+    if (b == e || !(islower((unsigned char)*b) || isdigit((unsigned char)*b)))
+      break;
+    hbm_strbuf_puts(&sb, " ");
+    hbm_strbuf_append(&sb, b, (size_t)(e - b));
+  }
+  char *s = sb.failed ? NULL : hbm__strdup(hbm_strbuf_str(&sb));
+  hbm_strbuf_free(&sb);
+  return s;
+}
+
+hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *name) {
+  if (!name)
+    name = "<text>";
+  if (!data && len) {
+    hbm__error(HBM_ERR_INVALID, "%s: no text", name);
+    return NULL;
+  }
+  oom_doc_t doc;
+  if (hbm__oom_doc_build(&doc, data ? data : "", len) != HBM_OK)
+    return NULL;
+  oom_headline_t h;
+  if (!hbm__oom_find_headline(&doc, &h)) {
+    hbm__oom_doc_free(&doc);
+    hbm__error(HBM_ERR_NOT_FOUND,
+               "%s: no out-of-memory error found (expected XLA's 'RESOURCE_EXHAUSTED: Out of "
+               "memory while trying to allocate', 'Allocation (size=...) would exceed memory' "
+               "or 'Ran out of memory in memory space', PyTorch's 'CUDA out of memory. Tried "
+               "to allocate', or TensorFlow's 'OOM when allocating tensor')",
+               name);
+    return NULL;
+  }
+  hbm_oom_text_t *t = calloc(1, sizeof *t);
+  if (!t) {
+    hbm__oom_doc_free(&doc);
+    hbm__error(HBM_ERR_NO_MEMORY, "%s: out of memory", name);
+    return NULL;
+  }
+  t->kind = h.kind;
+  size_t line = hbm__oom_doc_line_of(&doc, (size_t)(h.at - doc.text));
+  t->line = doc.line_number[line];
+  t->headline = headline_text(&doc, line);
+  hbm__oom_parse_kind(&doc, &h, t);
+  hbm__oom_doc_free(&doc);
+  return t;
+}

@@ -1,0 +1,75 @@
+/* oom_text.h — internals shared by the reader of pasted out-of-memory errors: the text made
+ * clean (oom_text.c), the four frameworks' wordings (oom_text_kinds.c) and the diagnosis
+ * (oom_text_explain.c). */
+#ifndef HBM_IMPORT_OOM_TEXT_H
+#define HBM_IMPORT_OOM_TEXT_H
+
+#include "base/base.h"
+
+/* The pasted text with log prefixes, escape sequences, quote marks and indentation taken off
+ * every line, joined with '\n' so that wrapped sentences can be matched across lines. */
+typedef struct oom_doc {
+  char *text;           /* the clean lines, '\n'-separated, NUL-terminated */
+  size_t len;           /* strlen(text) */
+  size_t *line_start;   /* offset in text of each clean line */
+  int64_t *line_number; /* its 1-based line in the input */
+  size_t n_lines;
+} oom_doc_t;
+
+hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len);
+void hbm__oom_doc_free(oom_doc_t *doc);
+/* The clean line that holds offset `at`. */
+size_t hbm__oom_doc_line_of(const oom_doc_t *doc, size_t at);
+/* Line i as [*begin, *end) in doc->text. */
+void hbm__oom_doc_line(const oom_doc_t *doc, size_t i, const char **begin, const char **end);
+
+/* ---- matching ---- */
+
+/* The first `needle` in [p, end), or NULL. */
+const char *hbm__oom_find(const char *p, const char *end, const char *needle);
+/* A size at p ("6291456", "6.00MiB", "1.70 GiB", "21.95G", "0 bytes", "4.0K"): K/M/G/T and
+ * KiB/MiB/GiB/TiB are powers of 1024 (XLA, PyTorch and TensorFlow all count that way), KB/MB/
+ * GB/TB powers of 1000. Returns the end of it, or NULL. */
+const char *hbm__oom_size(const char *p, const char *end, uint64_t *out);
+/* A decimal integer (optional '-'), or NULL. */
+const char *hbm__oom_int(const char *p, const char *end, int64_t *out);
+/* Matches `pattern` at p: ' ' matches any run of blanks and newlines (or none), '#' a size
+ * (the next uint64_t *), '%' an integer (the next int64_t *); other characters match
+ * themselves. Returns the end of the match, or NULL. */
+const char *hbm__oom_scan(const char *p, const char *end, const char *pattern, ...);
+/* The first place in [p, end) where hbm__oom_scan(pattern) matches; *match_end gets the end
+ * of the match (may be NULL). The pattern must start with a literal character. */
+const char *hbm__oom_search(const char *p, const char *end, const char **match_end,
+                            const char *pattern, ...);
+/* malloc'd copy of [p, p + n), blanks trimmed at both ends. */
+char *hbm__oom_strndup(const char *p, size_t n);
+
+/* ---- the result ---- */
+
+/* a + b, or UINT64_MAX when that overflows (pasted numbers can be anything). */
+static inline uint64_t hbm__oom_add(uint64_t a, uint64_t b) {
+  return a + b < a ? UINT64_MAX : a + b;
+}
+
+void hbm__oom_set(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);
+/* Sets f only when the text has not given it yet. */
+void hbm__oom_set_once(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);
+/* Appends an empty buffer; NULL when out of memory. */
+hbm_oom_buffer_t *hbm__oom_add_buffer(hbm_oom_text_t *t);
+/* The operator path a buffer is grouped under (malloc'd): op_name without its primitive and
+ * without the jit/pjit/pmap wrappers, with jvp(X)/transpose(X)/vmap(X) unwrapped to X. */
+char *hbm__oom_group(const char *op_name, int parameter);
+
+/* ---- the four wordings (oom_text_kinds.c) ---- */
+
+/* Where the first OOM headline of each kind starts in doc->text (NULL when absent). */
+typedef struct oom_headline {
+  hbm_oom_kind_t kind;
+  const char *at;
+} oom_headline_t;
+
+bool hbm__oom_find_headline(const oom_doc_t *doc, oom_headline_t *out);
+/* Fills t from the whole document, for the kind found. */
+void hbm__oom_parse_kind(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom_text_t *t);
+
+#endif /* HBM_IMPORT_OOM_TEXT_H */
