@@ -247,7 +247,7 @@ static _Thread_local int depth;
       size_t cap_ = (vec).cap ? (vec).cap * 2 : 16;                                                \
       void *grown_ = realloc((vec).v, cap_ * sizeof *(vec).v);                                     \
       if (!grown_)                                                                                 \
-        abort(); /* a test double: out of host memory is not a case it models */                 \
+        abort(); /* a test double: out of host memory is not a case it models */                   \
       (vec).v = grown_;                                                                            \
       (vec).cap = cap_;                                                                            \
     }                                                                                              \
@@ -587,8 +587,9 @@ static void destroy_context(fctx_t *c) {
       continue;
     }
     if (a->state == A_LIVE || a->state == A_LIVE_PENDING)
-      flog("LEAK at context destruction: %s 0x%llx of %llu bytes", a->pool ? "pool block" : "region",
-           (unsigned long long)a->va, (unsigned long long)a->size);
+      flog("LEAK at context destruction: %s 0x%llx of %llu bytes",
+           a->pool ? "pool block" : "region", (unsigned long long)a->va,
+           (unsigned long long)a->size);
     if (a->pool) {
       a->pool->reserved -= a->size;
       if (a->state <= A_LIVE_PENDING)
@@ -1417,8 +1418,8 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
       } else if (a->state >= A_FREE_PENDING) {
         release_block(i);
       } else { /* the driver frees it once the last block is freed: here, a leak */
-        flog("LEAK: pool destroyed with block 0x%llx of %llu bytes live",
-             (unsigned long long)a->va, (unsigned long long)a->size);
+        flog("LEAK: pool destroyed with block 0x%llx of %llu bytes live", (unsigned long long)a->va,
+             (unsigned long long)a->size);
         i++;
       }
     }
@@ -1617,9 +1618,9 @@ static bool granular(uint64_t n) { return n % g.granularity == 0; }
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *gran, const alloc_prop_t *prop, int option) {
   ENTER("cuMemGetAllocationGranularity");
   CUresult r = need_init();
-  if (r == OK && (!gran || !prop || prop->type != 1 || prop->location.type != 1 ||
-                  prop->location.id < 0 || prop->location.id >= g.n_devices || option < 0 ||
-                  option > 1))
+  if (r == OK &&
+      (!gran || !prop || prop->type != 1 || prop->location.type != 1 || prop->location.id < 0 ||
+       prop->location.id >= g.n_devices || option < 0 || option > 1))
     r = misuse(E_INVALID_VALUE, "cuMemGetAllocationGranularity", "bad properties");
   if (r == OK && !attribute(102))
     r = E_NOT_SUPPORTED;
@@ -1677,9 +1678,9 @@ EXPORT CUresult cuMemCreate(CUmemHandle *handle, size_t size, const alloc_prop_t
   ENTER("cuMemCreate");
   fctx_t *c;
   CUresult r = need_vmm("cuMemCreate", &c);
-  if (r == OK && (!handle || !prop || !size || !granular(size) || flags || prop->type != 1 ||
-                  prop->location.type != 1 || prop->location.id < 0 ||
-                  prop->location.id >= g.n_devices))
+  if (r == OK &&
+      (!handle || !prop || !size || !granular(size) || flags || prop->type != 1 ||
+       prop->location.type != 1 || prop->location.id < 0 || prop->location.id >= g.n_devices))
     r = misuse(E_INVALID_VALUE, "cuMemCreate", "bad size or properties");
   uint64_t off;
   if (r == OK && !phys_take(prop->location.id, size, g.granularity, &off))

@@ -42,9 +42,7 @@ typedef struct {
   unsigned gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
 
-static struct nvml_device {
-  int index;
-} devices[4] = {{0}, {1}, {2}, {3}};
+static struct nvml_device { int index; } devices[4] = {{0}, {1}, {2}, {3}};
 static int inits;
 
 static long env_long(const char *name, long fallback) {
