@@ -13,13 +13,21 @@
  * Next to them, what XLA's BFC allocator and an O(1) offset allocator did on the same logs,
  * read from the README.md beside the logs when it has a row for the log.
  *
- * Usage: bench_replay [--repeat N] LOG...      (prints a Markdown table) */
+ * Usage: bench_replay [--repeat N] LOG...      (prints a Markdown table)
+ *        bench_replay --ns LOG                 (one log: fresh device, 1 untimed + 5 timed
+ *                                               replays, prints the median ns/op)
+ *        bench_replay --side-by-side CMD ROUNDS LOG...
+ *            hbm against another allocator's replay program CMD (run as `CMD LOG`, printing
+ *            its median ns/op the same way): a fresh process per allocator per log, ROUNDS
+ *            rounds, order rotated, medians. Exits 1 if hbm is slower on any log or
+ *            anything measured nothing. */
 #include "hbm.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MiB (1ull << 20)
 
@@ -152,7 +160,88 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* --ns LOG: this process replays one log on a fresh device, once untimed and 5 times timed,
+ * and prints the median ns/op (what --side-by-side runs, one fresh process per replay). */
+static int time_one_log(const char *path) {
+  hbm_alloc_log_t log;
+  hbm_replay_result_t r;
+  if (hbm_alloc_log_read(path, 0, &log) != HBM_OK) {
+    fprintf(stderr, "bench_replay: %s\n", hbm_last_error());
+    return 1;
+  }
+  int st = replay(&log, HBM_MODE_BFC, 5, 0, &r);
+  hbm_alloc_log_free(&log);
+  if (st != 0 || r.failed_allocations || r.timed_replays == 0 || r.events == 0) {
+    fprintf(stderr, "bench_replay: %s: nothing was timed\n", path);
+    return 1;
+  }
+  printf("%.3f\n", r.ns_per_op);
+  hbm_replay_result_free(&r);
+  return 0;
+}
+
+/* One fresh process: `command` with the log's path quoted after it; its output's number. */
+static bool run_timer(const char *command, const char *path, double *ns) {
+  char line[8192];
+  snprintf(line, sizeof line, "%s '%s'", command, path);
+  FILE *p = popen(line, "r");
+  if (!p)
+    return false;
+  bool ok = fscanf(p, "%lf", ns) == 1;
+  return pclose(p) == 0 && ok && *ns > 0;
+}
+
+/* --side-by-side CMD: hbm (this program with --ns) and CMD (another allocator's replay of the
+ * same log, printing its median ns/op), each a fresh process per log, `rounds` rounds, the
+ * order of the two rotated every round; medians. Exit status 1 unless every log was timed by
+ * both and hbm was at or below CMD on every log. */
+static int side_by_side(const char *command, int rounds, char **logs, int n) {
+  double(*ns)[2][1000] = calloc((size_t)n, sizeof *ns);
+  if (!ns)
+    return 1;
+  char self[4096], hbm_cmd[4200];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    free(ns);
+    return 1;
+  }
+  self[len] = '\0';
+  snprintf(hbm_cmd, sizeof hbm_cmd, "'%s' --ns", self);
+  const char *cmds[2] = {hbm_cmd, command};
+  bool ok = n > 0;
+  for (int r = 0; r < rounds && ok; r++)
+    for (int i = 0; i < n && ok; i++)
+      for (int k = 0; k < 2 && ok; k++) {
+        int which = (k + r + i) % 2;
+        ok = run_timer(cmds[which], logs[i], &ns[i][which][r]);
+        if (!ok)
+          fprintf(stderr, "bench_replay: %s on %s measured nothing\n", cmds[which], logs[i]);
+      }
+  printf("| log | hbm ns/op | offset allocator ns/op | hbm / offset |\n| --- | ---: | ---: | ---: |\n");
+  double worst = 0;
+  for (int i = 0; ok && i < n; i++) {
+    char name[256];
+    double h = median(ns[i][0], rounds), o = median(ns[i][1], rounds);
+    printf("| %s | %.1f | %.1f | %.2f |\n", base_name(logs[i], name, sizeof name), h, o, h / o);
+    worst = h / o > worst ? h / o : worst;
+  }
+  free(ns);
+  if (!ok)
+    return 1;
+  printf("\nWorst hbm / offset allocator: %.2f (target <= 1.00, %d rounds, order rotated): %s\n",
+         worst, rounds, worst <= 1.0 ? "met" : "**not met**");
+  return worst <= 1.0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--ns"))
+    return time_one_log(argv[2]);
+  if (argc > 4 && !strcmp(argv[1], "--side-by-side")) {
+    int rounds = atoi(argv[3]);
+    if (rounds < 1 || rounds > 1000)
+      return 2;
+    return side_by_side(argv[2], rounds, argv + 4, argc - 4);
+  }
   int repeat = 9, first = 1;
   if (argc > 2 && !strcmp(argv[1], "--repeat")) {
     repeat = atoi(argv[2]);

@@ -23,6 +23,7 @@
  * reaps the caches of exited threads — their live blocks become the device's own, their bins
  * go back to the arena — and a closed device's caches are dropped by their threads when met. */
 #include "alloc/alloc.h"
+#include "profile/recorder.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -256,6 +257,10 @@ bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uin
     return false;
   unsigned first = bin_of(units);
   spin_lock(&c->lock);
+  if (HBM_UNLIKELY(hbm__rec_active())) { /* a capture started: the locked path records */
+    spin_unlock(&c->lock);
+    return false;
+  }
   /* Its own bin (whose blocks may be a little smaller) or, above the exact sizes, the next. */
   for (unsigned k = first; k <= first + (first >= EXACT_UNITS) && k < N_BINS; k++) {
     bin_t *bin = &c->bins[k];
@@ -334,8 +339,8 @@ bool hbm__tcache_free(hbm_device_t *dev, uint64_t addr) {
   if (!c)
     return false;
   spin_lock(&c->lock);
-  owned_block_t *o = owned_find(c, addr);
-  if (!o) {
+  owned_block_t *o = HBM_UNLIKELY(hbm__rec_active()) ? NULL : owned_find(c, addr);
+  if (!o) { /* not ours, or a capture started: the locked path (which records) */
     spin_unlock(&c->lock);
     return false;
   }
