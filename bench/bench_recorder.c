@@ -189,7 +189,10 @@ int main(int argc, char **argv) {
     worst = alloc_on.thread - alloc_off.thread;
   bool measured = recorded == BURST / 2 && on.thread > 0 && alloc_on.thread > 0;
   printf("\nAdded by capturing: at most %.2f ns per event (target <= 15, clock %s): %s\n", worst,
-         clock, !measured ? "**nothing measured**" : worst <= 15 ? "met" : "**not met**");
+         clock,
+         !measured     ? "**nothing measured**"
+         : worst <= 15 ? "met"
+                       : "**not met**");
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", logdir);
   if (system(cmd) != 0)
