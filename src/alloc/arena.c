@@ -308,11 +308,9 @@ static inline uint32_t index_home(const addr_index_t *x, uint64_t addr) {
   return (uint32_t)(((addr >> 8) * 0x9E3779B97F4A7C15ull) >> x->shift);
 }
 
-/* Room for one more entry (growing at half full); false: out of host memory. */
-static bool index_reserve(hbm__arena_t *a) {
+/* Grows the index to twice its capacity (1024 slots at first); false: out of host memory. */
+static bool index_grow(hbm__arena_t *a) {
   addr_index_t *x = &a->index;
-  if (HBM_LIKELY(x->slots && 2 * (x->count + 1) <= x->mask + 1))
-    return true;
   uint32_t cap = x->slots ? 2 * (x->mask + 1) : 1024;
   uint32_t *slots = cap ? calloc(cap, sizeof *slots) : NULL;
   if (!slots)
@@ -330,6 +328,12 @@ static bool index_reserve(hbm__arena_t *a) {
   free(x->slots);
   *x = grown;
   return true;
+}
+
+/* Room for one more entry (at most half full); false: out of host memory. */
+HOT bool index_reserve(hbm__arena_t *a) {
+  const addr_index_t *x = &a->index;
+  return HBM_LIKELY(x->slots && 2 * (x->count + 1) <= x->mask + 1) || index_grow(a);
 }
 
 /* Records that chunk u (used) starts a block, for hbm__arena_find (room reserved). */
