@@ -4,6 +4,7 @@
  * (hbm_alloc_log_to_profile). Usage: bench_alloc_log [DIR]   (default ../shared/traces) */
 #include "base/base.h" /* hbm__read_file */
 #include "hbm.h"
+#include "machine.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -57,6 +58,7 @@ static int bench_one(const char *path, const char *name) {
 }
 
 int main(int argc, char **argv) {
+  bench_print_machine();
   const char *dir_path = argc > 1 ? argv[1] : "../shared/traces";
   DIR *dir = opendir(dir_path);
   if (!dir)
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
   printf("  %-38s %8s %10s %11s %12s %13s\n", "log", "events", "size", "parse", "speed",
          "to profile");
   struct dirent *de;
-  int rc = 0;
+  int rc = 0, logs = 0;
   while ((de = readdir(dir)) != NULL) {
     size_t n = strlen(de->d_name);
     if (n < 5 || strcmp(de->d_name + n - 4, ".csv") != 0)
@@ -73,7 +75,10 @@ int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir_path, de->d_name);
     rc |= bench_one(path, de->d_name);
+    logs++;
   }
   closedir(dir);
+  if (logs == 0) /* a benchmark that measured nothing fails */
+    return fprintf(stderr, "bench_alloc_log: no .csv logs in %s: measured nothing\n", dir_path), 1;
   return rc;
 }

@@ -17,6 +17,7 @@
  * of the planner can be compared with diff (a change of speed must not change one byte of these).
  */
 #include "hlo/hlo.h"
+#include "machine.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -235,6 +236,7 @@ static void bench_text(const char *name, const char *text, size_t len, int runs)
 }
 
 int main(int argc, char **argv) {
+  bench_print_machine();
   size_t target = 1000000;
   int runs = 5;
   const char *write_to = NULL, *dump_dir = NULL;

@@ -10,6 +10,7 @@
 #include "viewer/viewer.h"
 
 #include "../tests/viewer_fixtures.h"
+#include "machine.h"
 
 #include <ftw.h>
 #include <stdlib.h>
@@ -96,6 +97,7 @@ static void write_logdir(const char *dir, int64_t events) {
 }
 
 int main(int argc, char **argv) {
+  bench_print_machine();
   int64_t events = 1000000;
   int runs = 9;
   const char *keep = NULL;

@@ -5,6 +5,13 @@
 # over ../shared/traces/*.csv when that directory is there. BENCHMARKS.md quotes the output.
 # Usage: scripts/bench.sh [BUILD_DIR] [NAME...]   (default build-bench; NAMEs pick benchmarks,
 #        e.g. `scripts/bench.sh build-bench bench_replay bench_threads`)
+# HBM_BENCH_OFFSET_REPLAY=CMD adds `side_by_side` (also a NAME): hbm against another
+# allocator's replay program CMD, run as `CMD LOG` and printing its median ns/op (one untimed
+# replay, 5 timed), a fresh process per allocator per log, 9 rounds, order rotated (bench/
+# bench_replay.c --side-by-side). The project ships no such program (BENCHMARKS.md says how
+# the offset allocator's was built, outside the repository).
+# Every benchmark prints the machine's facts (cores, CPU, clocksource, TSC flags, load
+# average); the script fails when any benchmark fails or measured nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -31,8 +38,10 @@ if ! scripts/build.sh "$dir" -DHBM_BENCH=ON -DHBM_TESTS=OFF -DHBM_SANITIZE= >"$l
 fi
 
 echo
+tsc_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'tsc|constant_tsc|nonstop_tsc|tsc_known_freq' | xargs)
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)),"\
-  "load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  "clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown),"\
+  "TSC flags: ${tsc_flags:-none}, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 
 failed=0
@@ -64,6 +73,16 @@ for exe in "$dir"/bench/bench_*; do
   *) run "$name" "$exe" ;;
   esac
 done
+
+if wanted side_by_side; then
+  if [[ -n ${HBM_BENCH_OFFSET_REPLAY:-} ]] && ((${#traces[@]})); then
+    run side_by_side "$dir/bench/bench_replay" --side-by-side "$HBM_BENCH_OFFSET_REPLAY" 9 "${traces[@]}"
+  elif ((${#only[@]})); then # asked for by name: not run is a failure
+    echo; echo "## side_by_side"; echo
+    echo "(not run: needs HBM_BENCH_OFFSET_REPLAY and ../shared/traces/*.csv)"
+    failed=1
+  fi
+fi
 
 for script in bench/*_bench.sh; do
   [[ -f $script ]] || continue

@@ -265,6 +265,8 @@ struct hbm_device {
   uint64_t limit;
   char device_note[256]; /* why this device was chosen (auto) */
   int rec_id;            /* the recorder's id for this device */
+  unsigned rec_capture;  /* the capture (hbm__rec_capture) that started on this device, under
+                            the lock: events are recorded while it is the current one */
   bool oom_list_buffers; /* list the largest live buffers in OOM texts even when no
                             profile is captured (tests, `hbm demo`) */
 

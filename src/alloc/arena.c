@@ -26,15 +26,19 @@
  *   - the free flag is the low bit of the size;
  *   - splitting leaves the free remainder in the record (and class list) it had, and merging
  *     keeps the surviving free neighbour's, so most operations relink one list entry or none;
- *   - an optional index per region (one 32-bit entry per 256 bytes, mapped lazily: only pages
- *     where blocks start are ever touched) finds a block's record from its address, so that
- *     the front needs no table of its own. Each record also keeps the front's two words for
- *     a block: its requested size and its tag. */
+ *   - an optional address index finds a used block's record from its address, so that the
+ *     front needs no table of its own: a hash table of 32-bit record numbers (open
+ *     addressing, Fibonacci hashing of the address, at most half full, backward-shift
+ *     deletion), sized by the number of live blocks, not by the address space. (It replaced
+ *     one entry per 256 bytes of every region, mapped lazily: on an 8 GiB arena that is
+ *     128 MiB of index whose pages were first touched — a page fault, under the device's
+ *     lock — whenever a block started somewhere new, hundreds per pass when two threads
+ *     interleaved differently every pass, and a TLB miss on most frees.) Each record also
+ *     keeps the front's two words for a block: its requested size and its tag. */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define NIL UINT32_MAX
 #define SL_BITS 5
@@ -70,9 +74,17 @@ typedef struct region {
   uint64_t base, size;
   uint64_t max_size;   /* what it may grow to (hbm__arena_extend_region) */
   uint32_t head, tail; /* its sentinels */
-  uint32_t *index;     /* block start → record + 1, per 256 bytes; NULL when not indexed */
   bool live;
 } region_t;
+
+/* The address index: slot = record + 1 of a used block (0: empty), at the first free slot at
+ * or after the home of its address. */
+typedef struct addr_index {
+  uint32_t *slots;
+  uint32_t mask; /* capacity - 1 (a power of two), 0 before the first insertion */
+  unsigned shift;
+  uint32_t count;
+} addr_index_t;
 
 struct hbm__arena {
   chunk_t *chunks;
@@ -83,7 +95,8 @@ struct hbm__arena {
   uint32_t n_regions, cap_regions;
   uint32_t *by_base; /* live regions in address order */
   uint32_t n_live_regions;
-  bool indexed;        /* regions get an address index */
+  bool indexed; /* used blocks are in the address index */
+  addr_index_t index;
   uint64_t place_high; /* requests of this size or more go to the high end of their chunk */
   uint64_t fl_bitmap;
   uint32_t sl_bitmap[FL_COUNT];
@@ -289,15 +302,87 @@ static inline void unlink_chunk(hbm__arena_t *a, uint32_t j) {
   drop_record(a, j);
 }
 
-static inline const region_t *region_of(const hbm__arena_t *a, uint64_t addr);
+/* ---- the address index ---- */
 
-/* Records that chunk u (used) starts a block, for hbm__arena_find. */
-static inline void index_block(hbm__arena_t *a, uint32_t u) {
-  if (a->indexed) {
-    uint64_t addr = a->chunks[u].addr;
-    const region_t *r = region_of(a, addr);
-    r->index[(addr - r->base) / UNIT] = u + 1;
+static inline uint32_t index_home(const addr_index_t *x, uint64_t addr) {
+  return (uint32_t)(((addr >> 8) * 0x9E3779B97F4A7C15ull) >> x->shift);
+}
+
+/* Grows the index to twice its capacity (1024 slots at first); false: out of host memory. */
+static bool index_grow(hbm__arena_t *a) {
+  addr_index_t *x = &a->index;
+  uint32_t cap = x->slots ? 2 * (x->mask + 1) : 1024;
+  uint32_t *slots = cap ? calloc(cap, sizeof *slots) : NULL;
+  if (!slots)
+    return false;
+  addr_index_t grown = {slots, cap - 1, 64u - (unsigned)__builtin_ctz(cap), x->count};
+  for (uint32_t i = 0; x->slots && i <= x->mask; i++) {
+    uint32_t e = x->slots[i];
+    if (!e)
+      continue;
+    uint32_t k = index_home(&grown, a->chunks[e - 1].addr);
+    while (slots[k])
+      k = (k + 1) & grown.mask;
+    slots[k] = e;
   }
+  free(x->slots);
+  *x = grown;
+  return true;
+}
+
+/* Room for one more entry (at most half full); false: out of host memory. */
+HOT bool index_reserve(hbm__arena_t *a) {
+  const addr_index_t *x = &a->index;
+  return HBM_LIKELY(x->slots && 2 * (x->count + 1) <= x->mask + 1) || index_grow(a);
+}
+
+/* Records that chunk u (used) starts a block, for hbm__arena_find (room reserved). */
+HOT void index_block(hbm__arena_t *a, uint32_t u) {
+  if (!a->indexed)
+    return;
+  addr_index_t *x = &a->index;
+  uint32_t k = index_home(x, a->chunks[u].addr);
+  while (x->slots[k])
+    k = (k + 1) & x->mask;
+  x->slots[k] = u + 1;
+  x->count++;
+}
+
+/* The slot holding the used block that starts at addr, or UINT32_MAX. */
+HOT uint32_t index_slot(const hbm__arena_t *a, uint64_t addr) {
+  const addr_index_t *x = &a->index;
+  if (HBM_UNLIKELY(!x->slots))
+    return NIL;
+  for (uint32_t k = index_home(x, addr);; k = (k + 1) & x->mask) {
+    uint32_t e = x->slots[k];
+    if (!e || a->chunks[e - 1].addr == addr)
+      return e ? k : NIL;
+  }
+}
+
+/* Empties slot k, moving back the entries after it that may not stay past a hole. */
+HOT void index_erase_slot(hbm__arena_t *a, uint32_t k) {
+  addr_index_t *x = &a->index;
+  uint32_t hole = k;
+  for (uint32_t i = (hole + 1) & x->mask; x->slots[i]; i = (i + 1) & x->mask) {
+    uint32_t home = index_home(x, a->chunks[x->slots[i] - 1].addr);
+    /* The entry at i stays unless the hole lies between its home and i (cyclically). */
+    bool stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!stays) {
+      x->slots[hole] = x->slots[i];
+      hole = i;
+    }
+  }
+  x->slots[hole] = 0;
+  x->count--;
+}
+
+static inline void unindex_block(hbm__arena_t *a, uint64_t addr) {
+  if (!a->indexed)
+    return;
+  uint32_t k = index_slot(a, addr);
+  if (k != NIL)
+    index_erase_slot(a, k);
 }
 
 /* ---- the arena ---- */
@@ -315,17 +400,10 @@ hbm__arena_t *hbm__arena_new(bool indexed) {
   return a;
 }
 
-static void unmap_index(region_t *r) {
-  if (r->index)
-    munmap(r->index, r->max_size / UNIT * sizeof *r->index);
-  r->index = NULL;
-}
-
 void hbm__arena_delete(hbm__arena_t *a) {
   if (!a)
     return;
-  for (uint32_t r = 0; r < a->n_regions; r++)
-    unmap_index(&a->regions[r]);
+  free(a->index.slots);
   free(a->chunks);
   free(a->regions);
   free(a->by_base);
@@ -372,17 +450,6 @@ static hbm_status_t region_slot(hbm__arena_t *a, uint32_t *out) {
   return HBM_OK;
 }
 
-static hbm_status_t map_index(region_t *r) {
-  size_t bytes = r->max_size / UNIT * sizeof *r->index;
-  void *p =
-      mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for an arena index of %zu bytes",
-                      bytes);
-  r->index = p;
-  return HBM_OK;
-}
-
 hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size,
                                    uint64_t max_size) {
   if (max_size < size)
@@ -397,8 +464,6 @@ hbm_status_t hbm__arena_add_region(hbm__arena_t *a, uint64_t base, uint64_t size
   if (!reserve_records(a, 3))
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
   region_t region = {.base = base, .size = size, .max_size = max_size, .live = true};
-  if (a->indexed && (st = map_index(&region)) != HBM_OK)
-    return st;
   if (r == a->n_regions)
     a->n_regions++;
   region.head = take_record(a);
@@ -492,7 +557,7 @@ hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment
   uint32_t i = find_best_fit(a, units + pad); /* with pad, any start leaves room to align */
   if (i == NIL)
     return HBM_ERR_NO_MEMORY;
-  if (HBM_UNLIKELY(!reserve_records(a, 2)))
+  if (HBM_UNLIKELY(!reserve_records(a, 2)) || (a->indexed && HBM_UNLIKELY(!index_reserve(a))))
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
   uint64_t bytes = units * UNIT;
   const chunk_t *c = &a->chunks[i];
@@ -510,8 +575,8 @@ hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment
   return HBM_OK;
 }
 
-void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b) {
-  uint32_t i = (uint32_t)b->handle;
+/* Frees used chunk i (already out of the index), coalescing with free neighbours. */
+HOT void release_chunk(hbm__arena_t *a, uint32_t i) {
   chunk_t *c = &a->chunks[i];
   uint64_t size = c->size; /* used: no flag */
   a->allocated -= size;
@@ -534,37 +599,14 @@ void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b) {
   }
 }
 
-/* The region holding addr, NULL if none. */
-static inline const region_t *region_of(const hbm__arena_t *a, uint64_t addr) {
-  if (HBM_LIKELY(a->n_live_regions == 1)) {
-    const region_t *r = &a->regions[a->by_base[0]];
-    return addr - r->base < r->size ? r : NULL;
-  }
-  uint32_t lo = 0, hi = a->n_live_regions;
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    if (a->regions[a->by_base[mid]].base <= addr)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  if (hi == 0)
-    return NULL;
-  const region_t *r = &a->regions[a->by_base[lo]];
-  return addr - r->base < r->size ? r : NULL;
+void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b) {
+  unindex_block(a, a->chunks[b->handle].addr);
+  release_chunk(a, (uint32_t)b->handle);
 }
 
 static inline uint32_t find_block(const hbm__arena_t *a, uint64_t addr) {
-  const region_t *r = region_of(a, addr);
-  if (!r || !r->index || (addr - r->base) % UNIT)
-    return NIL;
-  uint32_t i = r->index[(addr - r->base) / UNIT] - 1;
-  /* Entries are not cleared when blocks are freed: a stale one points to a record that is
-   * now free, unused or another block, which the checks below tell apart. */
-  if (i == NIL || i >= a->n_chunks)
-    return NIL;
-  const chunk_t *c = &a->chunks[i];
-  return c->addr == addr && c->size && !is_free(c) ? i : NIL;
+  uint32_t k = a->indexed ? index_slot(a, addr) : NIL;
+  return k == NIL ? NIL : a->index.slots[k] - 1;
 }
 
 uint32_t hbm__arena_find(const hbm__arena_t *a, uint64_t addr) { return find_block(a, addr); }
@@ -598,7 +640,7 @@ hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, h
   if (keep == 0 || keep % UNIT || keep >= a->chunks[i].size)
     return hbm__error(HBM_ERR_INTERNAL, "arena split at %llu of a %llu-byte chunk",
                       (unsigned long long)keep, (unsigned long long)a->chunks[i].size);
-  if (!reserve_records(a, 1))
+  if (!reserve_records(a, 1) || (a->indexed && !index_reserve(a)))
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
   uint32_t j = take_record(a);
   a->chunks[j].addr = a->chunks[i].addr + keep;
@@ -643,7 +685,6 @@ void hbm__arena_drop_free_regions(hbm__arena_t *a,
     drop_record(a, only);
     drop_record(a, region->head);
     drop_record(a, region->tail);
-    unmap_index(region);
     region->live = false;
     a->reserved -= region->size;
     dropped = true;
@@ -688,13 +729,14 @@ hbm_status_t hbm__arena_walk(const hbm__arena_t *a, int (*fn)(const hbm__chunk_i
 }
 
 bool hbm__arena_release_at(hbm__arena_t *a, uint64_t addr, uint64_t *requested, uint32_t *tag) {
-  uint32_t i = find_block(a, addr);
-  if (i == NIL)
+  uint32_t k = a->indexed ? index_slot(a, addr) : NIL;
+  if (k == NIL)
     return false;
+  uint32_t i = a->index.slots[k] - 1;
   const chunk_t *c = &a->chunks[i];
   *requested = c->size - c->slack;
   *tag = c->tag;
-  hbm__block_t b = {.addr = addr, .allocated = c->size, .handle = i};
-  hbm__arena_release(a, &b);
+  index_erase_slot(a, k);
+  release_chunk(a, i);
   return true;
 }

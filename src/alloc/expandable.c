@@ -17,18 +17,28 @@
  * overlap it.
  *
  * Mapping is a system call (sim) or a driver call (CUDA), the dominant cost of this mode;
- * recently freed granules therefore stay mapped while they are few (at most CACHE_BYTES):
- * a block that comes back to the same addresses — the common case, best fit reuses the
- * same holes — then costs no call at all. hbm_trim() unmaps them, and so does any
- * allocation that would otherwise pass the limit. */
+ * recently freed granules therefore stay mapped (a cache): a block that comes back to the
+ * same addresses — the common case, best fit reuses the same holes — then costs no call at
+ * all. The cache always may hold CACHE_BYTES; beyond that it holds granules freed within the
+ * last RECENT_OPS operations (allocations and frees of this device), and only below the
+ * highest mapped total so far: before new granules raise that peak, the cache gives back
+ * what lies above it, so a new peak is the granules in use alone. So after a peak, memory
+ * goes back once RECENT_OPS more operations have passed (or at hbm_trim), and a program that
+ * repeats its steps finds last step's granules still mapped. On the GPT logs, whose blocks are tens
+ * to hundreds of MiB, a 32 MiB cache missed almost every time (about one map or unmap call per two
+ * operations, 600-1900 ns per operation). hbm_trim() unmaps the cache, and so does any allocation
+ * that would otherwise pass the limit. */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define UNIT HBM__MIN_BLOCK
-/* Free granules kept mapped (the budget for them is 64 MiB over 1.01x the peak). */
+/* Free granules always allowed to stay mapped (the issue's budget for them is 64 MiB over
+ * 1.01x the peak); more while they fit under the peak (cache_room). */
 #define CACHE_BYTES (32ull << 20)
+/* Beyond CACHE_BYTES, freed granules stay mapped this many operations. */
+#define RECENT_OPS (1ull << 16)
 /* The range: this many times the limit, or less when the address space will not have it. */
 static const unsigned range_factors[] = {4, 2, 1};
 
@@ -43,6 +53,7 @@ typedef struct granule {
 
 typedef struct queued {
   uint64_t granule;
+  uint64_t freed_at; /* the operation count when it was freed */
   uint32_t seq;
 } queued_t;
 
@@ -56,7 +67,9 @@ typedef struct expandable {
   uint64_t n_granules;
   uint64_t mapped; /* bytes mapped now */
   uint64_t peak_mapped;
-  uint64_t in_use; /* bytes of granules with users */
+  uint64_t in_use;      /* bytes of granules with users */
+  uint64_t ops;         /* allocations and frees so far (the cache's clock) */
+  uint64_t peak_in_use; /* the most bytes of granules in use so far */
   /* free but still mapped granules, oldest first: a ring whose stale entries (the granule was
    * used again since) are skipped, and dropped when it fills up */
   queued_t *queue;
@@ -194,7 +207,7 @@ static void enqueue(expandable_t *e, uint64_t g) {
     compact_queue(e);
   granule_t *gr = &e->granules[g];
   gr->queued = true;
-  e->queue[(e->queue_head + e->queue_len++) % e->n_granules] = (queued_t){g, ++gr->seq};
+  e->queue[(e->queue_head + e->queue_len++) % e->n_granules] = (queued_t){g, e->ops, ++gr->seq};
 }
 
 static hbm_status_t device_refused(hbm__failure_t *why, uint64_t bytes) {
@@ -250,6 +263,17 @@ static uint64_t unmapped_in(const expandable_t *e, uint64_t first, uint64_t last
 static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
                                  hbm__failure_t *why) {
   uint64_t limit = e->base.env.limit, need = unmapped_in(e, first, last) * e->gran;
+  /* New granules would raise the mapped peak: the cache gives back what lies above it first,
+   * so a new peak is granules in use alone (never more than without the cache). Giving
+   * back may take granules of this block, which then count in `need`: hence the loop. */
+  for (;;) {
+    uint64_t allowed = e->in_use + need > e->peak_in_use ? e->in_use + need : e->peak_in_use;
+    if (!need || !e->cached || e->mapped + need <= allowed)
+      break;
+    uint64_t over = e->mapped + need - allowed;
+    shrink_cache(e, e->cached > over ? e->cached - over : 0);
+    need = unmapped_in(e, first, last) * e->gran;
+  }
   if (e->mapped + need > limit) {
     shrink_cache(e, 0);
     need = unmapped_in(e, first, last) * e->gran;
@@ -298,10 +322,31 @@ static void use_granules(expandable_t *e, uint64_t first, uint64_t last) {
     }
     e->in_use += e->gran;
   }
+  if (e->in_use > e->peak_in_use)
+    e->peak_in_use = e->in_use;
 }
 
-/* The block [first, last] is gone: granules without users go to the cache, and the cache, when
- * over its size, is halved. */
+/* Gives back cached granules freed more than RECENT_OPS operations ago, oldest first, while
+ * the cache holds more than CACHE_BYTES. */
+static void expire_cache(expandable_t *e) {
+  uint64_t n = 0;
+  while (e->cached > CACHE_BYTES && e->queue_len) {
+    queued_t q = e->queue[e->queue_head];
+    bool current = is_current(e, q);
+    if (current && e->ops - q.freed_at < RECENT_OPS)
+      break;
+    e->queue_head = (e->queue_head + 1) % e->n_granules;
+    e->queue_len--;
+    if (!current)
+      continue;
+    e->granules[q.granule].queued = false;
+    e->cached -= e->gran;
+    e->evicted[n++] = q.granule;
+  }
+  unmap_all(e, e->evicted, n);
+}
+
+/* The block [first, last] is gone: granules without users go to the cache. */
 static void release_granules(expandable_t *e, uint64_t first, uint64_t last) {
   for (uint64_t g = first; g <= last; g++) {
     if (--e->granules[g].users)
@@ -310,8 +355,7 @@ static void release_granules(expandable_t *e, uint64_t first, uint64_t last) {
     e->cached += e->gran;
     enqueue(e, g);
   }
-  if (e->cached > CACHE_BYTES)
-    shrink_cache(e, CACHE_BYTES / 2);
+  expire_cache(e);
 }
 
 /* ---- the strategy ---- */
@@ -320,6 +364,7 @@ static hbm_status_t exp_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alignm
                               hbm_stream_t *stream, hbm__block_t *out, hbm__failure_t *why) {
   expandable_t *e = exp_of(s);
   (void)stream;
+  e->ops++;
   if (size > s->env.limit) {
     why->kind = HBM__FAIL_LIMIT;
     return HBM_ERR_NO_MEMORY;
@@ -346,6 +391,7 @@ static void exp_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *st
                      bool ordered) {
   expandable_t *e = exp_of(s);
   (void)stream, (void)ordered;
+  e->ops++;
   uint64_t first, last;
   granules_of(e, b, &first, &last);
   hbm__arena_release(e->arena, b);

@@ -59,17 +59,30 @@ static void drop_tag(hbm_device_t *dev, uint32_t i) {
 
 /* ---- opening and closing ---- */
 
+/* Whether this device's events go to the profile: a capture runs and has started on this
+ * device (its describe_live_blocks ran). Under the lock. */
+static inline bool recording(const hbm_device_t *dev) {
+  return HBM_UNLIKELY(hbm__rec_active()) && dev->rec_capture == hbm__rec_capture();
+}
+
 static void record_reservation(void *ctx, hbm_reserve_op_t op, uint64_t addr, uint64_t size) {
   hbm_device_t *dev = ctx;
-  hbm__rec_reserve(dev->rec_id, op, addr, size);
+  if (recording(dev))
+    hbm__rec_reserve(dev->rec_id, op, addr, size);
 }
 
 static hbm__record_t *live_records(hbm_device_t *dev, size_t *n);
 
-/* For a profile started while the device is in use: tell the recorder what is live. */
+/* For a profile started while the device is in use: tell the recorder what is live. The
+ * capture starts on this device here, under its lock: events of other threads before this
+ * point are not recorded (what they left live is listed below), those after it are — so the
+ * profile never sees a free of a block it did not see allocated. (The per-thread caches'
+ * fast paths, which run without this lock, check for a capture under their own lock, which
+ * the listing below takes too.) */
 static void describe_live_blocks(void *ctx) {
   hbm_device_t *dev = ctx;
   hbm__devlock_lock(&dev->lock);
+  dev->rec_capture = hbm__rec_capture();
   size_t n;
   hbm__record_t *all = live_records(dev, &n);
   for (size_t i = 0; all && i < n; i++)
@@ -237,7 +250,7 @@ static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__
     dev->peak_in_use = total;
   dev->num_allocs++;
   dev->num_live++;
-  if (HBM_UNLIKELY(hbm__rec_active()))
+  if (recording(dev))
     hbm__rec_alloc_stable(dev->rec_id, b->addr, size, b->allocated,
                           tag ? &dev->tags[tag_index].tag : NULL);
   return HBM_OK;
@@ -388,7 +401,7 @@ static hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *strea
   }
   if (HBM_UNLIKELY(tag))
     drop_tag(dev, tag);
-  if (HBM_UNLIKELY(hbm__rec_active()))
+  if (recording(dev))
     hbm__rec_free(dev->rec_id, addr);
   hbm__devlock_unlock(&dev->lock);
   return HBM_OK;

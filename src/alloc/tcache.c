@@ -4,8 +4,12 @@
  * its placement — and every replay — is the arena's alone.
  *
  * A cache belongs to one thread and one device, and holds
- *   - bins: blocks (of at most CACHE_MAX_BYTES) this thread freed, by size class, kept
- *     allocated in the arena, at most CACHE_BYTES in all;
+ *   - bins: blocks (of any size below 1 TiB) this thread freed, by size class, kept
+ *     allocated in the arena, at most its budget in all: CACHE_BYTES, or a quarter of the
+ *     device's limit when that is more — big blocks too, so that two threads each cycling
+ *     through hundred-megabyte activations (the GPT logs) do not queue on the device's lock
+ *     for every one. What the bins hold is given back before an allocation would fail or
+ *     the arena grow, so the budget never costs an OOM or a byte of reserved memory;
  *   - owned: the blocks it handed out from its bins and not yet freed (address → block and
  *     requested size): a free by the same thread finds them here;
  *   - the statistics of what went through it.
@@ -23,6 +27,7 @@
  * reaps the caches of exited threads — their live blocks become the device's own, their bins
  * go back to the arena — and a closed device's caches are dropped by their threads when met. */
 #include "alloc/alloc.h"
+#include "profile/recorder.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -30,12 +35,12 @@
 #include <string.h>
 
 #define UNIT HBM__MIN_BLOCK
-#define CACHE_MAX_BYTES (8ull << 20) /* larger blocks are never cached */
-#define CACHE_BYTES (64ull << 20)    /* what one cache may hold in its bins */
-#define EXACT_UNITS 64               /* below this, one bin per size */
-#define BIN_SUBDIVISIONS 8           /* above, this many bins per power of two */
+#define CACHE_MAX_UNITS UINT32_MAX /* units are kept in 32 bits: blocks below 1 TiB */
+#define CACHE_BYTES (64ull << 20)  /* what one cache may hold in its bins, at least */
+#define EXACT_UNITS 64             /* below this, one bin per size */
+#define BIN_SUBDIVISIONS 8         /* above, this many bins per power of two */
 #define BIN_CAPACITY 32
-#define N_BINS (EXACT_UNITS + 9 * BIN_SUBDIVISIONS + 1) /* up to 32768 units (8 MiB) */
+#define N_BINS (EXACT_UNITS + 26 * BIN_SUBDIVISIONS) /* up to 2^32 - 1 units */
 
 typedef struct cached_block {
   uint64_t addr;
@@ -64,6 +69,7 @@ struct hbm__tcache {
   uint64_t dev_uid;
   uint32_t slot; /* in dev->caches */
   hbm__tcache_t *thread_next;
+  uint64_t budget; /* the most its bins may hold, bytes */
   /* under lock */
   uint64_t cached; /* bytes in bins */
   owned_block_t *owned;
@@ -102,7 +108,7 @@ static inline unsigned bin_of(uint64_t units) {
   return EXACT_UNITS + (msb - 6) * BIN_SUBDIVISIONS + sub;
 }
 
-static inline bool cacheable(uint64_t units) { return units * UNIT <= CACHE_MAX_BYTES; }
+static inline bool cacheable(uint64_t units) { return units <= CACHE_MAX_UNITS; }
 
 /* ---- the table of owned blocks (open addressing, backward-shift deletion) ---- */
 
@@ -235,6 +241,7 @@ static hbm__tcache_t *create_cache(hbm_device_t *dev) {
   if (!c)
     return NULL;
   atomic_init(&c->refs, 2);
+  c->budget = dev->limit / 4 > CACHE_BYTES ? dev->limit / 4 : CACHE_BYTES;
   c->dev = dev;
   c->dev_uid = dev->uid;
   c->slot = slot;
@@ -256,6 +263,10 @@ bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uin
     return false;
   unsigned first = bin_of(units);
   spin_lock(&c->lock);
+  if (HBM_UNLIKELY(hbm__rec_active())) { /* a capture started: the locked path records */
+    spin_unlock(&c->lock);
+    return false;
+  }
   /* Its own bin (whose blocks may be a little smaller) or, above the exact sizes, the next. */
   for (unsigned k = first; k <= first + (first >= EXACT_UNITS) && k < N_BINS; k++) {
     bin_t *bin = &c->bins[k];
@@ -292,7 +303,7 @@ static void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
 }
 
 static bool has_room(const hbm__tcache_t *c, const bin_t *bin, uint64_t bytes) {
-  return bin->n < BIN_CAPACITY && c->cached + bytes <= CACHE_BYTES;
+  return bin->n < BIN_CAPACITY && c->cached + bytes <= c->budget;
 }
 
 /* Makes room for a block of `bytes` in `bin` by taking blocks out of the bins (the largest
@@ -304,9 +315,9 @@ static size_t evict(hbm__tcache_t *c, bin_t *bin, uint64_t bytes, cached_block_t
     out[n] = bin->blocks[--bin->n];
     c->cached -= (uint64_t)out[n++].units * UNIT;
   }
-  for (unsigned k = N_BINS; k-- > 0 && c->cached + bytes > CACHE_BYTES / 2 && n < cap;) {
+  for (unsigned k = N_BINS; k-- > 0 && c->cached + bytes > c->budget / 2 && n < cap;) {
     bin_t *b = &c->bins[k];
-    while (b->n && c->cached + bytes > CACHE_BYTES / 2 && n < cap) {
+    while (b->n && c->cached + bytes > c->budget / 2 && n < cap) {
       out[n] = b->blocks[--b->n];
       c->cached -= (uint64_t)out[n++].units * UNIT;
     }
@@ -334,8 +345,8 @@ bool hbm__tcache_free(hbm_device_t *dev, uint64_t addr) {
   if (!c)
     return false;
   spin_lock(&c->lock);
-  owned_block_t *o = owned_find(c, addr);
-  if (!o) {
+  owned_block_t *o = HBM_UNLIKELY(hbm__rec_active()) ? NULL : owned_find(c, addr);
+  if (!o) { /* not ours, or a capture started: the locked path (which records) */
     spin_unlock(&c->lock);
     return false;
   }

@@ -1,7 +1,8 @@
 /* recorder.c — the profiler's event recorder (recorder.h) and the public hbm_profiler_*
  * functions. While a capture runs, every hook appends a small fixed-layout record to a buffer
  * ("chunk") owned by the calling thread: no lock, no atomic read-modify-write, one timestamp
- * (rdtsc where the kernel itself trusts the TSC). A writer thread collects full chunks (and,
+ * (rdtsc wherever the TSC is invariant, whatever clocksource the kernel picked; see
+ * choose_clock). A writer thread collects full chunks (and,
  * once a second or on flush/OOM/stop, the filled part of every thread's current chunk),
  * turns them into trace records (strings interned once per file, times in ns) and lets
  * trace_write.c compress and append them as blocks. So the allocating thread pays for the
@@ -33,7 +34,7 @@
 #define MAX_TAG_STRING 4095u         /* longer tag strings are cut in the profile */
 #define FLUSH_PERIOD_S 1             /* bounds what a crash can lose */
 
-atomic_int hbm__rec_capturing;
+atomic_uint hbm__rec_capturing;
 
 /* ---- raw records, as threads write them (never stored in files) ---- */
 
@@ -125,6 +126,7 @@ static struct {
   uint64_t ticks0;
   double ns_per_tick;
   bool use_tsc;
+  char clock_name[16]; /* the header's "clock": tsc, cntvct or monotonic */
   char *path;
   atomic_uint gen;
   atomic_ullong dropped;
@@ -153,39 +155,93 @@ static int64_t monotonic_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The invariant counter the recorder stamps events with, when the machine has one. */
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t read_counter(void) { return __rdtsc(); }
+#elif defined(__aarch64__)
+#define HAVE_TSC 1
+static inline uint64_t read_counter(void) { /* the generic timer: invariant by the spec */
+  uint64_t v;
+  __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+}
+#endif
+
 static inline uint64_t read_ticks(void) {
 #ifdef HAVE_TSC
   if (HBM_LIKELY(rec.use_tsc))
-    return __rdtsc();
+    return read_counter();
 #endif
   return (uint64_t)monotonic_ns();
 }
 
-/* The TSC is used only where the kernel uses it as its own clock (so it is invariant and
- * synchronised across cores); it is calibrated once against CLOCK_MONOTONIC. */
+static void read_line(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  if (!fgets(out, (int)cap, f))
+    out[0] = '\0';
+  fclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+/* Whether the CPU says its TSC ticks at one rate whatever the frequency and sleep states
+ * (constant_tsc + nonstop_tsc: an invariant TSC). That holds on cloud VMs whose kernel chose
+ * kvm-clock or hyperv_clocksource all the same: the kernel's choice is about migration and
+ * suspend, which do not happen within a capture's chunk, and per-event clock_gettime through
+ * those clocksources costs 30-70 ns where rdtsc costs a few. */
+static bool invariant_tsc(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return false;
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f))
+    if (!strncmp(line, "flags", 5))
+      found = strstr(line, " constant_tsc") && strstr(line, " nonstop_tsc");
+  fclose(f);
+  return found;
+}
+
+/* The counter is used where it is invariant: the kernel's own clocksource is the TSC, the
+ * CPU flags say so, or on ARMv8 (whose generic timer always is). HBM_RECORDER_CLOCK=monotonic
+ * or =tsc overrides (benchmarks, tests). Calibrated once against CLOCK_MONOTONIC over 2 ms
+ * (about 1e-4 relative error: docs/trace-format.md). */
 static void choose_clock(void) {
   rec.use_tsc = false;
   rec.ns_per_tick = 1.0;
+  snprintf(rec.clock_name, sizeof rec.clock_name, "monotonic");
 #ifdef HAVE_TSC
-  char source[32] = "";
-  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
-  if (f) {
-    if (!fgets(source, sizeof source, f))
-      source[0] = '\0';
-    fclose(f);
-  }
-  if (strncmp(source, "tsc", 3) != 0)
+  char source[64];
+  read_line("/sys/devices/system/clocksource/clocksource0/current_clocksource", source,
+            sizeof source);
+  const char *force = getenv("HBM_RECORDER_CLOCK");
+  bool use = !strncmp(source, "tsc", 3) || invariant_tsc();
+#if defined(__aarch64__)
+  use = true;
+#endif
+  if (force && !strcmp(force, "monotonic"))
+    use = false;
+  else if (force && !strcmp(force, "tsc"))
+    use = true;
+  if (!use)
     return;
   int64_t t0 = monotonic_ns();
-  uint64_t c0 = __rdtsc();
+  uint64_t c0 = read_counter();
   int64_t t1;
   do
     t1 = monotonic_ns();
   while (t1 - t0 < 2000000);
-  uint64_t c1 = __rdtsc();
+  uint64_t c1 = read_counter();
   if (c1 > c0) {
     rec.ns_per_tick = (double)(t1 - t0) / (double)(c1 - c0);
     rec.use_tsc = true;
+#if defined(__aarch64__)
+    snprintf(rec.clock_name, sizeof rec.clock_name, "cntvct");
+#else
+    snprintf(rec.clock_name, sizeof rec.clock_name, "tsc");
+#endif
   }
 #endif
 }
@@ -634,6 +690,8 @@ int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
     if (rec.tw && assign_space(id, d) < 0)
       drop_event();
     pthread_mutex_unlock(&rec.write_lock);
+    if (describe) /* the capture starts on it now */
+      describe(dev);
   }
 out:
   pthread_mutex_unlock(&rec.devices_lock);
@@ -769,7 +827,7 @@ static void capture_meta(char *host, size_t host_cap, char (*values)[256]) {
   struct tm tm;
   localtime_r(&now, &tm);
   strftime(values[2], 256, "%Y-%m-%dT%H:%M:%S%z", &tm);
-  snprintf(values[3], 256, "%s", rec.use_tsc ? "tsc" : "monotonic");
+  snprintf(values[3], 256, "%s", rec.clock_name);
   snprintf(values[4], 256, "%s", HBM_VERSION);
   values[5][0] = values[6][0] = '\0';
   for (int id = 0, n = 0; id < rec.n_devices; id++) { /* under devices_lock */
@@ -878,7 +936,7 @@ hbm_status_t hbm_profiler_start(const char *logdir) {
   if ((s = open_trace(logdir)) != HBM_OK)
     goto out;
   rec.ticks0 = read_ticks();
-  atomic_store(&hbm__rec_capturing, 1);
+  atomic_store(&hbm__rec_capturing, atomic_load(&rec.gen));
   rec.writer_running = pthread_create(&rec.writer, NULL, writer_main, NULL) == 0;
   describe_devices();
 out:

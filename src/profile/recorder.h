@@ -16,11 +16,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Non-zero while a profile is being captured. The load is an acquire (a plain load on x86
- * and ARMv8's LDAR): a hook that sees a capture running also sees how it was set up. */
-extern atomic_int hbm__rec_capturing;
+/* While a profile is being captured: the capture's number (1, 2, ... one per
+ * hbm_profiler_start); 0 otherwise. The load is an acquire (a plain load on x86 and ARMv8's
+ * LDAR): a hook that sees a capture running also sees how it was set up. */
+extern atomic_uint hbm__rec_capturing;
 static inline bool hbm__rec_active(void) {
   return atomic_load_explicit(&hbm__rec_capturing, memory_order_acquire) != 0;
+}
+static inline unsigned hbm__rec_capture(void) {
+  return atomic_load_explicit(&hbm__rec_capturing, memory_order_acquire);
 }
 
 /* Registers a device (called by hbm_open); returns an id for the other hooks (>= 0), or -1.
@@ -28,7 +32,12 @@ static inline bool hbm__rec_active(void) {
  * describe() lets the recorder, when a capture starts later, list the device's live blocks
  * (so a profile started mid-run knows what was already live): it must call
  * hbm__rec_alloc(id, ...) for each live block, under the device's own lock (and may call
- * hbm__rec_reserve for the memory it holds, so reserved bytes are known too).
+ * hbm__rec_reserve for the memory it holds, so reserved bytes are known too). A capture
+ * starts on a device at its describe(): a device whose events other threads may cause
+ * meanwhile must, under the same lock, note hbm__rec_capture() there and record events only
+ * while it still equals hbm__rec_capture() — then every free the profile sees is of a block
+ * it saw allocated or listed (src/alloc/front.c does so). When a device is opened during a
+ * capture, describe() is called from hbm__rec_device_open (with nothing live to list).
  * Ordering: call the alloc/free/reserve/oom hooks while holding the device's lock, so that
  * the order of a device's events in the profile is the order of its state changes. Call
  * hbm__rec_device_open/close without holding it (close may wait for a capture starting on
