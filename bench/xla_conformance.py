@@ -124,7 +124,9 @@ def compare(hbm, directory):
         if plan is not None:
             row["ours"] = dict(args=plan["argument_bytes"], outputs=plan["output_bytes"],
                                alias=plan["alias_bytes"], temp=plan["temp_bytes"],
-                               total=plan["used_bytes"] - plan.get("reserved_bytes", 0))
+                               total=plan.get("total_bytes", plan["used_bytes"]))
+        if plan.get("warnings"):
+            row["err"] = "; ".join(plan["warnings"])
         rows.append(row)
     return rows
 

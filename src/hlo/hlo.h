@@ -270,6 +270,7 @@ typedef struct hlo_module {
   uint32_t n_comps;
   hlo_comp_t *entry;
   bool is_scheduled;
+  int64_t num_partitions; /* the header's num_partitions (1 when absent) */
   uint32_t n_io_alias;
   hlo_alias_pair_t *io_alias; /* operand = parameter number */
   uint32_t n_donors;
@@ -329,6 +330,7 @@ typedef struct hlo_buffer {
   uint32_t n_values;
   uint32_t flags;      /* union of the values' flags */
   uint32_t start, end; /* live range [start, end) over steps */
+  uint32_t first_def;  /* the step of its first definition (indefinite buffers too) */
   uint64_t bytes, unpadded_bytes;
   int color;
   uint32_t share_group; /* buffers sharing one heap chunk (in-place reuse); own index if none */
@@ -342,6 +344,7 @@ typedef struct hlo_step {
 
 typedef struct hlo_plan_opts {
   uint64_t alignment; /* heap offsets are multiples of this (>= 1) */
+  bool reuse_outputs; /* temporaries may live in output allocations (XLA's BufferAssigner) */
 } hlo_plan_opts_t;
 
 /* The result of planning one module. */
@@ -363,6 +366,9 @@ typedef struct hlo_assignment {
 
 /* Dataflow + aliasing + live ranges: fills steps, values, buffers. */
 hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *out);
+/* The same, with the allocation rules of opt (NULL: none of them). */
+hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *out,
+                                  const hlo_plan_opts_t *opt);
 /* Heap simulation of the temporaries of every colour (offsets, heap sizes) and the live peak
  * of temporaries per colour. */
 hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t *opt);

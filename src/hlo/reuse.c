@@ -1,0 +1,213 @@
+/* reuse.c — temporaries that XLA puts in an output's allocation instead of the temp heap.
+ *
+ * XLA's BufferAssigner gives every live-out buffer an allocation of its own before the
+ * temporaries reach the heap simulator, then walks the remaining buffers largest first and
+ * puts each in an existing allocation when it fits (MaybeAssignBuffer): same colour, no
+ * larger than the allocation, and no live range meeting any value already there. Two
+ * ranges that only touch (one ends where the other starts) may share when the later value
+ * is computed element-wise from the earlier one, as CanShareOperandBufferWithUser allows.
+ * Output allocations live from their definition to the end of the program, so a
+ * temporary that dies where (or before) the output is computed lands there: the temp
+ * allocation shrinks by that much, which is the whole of it on many small modules.
+ *
+ * The candidate allocations are tried smallest first (XLA walks its allocation list from
+ * the end); a temporary tries at most MAX_TRIES of them, which only matters for modules
+ * with thousands of outputs of one size. */
+#include "alias_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TRIES 64
+
+typedef struct reuse_state {
+  hlo_assignment_t *as;
+  uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
+  uint32_t *share_to;
+  uint32_t *alloc_of;   /* buffer → output buffer whose allocation holds it, or UINT32_MAX */
+  uint32_t *members;    /* per allocation: temporaries placed in it, chained */
+  uint32_t *next_member;
+} reuse_state_t;
+
+/* The inclusive last step of a temporary (XLA's live ranges include their end). */
+static uint32_t last_step(const hlo_buffer_t *b) { return b->end > b->start ? b->end - 1 : b->start; }
+
+/* May `later` (defined where `earlier` is last read) take `earlier`'s memory? Only when
+ * the dataflow recorded it as an element-wise reuse (alias.c's share edges). */
+static bool may_touch(const reuse_state_t *s, uint32_t earlier, uint32_t later) {
+  for (uint32_t k = s->share_first[earlier]; k < s->share_first[earlier + 1]; k++)
+    if (s->share_to[k] == later)
+      return true;
+  return false;
+}
+
+static bool ranges_meet(const reuse_state_t *s, uint32_t a, uint32_t b) {
+  const hlo_buffer_t *x = &s->as->buffers[a], *y = &s->as->buffers[b];
+  uint32_t xl = last_step(x), yl = last_step(y);
+  if (xl < y->start || yl < x->start)
+    return false;
+  if (xl == y->start)
+    return !may_touch(s, a, b);
+  if (yl == x->start)
+    return !may_touch(s, b, a);
+  return true;
+}
+
+/* Can temporary t live in output buffer o's allocation? */
+static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
+  const hlo_buffer_t *tb = &s->as->buffers[t], *ob = &s->as->buffers[o];
+  if (tb->bytes > ob->bytes || tb->color != ob->color)
+    return false;
+  uint32_t tl = last_step(tb);
+  if (tl > ob->first_def || (tl == ob->first_def && !may_touch(s, t, o)))
+    return false;
+  for (uint32_t m = s->members[o]; m != UINT32_MAX; m = s->next_member[m])
+    if (ranges_meet(s, t, m))
+      return false;
+  return true;
+}
+
+static bool is_output_allocation(const hlo_buffer_t *b) {
+  return b->indefinite && (b->flags & HLO_V_OUTPUT) && !(b->flags & (HLO_V_PARAM | HLO_V_CONST));
+}
+
+static bool is_temporary(const hlo_buffer_t *b) { return !b->indefinite && b->bytes > 0; }
+
+static const hlo_buffer_t *cmp_buffers;
+
+/* Largest first; ties: the earlier definition, then the lower index (a stable order). */
+static int by_size_desc(const void *pa, const void *pb) {
+  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa], *b = &cmp_buffers[*(const uint32_t *)pb];
+  if (a->bytes != b->bytes)
+    return a->bytes > b->bytes ? -1 : 1;
+  if (a->first_def != b->first_def)
+    return a->first_def < b->first_def ? -1 : 1;
+  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+}
+
+/* Share edges as a CSR from the operand's buffer to the result's. */
+static bool build_shares(const hlo_dataflow_t *df, reuse_state_t *s) {
+  const hlo_assignment_t *as = s->as;
+  s->share_first = calloc((size_t)as->n_buffers + 2, sizeof *s->share_first);
+  s->share_to = malloc((df->edges.len + 1) * sizeof *s->share_to);
+  if (!s->share_first || !s->share_to)
+    return false;
+  for (size_t i = 0; i < df->edges.len; i++) {
+    const hlo_edge_t *e = &HLO_VEC_AT(&df->edges, hlo_edge_t, i);
+    uint32_t a = e->kind == HLO_EDGE_SHARE ? as->value_buffer[e->a] : UINT32_MAX;
+    if (a != UINT32_MAX && as->value_buffer[e->b] != UINT32_MAX)
+      s->share_first[a + 2]++;
+  }
+  for (uint32_t b = 0; b < as->n_buffers; b++)
+    s->share_first[b + 2] += s->share_first[b + 1];
+  for (size_t i = 0; i < df->edges.len; i++) {
+    const hlo_edge_t *e = &HLO_VEC_AT(&df->edges, hlo_edge_t, i);
+    uint32_t a = e->kind == HLO_EDGE_SHARE ? as->value_buffer[e->a] : UINT32_MAX;
+    uint32_t b = a != UINT32_MAX ? as->value_buffer[e->b] : UINT32_MAX;
+    if (b != UINT32_MAX)
+      s->share_to[s->share_first[a + 1]++] = b;
+  }
+  return true;
+}
+
+/* Moves every value of a reused temporary into its output's buffer and drops the
+ * temporaries from the buffer list (indices shift down). */
+static bool compact(reuse_state_t *s) {
+  hlo_assignment_t *as = s->as;
+  uint32_t *new_index = malloc(((size_t)as->n_buffers + 1) * sizeof *new_index);
+  if (!new_index)
+    return false;
+  uint32_t nb = 0;
+  for (uint32_t i = 0; i < as->n_buffers; i++) {
+    if (s->alloc_of[i] != UINT32_MAX) {
+      hlo_buffer_t *o = &as->buffers[s->alloc_of[i]];
+      o->n_values += as->buffers[i].n_values;
+      new_index[i] = UINT32_MAX;
+      continue;
+    }
+    new_index[i] = nb;
+    as->buffers[nb] = as->buffers[i];
+    as->buffers[nb].share_group = nb;
+    nb++;
+  }
+  for (uint32_t v = 0; v < as->n_values; v++) {
+    uint32_t b = as->value_buffer[v];
+    if (b == UINT32_MAX)
+      continue;
+    as->value_buffer[v] = new_index[s->alloc_of[b] != UINT32_MAX ? s->alloc_of[b] : b];
+  }
+  as->n_buffers = nb;
+  free(new_index);
+  return true;
+}
+
+/* Output allocations sorted smallest first, ties: the later definition first. */
+static int by_size_asc(const void *pa, const void *pb) { return -by_size_desc(pa, pb); }
+
+static void place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
+                              const uint32_t *outs, size_t no, bool *any) {
+  const hlo_buffer_t *bufs = s->as->buffers;
+  for (size_t i = 0; i < nt; i++) {
+    uint32_t t = temps[i];
+    /* the first output allocation at least as large (outs ascending by size) */
+    size_t lo = 0, hi = no;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (bufs[outs[mid]].bytes < bufs[t].bytes)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
+      if (!fits_in(s, t, outs[k]))
+        continue;
+      s->alloc_of[t] = outs[k];
+      s->next_member[t] = s->members[outs[k]];
+      s->members[outs[k]] = t;
+      *any = true;
+      break;
+    }
+  }
+}
+
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+  uint32_t nb = as->n_buffers;
+  size_t nt = 0, no = 0;
+  for (uint32_t i = 0; i < nb; i++) {
+    no += is_output_allocation(&as->buffers[i]);
+    nt += is_temporary(&as->buffers[i]);
+  }
+  if (no == 0 || nt == 0)
+    return true;
+  reuse_state_t s = {.as = as};
+  uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
+  s.alloc_of = malloc(((size_t)nb + 1) * sizeof *s.alloc_of);
+  s.members = malloc(((size_t)nb + 1) * sizeof *s.members);
+  s.next_member = malloc(((size_t)nb + 1) * sizeof *s.next_member);
+  bool ok = temps && outs && s.alloc_of && s.members && s.next_member && build_shares(df, &s);
+  bool any = false;
+  if (ok) {
+    nt = no = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+      s.alloc_of[i] = s.members[i] = s.next_member[i] = UINT32_MAX;
+      if (is_output_allocation(&as->buffers[i]))
+        outs[no++] = i;
+      else if (is_temporary(&as->buffers[i]))
+        temps[nt++] = i;
+    }
+    cmp_buffers = as->buffers;
+    qsort(temps, nt, sizeof *temps, by_size_desc);
+    qsort(outs, no, sizeof *outs, by_size_asc);
+    place_temporaries(&s, temps, nt, outs, no, &any);
+  }
+  if (ok && any)
+    ok = compact(&s);
+  free(temps);
+  free(outs);
+  free(s.alloc_of);
+  free(s.members);
+  free(s.next_member);
+  free(s.share_first);
+  free(s.share_to);
+  return ok;
+}
