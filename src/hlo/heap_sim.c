@@ -715,7 +715,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   for (uint32_t i = 0; i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
-    if (!b->indefinite && b->color == color && b->end > b->start)
+    if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
       group_size[b->share_group]++;
   }
   size_t n = 0;
@@ -724,6 +724,11 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
       continue;
+    if (b->separate) { /* its own allocation: live, but not in the heap */
+      delta[b->start] += (int64_t)b->bytes;
+      delta[b->end] -= (int64_t)b->bytes;
+      continue;
+    }
     delta[b->start] += (int64_t)b->bytes;
     delta[b->end] -= (int64_t)b->bytes;
     uint32_t share = group_size[b->share_group] > 1 ? b->share_group + 1 : 0;
@@ -776,5 +781,5 @@ hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t 
     if (st != HBM_OK)
       return st;
   }
-  return HBM_OK;
+  return opt && opt->xla_allocations ? hbm__hlo_combine_temps(as, alignment) : HBM_OK;
 }

@@ -336,6 +336,7 @@ typedef struct hlo_buffer {
   uint32_t share_group; /* buffers sharing one heap chunk (in-place reuse); own index if none */
   uint64_t offset;      /* heap offset (temporaries) */
   int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
+  int separate;         /* a temporary with an allocation of its own (XLA: tuple-shaped) */
 } hlo_buffer_t;
 
 typedef struct hlo_step {
@@ -344,7 +345,10 @@ typedef struct hlo_step {
 
 typedef struct hlo_plan_opts {
   uint64_t alignment; /* heap offsets are multiples of this (>= 1) */
-  bool reuse_outputs; /* temporaries may live in output allocations (XLA's BufferAssigner) */
+  /* XLA's BufferAssigner on top of the heap: temporaries may live in output allocations,
+   * tuple-shaped temporaries get allocations of their own, and the temp allocations are
+   * combined into one (reuse.c, combine.c) */
+  bool xla_allocations;
 } hlo_plan_opts_t;
 
 /* The result of planning one module. */
@@ -373,6 +377,10 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *out,
  * of temporaries per colour. */
 hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t *opt);
 void hbm__hlo_assignment_free(hlo_assignment_t *as);
+/* XLA's CombineTempAllocations (combine.c): the heap of each colour and the separate
+ * temporaries, laid end to end (each aligned) in XLA's allocation order; sets their offsets
+ * and as->heap_bytes. */
+hbm_status_t hbm__hlo_combine_temps(hlo_assignment_t *as, uint64_t alignment);
 
 /* ---- heap simulator (heap_sim.c): XLA's GlobalDecreasingSizeBestFitHeap ---- */
 

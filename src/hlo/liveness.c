@@ -341,7 +341,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
     df.steps.data = NULL;
     ok = build_buffers(&df, &u, as);
   }
-  if (ok && opt && opt->reuse_outputs)
+  if (ok && opt && opt->xla_allocations)
     ok = hbm__reuse_output_allocations(&df, as);
   if (ok)
     apply_shares(&df, as);

@@ -71,7 +71,17 @@ static bool is_output_allocation(const hlo_buffer_t *b) {
   return b->indefinite && (b->flags & HLO_V_OUTPUT) && !(b->flags & (HLO_V_PARAM | HLO_V_CONST));
 }
 
-static bool is_temporary(const hlo_buffer_t *b) { return !b->indefinite && b->bytes > 0; }
+static bool is_temporary(const hlo_buffer_t *b) {
+  return !b->indefinite && !b->separate && b->bytes > 0;
+}
+
+/* XLA gives every tuple-shaped buffer an allocation of its own before anything else. */
+static void mark_separate(hlo_assignment_t *as) {
+  for (uint32_t i = 0; i < as->n_buffers; i++) {
+    hlo_buffer_t *b = &as->buffers[i];
+    b->separate = !b->indefinite && as->values[b->value].shape->etype == HLO_T_TUPLE;
+  }
+}
 
 static const hlo_buffer_t *cmp_buffers;
 
@@ -171,6 +181,7 @@ static void place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
 }
 
 bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+  mark_separate(as);
   uint32_t nb = as->n_buffers;
   size_t nt = 0, no = 0;
   for (uint32_t i = 0; i < nb; i++) {
