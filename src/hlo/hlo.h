@@ -396,5 +396,9 @@ typedef struct hlo_interval {
  * share are placed together (at their largest's turn) in a gap free during each of them, as
  * XLA places colocated buffers. Returns the heap size in *heap. */
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap);
+/* The same where ties in size are broken by the spans in XLA's event time (ev[2i], ev[2i+1]:
+ * the interval's alloc and free events) instead of steps; ev may be NULL. */
+hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                      const uint32_t *ev, uint64_t *heap);
 
 #endif /* HBM_HLO_H */
