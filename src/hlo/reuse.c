@@ -20,16 +20,23 @@
 
 #define MAX_TRIES 64
 
+/* Something already in an allocation: one of its own values, or a placed temporary. */
+typedef struct occupant {
+  uint32_t lo, hi; /* steps, both inclusive (XLA's live ranges include their end) */
+  uint32_t who;    /* its buffer, for the element-wise sharing check */
+  uint32_t next;   /* the allocation's next occupant, UINT32_MAX at the end */
+} occupant_t;
+
 typedef struct reuse_state {
   hlo_assignment_t *as;
   uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
   uint32_t *share_to;
-  uint32_t *alloc_of;   /* buffer → output buffer whose allocation holds it, or UINT32_MAX */
-  uint32_t *members;    /* per allocation: temporaries placed in it, chained */
-  uint32_t *next_member;
+  uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
+  uint32_t *first;    /* per buffer: its first occupant when it is an allocation */
+  hlo_vec_t occupants;
 } reuse_state_t;
 
-/* The inclusive last step of a temporary (XLA's live ranges include their end). */
+/* The inclusive last step of a temporary. */
 static uint32_t last_step(const hlo_buffer_t *b) { return b->end > b->start ? b->end - 1 : b->start; }
 
 /* May `later` (defined where `earlier` is last read) take `earlier`'s memory? Only when
@@ -41,34 +48,47 @@ static bool may_touch(const reuse_state_t *s, uint32_t earlier, uint32_t later) 
   return false;
 }
 
-static bool ranges_meet(const reuse_state_t *s, uint32_t a, uint32_t b) {
-  const hlo_buffer_t *x = &s->as->buffers[a], *y = &s->as->buffers[b];
-  uint32_t xl = last_step(x), yl = last_step(y);
-  if (xl < y->start || yl < x->start)
+/* XLA's LiveRangeInterferes: ranges that overlap interfere, unless one ends exactly where
+ * the other starts and the later may be written over the earlier. */
+static bool interferes(const reuse_state_t *s, uint32_t lo, uint32_t hi, uint32_t who,
+                       const occupant_t *o) {
+  if (hi < o->lo || o->hi < lo)
     return false;
-  if (xl == y->start)
-    return !may_touch(s, a, b);
-  if (yl == x->start)
-    return !may_touch(s, b, a);
+  if (hi == o->lo)
+    return !may_touch(s, who, o->who);
+  if (o->hi == lo)
+    return !may_touch(s, o->who, who);
   return true;
 }
 
-/* Can temporary t live in output buffer o's allocation? */
+static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi,
+                         uint32_t who) {
+  occupant_t o = {lo, hi, who, s->first[alloc]};
+  s->first[alloc] = (uint32_t)s->occupants.len;
+  return hbm__hlo_vec_push(&s->occupants, &o);
+}
+
+/* Can temporary t live in allocation o? */
 static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
   const hlo_buffer_t *tb = &s->as->buffers[t], *ob = &s->as->buffers[o];
   if (tb->bytes > ob->bytes || tb->color != ob->color)
     return false;
-  uint32_t tl = last_step(tb);
-  if (tl > ob->first_def || (tl == ob->first_def && !may_touch(s, t, o)))
-    return false;
-  for (uint32_t m = s->members[o]; m != UINT32_MAX; m = s->next_member[m])
-    if (ranges_meet(s, t, m))
+  uint32_t lo = tb->start, hi = last_step(tb);
+  for (uint32_t k = s->first[o]; k != UINT32_MAX;) {
+    const occupant_t *oc = &HLO_VEC_AT(&s->occupants, occupant_t, k);
+    if (interferes(s, lo, hi, t, oc))
       return false;
+    k = oc->next;
+  }
   return true;
 }
 
-static bool is_output_allocation(const hlo_buffer_t *b) {
-  return b->indefinite && (b->flags & HLO_V_OUTPUT) && !(b->flags & (HLO_V_PARAM | HLO_V_CONST));
+/* Allocations XLA may put other buffers in: outputs, and parameters aliased with an output
+ * (input_output_alias), which XLA keeps in its list of reusable allocations. */
+static bool is_reusable_allocation(const hlo_buffer_t *b) {
+  if (!b->indefinite || !(b->flags & HLO_V_OUTPUT) || (b->flags & (HLO_V_CONST | HLO_V_THREAD)))
+    return false;
+  return !(b->flags & HLO_V_PARAM) || (b->flags & HLO_V_ALIASED);
 }
 
 static bool is_temporary(const hlo_buffer_t *b) {
@@ -120,7 +140,7 @@ static bool build_shares(const hlo_dataflow_t *df, reuse_state_t *s) {
   return true;
 }
 
-/* Moves every value of a reused temporary into its output's buffer and drops the
+/* Moves every value of a reused temporary into its allocation's buffer and drops the
  * temporaries from the buffer list (indices shift down). */
 static bool compact(reuse_state_t *s) {
   hlo_assignment_t *as = s->as;
@@ -130,8 +150,7 @@ static bool compact(reuse_state_t *s) {
   uint32_t nb = 0;
   for (uint32_t i = 0; i < as->n_buffers; i++) {
     if (s->alloc_of[i] != UINT32_MAX) {
-      hlo_buffer_t *o = &as->buffers[s->alloc_of[i]];
-      o->n_values += as->buffers[i].n_values;
+      as->buffers[s->alloc_of[i]].n_values += as->buffers[i].n_values;
       new_index[i] = UINT32_MAX;
       continue;
     }
@@ -151,15 +170,31 @@ static bool compact(reuse_state_t *s) {
   return true;
 }
 
-/* Output allocations sorted smallest first, ties: the later definition first. */
+/* Allocations sorted smallest first, ties: the later definition first. */
 static int by_size_asc(const void *pa, const void *pb) { return -by_size_desc(pa, pb); }
 
-static void place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
+/* Each allocation starts with its own values, over their own live ranges. */
+static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
+  const hlo_assignment_t *as = s->as;
+  for (uint32_t v = 0; v < as->n_values; v++) {
+    uint32_t b = as->value_buffer[v];
+    if (b == UINT32_MAX || !is_alloc[b])
+      continue;
+    const hlo_value_t *val = &as->values[v];
+    uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+    uint32_t lo = (val->flags & HLO_V_PARAM) ? 0 : val->def_step;
+    if (!add_occupant(s, b, lo, hi, b))
+      return false;
+  }
+  return true;
+}
+
+static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
                               const uint32_t *outs, size_t no, bool *any) {
   const hlo_buffer_t *bufs = s->as->buffers;
   for (size_t i = 0; i < nt; i++) {
     uint32_t t = temps[i];
-    /* the first output allocation at least as large (outs ascending by size) */
+    /* the first allocation at least as large (outs ascending by size) */
     size_t lo = 0, hi = no;
     while (lo < hi) {
       size_t mid = (lo + hi) / 2;
@@ -172,12 +207,13 @@ static void place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
       if (!fits_in(s, t, outs[k]))
         continue;
       s->alloc_of[t] = outs[k];
-      s->next_member[t] = s->members[outs[k]];
-      s->members[outs[k]] = t;
+      if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
+        return false;
       *any = true;
       break;
     }
   }
+  return true;
 }
 
 bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
@@ -185,40 +221,44 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   uint32_t nb = as->n_buffers;
   size_t nt = 0, no = 0;
   for (uint32_t i = 0; i < nb; i++) {
-    no += is_output_allocation(&as->buffers[i]);
+    no += is_reusable_allocation(&as->buffers[i]);
     nt += is_temporary(&as->buffers[i]);
   }
   if (no == 0 || nt == 0)
     return true;
   reuse_state_t s = {.as = as};
+  hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
   uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
+  uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
   s.alloc_of = malloc(((size_t)nb + 1) * sizeof *s.alloc_of);
-  s.members = malloc(((size_t)nb + 1) * sizeof *s.members);
-  s.next_member = malloc(((size_t)nb + 1) * sizeof *s.next_member);
-  bool ok = temps && outs && s.alloc_of && s.members && s.next_member && build_shares(df, &s);
+  s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
+  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
   bool any = false;
   if (ok) {
     nt = no = 0;
     for (uint32_t i = 0; i < nb; i++) {
-      s.alloc_of[i] = s.members[i] = s.next_member[i] = UINT32_MAX;
-      if (is_output_allocation(&as->buffers[i]))
+      s.alloc_of[i] = s.first[i] = UINT32_MAX;
+      if (is_reusable_allocation(&as->buffers[i])) {
         outs[no++] = i;
-      else if (is_temporary(&as->buffers[i]))
+        is_alloc[i] = 1;
+      } else if (is_temporary(&as->buffers[i])) {
         temps[nt++] = i;
+      }
     }
     cmp_buffers = as->buffers;
     qsort(temps, nt, sizeof *temps, by_size_desc);
     qsort(outs, no, sizeof *outs, by_size_asc);
-    place_temporaries(&s, temps, nt, outs, no, &any);
+    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
   }
   if (ok && any)
     ok = compact(&s);
   free(temps);
   free(outs);
+  free(is_alloc);
   free(s.alloc_of);
-  free(s.members);
-  free(s.next_member);
+  free(s.first);
   free(s.share_first);
   free(s.share_to);
+  hbm__hlo_vec_free(&s.occupants);
   return ok;
 }
