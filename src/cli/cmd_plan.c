@@ -126,9 +126,9 @@ int hbm_cmd_plan(int argc, char **argv) {
       opt.alignment = (uint64_t)v;
     } else if (!strcmp(a, "--backend") && has_value) {
       const char *b = argv[++i];
-      opt.backend = !strcmp(b, "gpu")   ? HBM_PLAN_BACKEND_GPU
-                    : !strcmp(b, "cpu") ? HBM_PLAN_BACKEND_CPU
-                    : !strcmp(b, "tpu") ? HBM_PLAN_BACKEND_TPU
+      opt.backend = !strcmp(b, "gpu")    ? HBM_PLAN_BACKEND_GPU
+                    : !strcmp(b, "cpu")  ? HBM_PLAN_BACKEND_CPU
+                    : !strcmp(b, "tpu")  ? HBM_PLAN_BACKEND_TPU
                     : !strcmp(b, "none") ? HBM_PLAN_BACKEND_NONE
                                          : -1;
       if (opt.backend < 0)

@@ -300,8 +300,7 @@ const char *hbm__plan_backend_name(int backend) {
 
 static bool text_has(const hlo_module_t *m, const char *needle) {
   size_t n = strlen(needle);
-  for (const char *p = m->text; (p = memchr(p, needle[0], m->len - (size_t)(p - m->text)));
-       p++)
+  for (const char *p = m->text; (p = memchr(p, needle[0], m->len - (size_t)(p - m->text))); p++)
     if ((size_t)(m->text + m->len - p) >= n && !memcmp(p, needle, n))
       return true;
   return false;
@@ -320,8 +319,7 @@ static int detect_backend(const hbm_plan_t *plan) {
     return HBM_PLAN_BACKEND_TPU;
   const hlo_module_t *m = plan->module;
   if (text_has(m, "scheduling_name=") || text_has(m, "__cublas") ||
-      text_has(m, "operation_queue_id") || text_has(m, "__cusolver") ||
-      text_has(m, "kind=kInput"))
+      text_has(m, "operation_queue_id") || text_has(m, "__cusolver") || text_has(m, "kind=kInput"))
     return HBM_PLAN_BACKEND_GPU;
   if (text_has(m, "outer_dimension_partitions") || text_has(m, "__xla_cpu_runtime"))
     return HBM_PLAN_BACKEND_CPU;

@@ -15,7 +15,7 @@ typedef enum plan_source {
 struct hbm_plan {
   hbm_plan_options_t opt;
   plan_source_t source;
-  char *name; /* module name */
+  char *name;  /* module name */
   int backend; /* HBM_PLAN_BACKEND_*, AUTO resolved */
   /* what makes the plan differ from XLA's (before optimizations, not partitioned, ...) */
 #define HBM_PLAN_MAX_WARNINGS 4

@@ -37,7 +37,9 @@ typedef struct reuse_state {
 } reuse_state_t;
 
 /* The inclusive last step of a temporary. */
-static uint32_t last_step(const hlo_buffer_t *b) { return b->end > b->start ? b->end - 1 : b->start; }
+static uint32_t last_step(const hlo_buffer_t *b) {
+  return b->end > b->start ? b->end - 1 : b->start;
+}
 
 /* May `later` (defined where `earlier` is last read) take `earlier`'s memory? Only when
  * the dataflow recorded it as an element-wise reuse (alias.c's share edges). */
@@ -61,8 +63,7 @@ static bool interferes(const reuse_state_t *s, uint32_t lo, uint32_t hi, uint32_
   return true;
 }
 
-static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi,
-                         uint32_t who) {
+static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi, uint32_t who) {
   occupant_t o = {lo, hi, who, s->first[alloc]};
   s->first[alloc] = (uint32_t)s->occupants.len;
   return hbm__hlo_vec_push(&s->occupants, &o);
@@ -107,7 +108,8 @@ static const hlo_buffer_t *cmp_buffers;
 
 /* Largest first; ties: the earlier definition, then the lower index (a stable order). */
 static int by_size_desc(const void *pa, const void *pb) {
-  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa], *b = &cmp_buffers[*(const uint32_t *)pb];
+  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa],
+                     *b = &cmp_buffers[*(const uint32_t *)pb];
   if (a->bytes != b->bytes)
     return a->bytes > b->bytes ? -1 : 1;
   if (a->first_def != b->first_def)
