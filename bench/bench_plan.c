@@ -203,7 +203,7 @@ static void bench_text(const char *name, const char *text, size_t len, int runs)
       exit(1);
     }
     hlo_assignment_t as;
-    hlo_plan_opts_t o = {1};
+    hlo_plan_opts_t o = {1, false};
     if (hbm__hlo_assign(m, &as) != HBM_OK || hbm__hlo_simulate_heap(&as, &o) != HBM_OK) {
       fprintf(stderr, "bench_plan: %s: %s\n", name, hbm_last_error());
       exit(1);

@@ -754,7 +754,20 @@ typedef struct hbm_plan_options {
   int space_color;    /* memory colour to plan (0 = HBM) */
   uint64_t alignment; /* heap offsets are multiples of this (0 = 1) */
   int top;            /* buffers listed in reports (0 = 10) */
+  int backend;        /* HBM_PLAN_BACKEND_*: whose buffer assignment to reproduce */
 } hbm_plan_options_t;
+
+/* The backend decides the heap alignment (XLA GPU 128 bytes, CPU 64) and how reducers'
+ * values are counted. AUTO reads it from the file name (`*.sm_8.0_gpu_after_...`,
+ * `*.cpu_after_...`) and the module (GPU scheduling names and library calls, CPU partition
+ * configs, TPU tiled layouts); unknown modules get alignment 1. */
+enum {
+  HBM_PLAN_BACKEND_AUTO = 0,
+  HBM_PLAN_BACKEND_GPU = 1,
+  HBM_PLAN_BACKEND_CPU = 2,
+  HBM_PLAN_BACKEND_TPU = 3,
+  HBM_PLAN_BACKEND_NONE = 4 /* none: alignment 1, as before backends were told apart */
+};
 
 typedef struct hbm_plan_summary {
   uint64_t argument_bytes;      /* compiled.memory_analysis().argument_size_in_bytes */
@@ -798,6 +811,9 @@ const hbm_plan_summary_t *hbm_plan_get_summary(const hbm_plan_t *plan);
 const hbm_profile_t *hbm_plan_profile(const hbm_plan_t *plan);
 /* Takes the profile out of the plan (the caller frees it); NULL if already taken. */
 hbm_profile_t *hbm_plan_take_profile(hbm_plan_t *plan);
+/* Why this plan may differ from XLA's by construction (HLO before optimizations, not
+ * partitioned, ...): NUL-terminated sentences owned by the plan; n = 0 when none. */
+const char *const *hbm_plan_warnings(const hbm_plan_t *plan, size_t *n);
 /* Rematerialized instructions (n = 0 when none). */
 const hbm_remat_info_t *hbm_plan_remats(const hbm_plan_t *plan, size_t *n);
 /* The module as HLO text including the rematerialized instructions (malloc'd; NULL for

@@ -26,7 +26,7 @@ static inline void plan_text(planned_t *p, const char *text, const char *name) {
   if (!p->m)
     fail_msg("%s: %s", name, hbm_last_error());
   assert_int_equal(hbm__hlo_assign(p->m, &p->as), HBM_OK);
-  hlo_plan_opts_t o = {1};
+  hlo_plan_opts_t o = {1, false};
   assert_int_equal(hbm__hlo_simulate_heap(&p->as, &o), HBM_OK);
 }
 

@@ -23,7 +23,9 @@ static void usage(FILE *out) {
       "  --remat-out FILE  write the rematerialized module as HLO text\n"
       "  --top N           largest buffers to list (default 10)\n"
       "  --color N         memory colour to plan (0 = HBM, 5 = host), default 0\n"
-      "  --alignment N     heap offsets are multiples of N bytes (default 1)\n"
+      "  --alignment N     heap offsets are multiples of N bytes (default: the backend's)\n"
+      "  --backend B       gpu, cpu, tpu or none: whose buffer assignment to reproduce\n"
+      "                    (default: from the file name and the module)\n"
       "  --json            print the plan as JSON\n"
       "  --logdir DIR      save the plan as a profile under DIR/plugins/profile/<run>/\n\n"
       "Exit status: 0 fits, 2 does not fit --memory, 1 the module could not be read.\n");
@@ -122,6 +124,15 @@ int hbm_cmd_plan(int argc, char **argv) {
       if (parse_int_flag("--alignment", argv[++i], 1, 1L << 30, &v))
         return 2;
       opt.alignment = (uint64_t)v;
+    } else if (!strcmp(a, "--backend") && has_value) {
+      const char *b = argv[++i];
+      opt.backend = !strcmp(b, "gpu")    ? HBM_PLAN_BACKEND_GPU
+                    : !strcmp(b, "cpu")  ? HBM_PLAN_BACKEND_CPU
+                    : !strcmp(b, "tpu")  ? HBM_PLAN_BACKEND_TPU
+                    : !strcmp(b, "none") ? HBM_PLAN_BACKEND_NONE
+                                         : -1;
+      if (opt.backend < 0)
+        return cli_fail("plan", 2, "--backend takes gpu, cpu, tpu or none, not '%s'", b);
     } else if (!strcmp(a, "--logdir") && has_value) {
       logdir = argv[++i];
     } else if (!strcmp(a, "--remat-out") && has_value) {

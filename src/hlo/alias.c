@@ -399,7 +399,10 @@ static bool fusion_inplace(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in
  * result over an operand that dies there. */
 static bool reads_elementwise(const hlo_instr_t *in, uint32_t i) {
   unsigned fl = hbm__opcode_flags((hlo_opcode_t)in->opcode);
-  if (fl & HLO_F_ELEMENTWISE)
+  /* an all-reduce combines each element with the same element elsewhere: XLA lets its
+   * result take the operand's buffer */
+  if ((fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE ||
+      in->opcode == HLO_OP_ALL_REDUCE_START)
     return true;
   if (in->opcode != HLO_OP_FUSION || in->fusion_kind != 'L')
     return false;
@@ -462,6 +465,8 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
   }
   case HLO_OP_FUSION:
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
+  case HLO_OP_ALL_REDUCE:
+  case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
   default:
     if (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE)
       return share_edges(df, f, in, off, step);

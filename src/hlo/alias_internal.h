@@ -60,6 +60,11 @@ typedef struct hlo_dataflow {
 
 #define HLO_LIVE_OUT_STEP (UINT32_MAX - 1)
 
+/* XLA's BufferAssigner: a temporary may live in an output's allocation when it is no
+ * larger and their live ranges do not meet (reuse.c). Such temporaries join the output's
+ * buffer; as->buffers is compacted. false when memory ran out. */
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as);
+
 hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df);
 void hbm__dataflow_free(hlo_dataflow_t *df);
 

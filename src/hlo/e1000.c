@@ -321,6 +321,8 @@ hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out) {
   diagnose_peak(plan, &sb);
   if (!plan->summary.fits)
     diagnose_fit(plan, &sb);
+  for (size_t i = 0; i < plan->n_warnings; i++)
+    hbm_strbuf_printf(&sb, "  - Warning: %s.\n", plan->warnings[i]);
   return write_out(&sb, out);
 }
 
@@ -379,6 +381,16 @@ hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out) {
   json_object_set_new(root, "n_instructions", json_integer((json_int_t)s->n_instructions));
   json_object_set_new(root, "n_buffers", json_integer((json_int_t)s->n_buffers));
   json_object_set_new(root, "n_steps", json_integer(hbm_profile_step_count(plan->profile)));
+  /* XLA's "Total bytes used": every allocation once (the device's share of the program). */
+  json_object_set_new(root, "total_bytes",
+                      json_integer((json_int_t)(plan->used_bytes - plan->opt.reserved)));
+  static const char *sources[] = {"hlo", "buffer-assignment", "memory-usage-report"};
+  json_object_set_new(root, "source", json_string(sources[plan->source]));
+  json_object_set_new(root, "backend", json_string(hbm__plan_backend_name(plan->backend)));
+  json_t *warnings = json_array();
+  for (size_t i = 0; i < plan->n_warnings; i++)
+    json_array_append_new(warnings, json_string(plan->warnings[i]));
+  json_object_set_new(root, "warnings", warnings);
   json_t *peak = json_array();
   size_t n;
   const int64_t *at = hbm_analysis_buffers_at_peak_by_size(plan->analysis, &n);

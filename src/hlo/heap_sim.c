@@ -510,7 +510,8 @@ static bool sort_placement(order_key_t *keys, size_t n) {
 
 /* The groups in placement order: by their largest member, then the span they cover, then
  * their first interval. */
-static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const heap_groups_t *g) {
+static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const heap_groups_t *g,
+                                    const uint32_t *ev) {
   order_key_t *order = malloc((g->n + 1) * sizeof *order);
   uint32_t *group_at = malloc(n * sizeof *group_at); /* first interval → its group */
   bool ok = order && group_at;
@@ -524,14 +525,20 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
     if (k == UINT32_MAX)
       continue;
     uint64_t size = 0;
-    uint32_t lo = UINT32_MAX, hi = 0;
+    uint32_t lo = UINT32_MAX, hi = 0, elo = UINT32_MAX, ehi = 0;
     for (uint32_t j = 0; j < g->count[k]; j++) {
-      const hlo_interval_t *x = &iv[g->members[g->first[k] + j]];
+      uint32_t x_at = g->members[g->first[k] + j];
+      const hlo_interval_t *x = &iv[x_at];
       size = x->size > size ? x->size : size;
       lo = x->start < lo ? x->start : lo;
       hi = x->end > hi ? x->end : hi;
+      if (ev) {
+        elo = ev[2 * x_at] < elo ? ev[2 * x_at] : elo;
+        ehi = ev[2 * x_at + 1] > ehi ? ev[2 * x_at + 1] : ehi;
+      }
     }
-    order[m++] = (order_key_t){size, hi > lo ? hi - lo : 0, (uint32_t)i, k, g->count[k], lo, hi};
+    uint32_t span = ev ? (ehi > elo ? ehi - elo : 0) : (hi > lo ? hi - lo : 0);
+    order[m++] = (order_key_t){size, span, (uint32_t)i, k, g->count[k], lo, hi};
   }
   free(group_at);
   if (ok && sort_placement(order, m))
@@ -668,6 +675,11 @@ static int8_t *sub_levels_needed(const heap_state_t *h, const hlo_interval_t *iv
 }
 
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap) {
+  return hbm__hlo_best_fit_events(iv, n, alignment, NULL, heap);
+}
+
+hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                      const uint32_t *ev, uint64_t *heap) {
   *heap = 0;
   if (n == 0)
     return HBM_OK;
@@ -678,7 +690,7 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
   order_key_t *order = NULL;
   bool ok = build_tree(&h, iv, n) && make_groups(iv, n, &g);
   if (ok)
-    ok = (order = placement_order(iv, n, &g)) != NULL;
+    ok = (order = placement_order(iv, n, &g, ev)) != NULL;
   int8_t *levels_after = ok ? sub_levels_needed(&h, iv, order, &g) : NULL;
   ok = ok && levels_after;
   uint64_t top = 0;
@@ -698,9 +710,63 @@ hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
 
 /* ------------------------------------------------------------------------------------------ */
 
+static const hlo_interval_t *event_iv;
+
+/* XLA's HeapSimulator replays values sorted by (start, end, id). */
+static int by_start_end(const void *pa, const void *pb) {
+  const hlo_interval_t *a = &event_iv[*(const uint32_t *)pa], *b = &event_iv[*(const uint32_t *)pb];
+  if (a->start != b->start)
+    return a->start < b->start ? -1 : 1;
+  if (a->end != b->end)
+    return a->end < b->end ? -1 : 1;
+  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+}
+
+/* XLA's heap simulator counts time in events, not steps: at each step the values defined
+ * there are allocated (in (start, end, id) order), then those last read there are freed;
+ * every event is one tick. Its placement order breaks ties in size by these spans.
+ * ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory ran out. */
+static uint32_t *event_times(const hlo_interval_t *iv, size_t n, uint32_t n_steps) {
+  uint32_t *order = malloc((n + 1) * sizeof *order);
+  uint32_t *ev = malloc((2 * n + 1) * sizeof *ev);
+  uint32_t *frees_at = calloc((size_t)n_steps + 2, sizeof *frees_at);
+  uint32_t *free_order = malloc((n + 1) * sizeof *free_order);
+  if (!order || !ev || !frees_at || !free_order) {
+    free(order);
+    free(ev);
+    free(frees_at);
+    free(free_order);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    order[i] = (uint32_t)i;
+  event_iv = iv;
+  qsort(order, n, sizeof *order, by_start_end);
+  /* frees bucketed by their step (end - 1), keeping the sorted order within a step */
+  for (size_t i = 0; i < n; i++)
+    frees_at[iv[i].end]++;
+  for (uint32_t s = 1; s <= n_steps + 1; s++)
+    frees_at[s] += frees_at[s - 1];
+  for (size_t k = n; k-- > 0;)
+    free_order[--frees_at[iv[order[k]].end]] = order[k];
+  uint32_t tick = 0;
+  size_t a = 0, f = 0;
+  for (uint32_t s = 0; s <= n_steps; s++) {
+    for (; a < n && iv[order[a]].start == s; a++)
+      ev[2 * order[a]] = tick++;
+    for (; f < n && iv[free_order[f]].end == s + 1; f++)
+      ev[2 * free_order[f] + 1] = tick++;
+  }
+  free(order);
+  free(frees_at);
+  free(free_order);
+  return ev;
+}
+
 /* Intervals for the temporaries of one colour: one per buffer; buffers of one share group
  * (element-wise reuse) are placed at one offset. */
-static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t alignment) {
+static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t alignment,
+                                   bool xla_events) {
   uint32_t nb = as->n_buffers;
   uint32_t *iv_of = malloc((nb + 1) * sizeof *iv_of);
   uint32_t *group_size = calloc(nb + 1, sizeof *group_size);
@@ -715,7 +781,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   for (uint32_t i = 0; i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
-    if (!b->indefinite && b->color == color && b->end > b->start)
+    if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
       group_size[b->share_group]++;
   }
   size_t n = 0;
@@ -724,6 +790,11 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
       continue;
+    if (b->separate) { /* its own allocation: live, but not in the heap */
+      delta[b->start] += (int64_t)b->bytes;
+      delta[b->end] -= (int64_t)b->bytes;
+      continue;
+    }
     delta[b->start] += (int64_t)b->bytes;
     delta[b->end] -= (int64_t)b->bytes;
     uint32_t share = group_size[b->share_group] > 1 ? b->share_group + 1 : 0;
@@ -731,7 +802,11 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     iv[n++] = (hlo_interval_t){b->start, b->end, b->bytes, 0, share};
   }
   uint64_t heap;
-  hbm_status_t st = hbm__hlo_best_fit(iv, n, alignment, &heap);
+  uint32_t *ev = xla_events ? event_times(iv, n, as->n_steps) : NULL;
+  hbm_status_t st = xla_events && !ev
+                        ? hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)")
+                        : hbm__hlo_best_fit_events(iv, n, alignment, ev, &heap);
+  free(ev);
   if (st == HBM_OK) {
     for (uint32_t i = 0; i < nb; i++)
       if (iv_of[i] != UINT32_MAX)
@@ -772,9 +847,9 @@ hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t 
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
   uint64_t alignment = opt && opt->alignment ? opt->alignment : 1;
   for (int c = 0; c < n_colors; c++) {
-    hbm_status_t st = simulate_color(as, c, alignment);
+    hbm_status_t st = simulate_color(as, c, alignment, opt && opt->xla_allocations);
     if (st != HBM_OK)
       return st;
   }
-  return HBM_OK;
+  return opt && opt->xla_allocations ? hbm__hlo_combine_temps(as, alignment) : HBM_OK;
 }

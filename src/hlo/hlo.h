@@ -270,6 +270,7 @@ typedef struct hlo_module {
   uint32_t n_comps;
   hlo_comp_t *entry;
   bool is_scheduled;
+  int64_t num_partitions; /* the header's num_partitions (1 when absent) */
   uint32_t n_io_alias;
   hlo_alias_pair_t *io_alias; /* operand = parameter number */
   uint32_t n_donors;
@@ -329,11 +330,13 @@ typedef struct hlo_buffer {
   uint32_t n_values;
   uint32_t flags;      /* union of the values' flags */
   uint32_t start, end; /* live range [start, end) over steps */
+  uint32_t first_def;  /* the step of its first definition (indefinite buffers too) */
   uint64_t bytes, unpadded_bytes;
   int color;
   uint32_t share_group; /* buffers sharing one heap chunk (in-place reuse); own index if none */
   uint64_t offset;      /* heap offset (temporaries) */
   int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
+  int separate;         /* a temporary with an allocation of its own (XLA: tuple-shaped) */
 } hlo_buffer_t;
 
 typedef struct hlo_step {
@@ -342,6 +345,10 @@ typedef struct hlo_step {
 
 typedef struct hlo_plan_opts {
   uint64_t alignment; /* heap offsets are multiples of this (>= 1) */
+  /* XLA's BufferAssigner on top of the heap: temporaries may live in output allocations,
+   * tuple-shaped temporaries get allocations of their own, and the temp allocations are
+   * combined into one (reuse.c, combine.c) */
+  bool xla_allocations;
 } hlo_plan_opts_t;
 
 /* The result of planning one module. */
@@ -363,10 +370,17 @@ typedef struct hlo_assignment {
 
 /* Dataflow + aliasing + live ranges: fills steps, values, buffers. */
 hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *out);
+/* The same, with the allocation rules of opt (NULL: none of them). */
+hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *out,
+                                  const hlo_plan_opts_t *opt);
 /* Heap simulation of the temporaries of every colour (offsets, heap sizes) and the live peak
  * of temporaries per colour. */
 hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t *opt);
 void hbm__hlo_assignment_free(hlo_assignment_t *as);
+/* XLA's CombineTempAllocations (combine.c): the heap of each colour and the separate
+ * temporaries, laid end to end (each aligned) in XLA's allocation order; sets their offsets
+ * and as->heap_bytes. */
+hbm_status_t hbm__hlo_combine_temps(hlo_assignment_t *as, uint64_t alignment);
 
 /* ---- heap simulator (heap_sim.c): XLA's GlobalDecreasingSizeBestFitHeap ---- */
 
@@ -382,5 +396,9 @@ typedef struct hlo_interval {
  * share are placed together (at their largest's turn) in a gap free during each of them, as
  * XLA places colocated buffers. Returns the heap size in *heap. */
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap);
+/* The same where ties in size are broken by the spans in XLA's event time (ev[2i], ev[2i+1]:
+ * the interval's alloc and free events) instead of steps; ev may be NULL. */
+hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                      const uint32_t *ev, uint64_t *heap);
 
 #endif /* HBM_HLO_H */

@@ -262,6 +262,7 @@ static bool build_buffers(hlo_dataflow_t *df, union_find_t *u, hlo_assignment_t 
         b->end = u->last[r] >= n_steps ? n_steps : u->last[r] + 1;
       }
       b->share_group = nb;
+      b->first_def = u->def[r];
       root_buffer[r] = nb++;
     }
     hlo_buffer_t *b = &as->buffers[root_buffer[r]];
@@ -313,6 +314,11 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as) {
 }
 
 hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *as) {
+  return hbm__hlo_assign_opts(m, as, NULL);
+}
+
+hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
+                                  const hlo_plan_opts_t *opt) {
   memset(as, 0, sizeof *as);
   hlo_dataflow_t df;
   hbm_status_t st = hbm__dataflow_run(m, &df);
@@ -335,6 +341,8 @@ hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *as) {
     df.steps.data = NULL;
     ok = build_buffers(&df, &u, as);
   }
+  if (ok && opt && opt->xla_allocations)
+    ok = hbm__reuse_output_allocations(&df, as);
   if (ok)
     apply_shares(&df, as);
   if (ok) {

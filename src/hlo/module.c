@@ -26,6 +26,10 @@ void hbm__hlo_free(hlo_module_t *m) {
 
 /* How an instruction of a computation of kind `caller` calls `role`. */
 static hlo_comp_kind_t callee_kind(hlo_comp_kind_t caller, const hlo_instr_t *in) {
+  /* XLA: a reducer called from inside a fusion is thread-local like any other (its values
+   * get allocations); nested fusions stay fused. */
+  if (caller == HLO_COMP_FUSED)
+    return in->opcode == HLO_OP_FUSION ? HLO_COMP_FUSED : HLO_COMP_EMBEDDED;
   if (caller != HLO_COMP_SEQUENTIAL)
     return caller;
   switch ((hlo_opcode_t)in->opcode) {

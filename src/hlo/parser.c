@@ -576,6 +576,9 @@ static bool parse_module_header(parser_t *ps) {
       if (!hbm__hlo_lex_ident(lx, &v))
         return hbm__hlo_lex_expected(lx, "true or false");
       m->is_scheduled = HLO_STR_IS(v, "true");
+    } else if (HLO_STR_IS(key, "num_partitions")) {
+      if (!hbm__hlo_lex_int(lx, &m->num_partitions))
+        return hbm__hlo_lex_expected(lx, "the number of partitions");
     } else if (HLO_STR_IS(key, "input_output_alias")) {
       if (!parse_alias_list(ps, false, &m->io_alias, &m->n_io_alias))
         return false;
@@ -964,35 +967,27 @@ static bool at_stack_frame_tables(hlo_lexer_t *lx) {
          hbm__hlo_lex_at_word(lx, "FileLocations") || hbm__hlo_lex_at_word(lx, "StackFrames");
 }
 
-/* The stack-frame index tables that newer XLA prints (`FileNames`, `FunctionNames`,
- * `FileLocations`, `StackFrames`: a word, then rows of integers, strings and `{key=value ...}`
- * groups) between the
- * header and the computations, or after them. They index metadata's stack_frame_id, which the
- * planner does not use: skipped wherever they stand. */
+/* Newer XLA prints its stack-frame tables (a title line, then rows `N "text"` or
+ * `N {key=value ...}`) between the module header and the computations (or after them):
+ * skipped whole. */
 static bool skip_stack_frame_tables(hlo_lexer_t *lx) {
   while (at_stack_frame_tables(lx)) {
-    hlo_str_t word;
-    if (!hbm__hlo_lex_ident(lx, &word))
-      return false;
-    for (;;) {
-      char c = hbm__hlo_lex_peek(lx);
-      int64_t n;
-      hlo_str_t s;
-      if (c == '"') {
-        if (!hbm__hlo_lex_string(lx, &s))
+    hlo_str_t title;
+    hbm__hlo_lex_ident(lx, &title);
+    int64_t row;
+    while (hbm__hlo_lex_peek(lx) >= '0' && hbm__hlo_lex_peek(lx) <= '9') {
+      if (!hbm__hlo_lex_int(lx, &row))
+        return false;
+      if (hbm__hlo_lex_peek(lx) == '"') {
+        hlo_str_t text;
+        if (!hbm__hlo_lex_string(lx, &text))
           return false;
-      } else if ((c >= '0' && c <= '9') || c == '-') {
-        if (!hbm__hlo_lex_int(lx, &n))
-          return false;
-      } else if (c == '{') {
-        if (!hbm__hlo_lex_skip_group(lx))
-          return false;
-      } else {
-        break;
+      } else if (!hbm__hlo_lex_skip_group(lx)) {
+        return hbm__hlo_lex_expected(lx, "a stack-frame table row");
       }
     }
   }
-  return true;
+  return !lx->failed;
 }
 
 static bool resolve_calls(parser_t *ps) {
@@ -1016,7 +1011,7 @@ static bool resolve_calls(parser_t *ps) {
 static bool parse_module(parser_t *ps) {
   hlo_lexer_t *lx = &ps->lx;
   hlo_module_t *m = ps->m;
-  if (!parse_module_header(ps))
+  if (!parse_module_header(ps) || !skip_stack_frame_tables(lx))
     return false;
   for (;;) {
     if (!skip_stack_frame_tables(lx))
@@ -1062,6 +1057,7 @@ hlo_module_t *hbm__hlo_parse(const char *text, size_t len, const char *name) {
     return NULL;
   }
   hbm__hlo_arena_init(&m->arena);
+  m->num_partitions = 1;
   m->text = malloc(len + 1);
   m->filename = hbm__strdup(name ? name : "<input>");
   if (!m->text || !m->filename) {

@@ -287,17 +287,109 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
   return HBM_OK;
 }
 
+/* ---- backend and warnings ---- */
+
+const char *hbm__plan_backend_name(int backend) {
+  switch (backend) {
+  case HBM_PLAN_BACKEND_GPU: return "gpu";
+  case HBM_PLAN_BACKEND_CPU: return "cpu";
+  case HBM_PLAN_BACKEND_TPU: return "tpu";
+  default: return "unknown";
+  }
+}
+
+static bool text_has(const hlo_module_t *m, const char *needle) {
+  size_t n = strlen(needle);
+  for (const char *p = m->text; (p = memchr(p, needle[0], m->len - (size_t)(p - m->text))); p++)
+    if ((size_t)(m->text + m->len - p) >= n && !memcmp(p, needle, n))
+      return true;
+  return false;
+}
+
+/* XLA_FLAGS=--xla_dump_to names files `module_N.name.<platform>_after_optimizations.txt`;
+ * without such a name, what only one backend writes into its modules. */
+static int detect_backend(const hbm_plan_t *plan) {
+  const char *base = strrchr(plan->path, '/');
+  base = base ? base + 1 : plan->path;
+  if (strstr(base, "gpu_after_optimizations"))
+    return HBM_PLAN_BACKEND_GPU;
+  if (strstr(base, "cpu_after_optimizations"))
+    return HBM_PLAN_BACKEND_CPU;
+  if (strstr(base, "tpu_after_optimizations"))
+    return HBM_PLAN_BACKEND_TPU;
+  const hlo_module_t *m = plan->module;
+  if (text_has(m, "scheduling_name=") || text_has(m, "__cublas") ||
+      text_has(m, "operation_queue_id") || text_has(m, "__cusolver") || text_has(m, "kind=kInput"))
+    return HBM_PLAN_BACKEND_GPU;
+  if (text_has(m, "outer_dimension_partitions") || text_has(m, "__xla_cpu_runtime"))
+    return HBM_PLAN_BACKEND_CPU;
+  if (text_has(m, ":T("))
+    return HBM_PLAN_BACKEND_TPU;
+  return HBM_PLAN_BACKEND_NONE;
+}
+
+/* XLA's heap alignment per backend (GPU kXlaAllocatedBufferAlignBytes, CPU's minimum
+ * alignment, as the dumps' offsets show). */
+static uint64_t backend_alignment(int backend) {
+  switch (backend) {
+  case HBM_PLAN_BACKEND_GPU: return 128;
+  case HBM_PLAN_BACKEND_CPU: return 64;
+  default: return 1;
+  }
+}
+
+static void add_warning(hbm_plan_t *plan, const char *text) {
+  if (plan->n_warnings < HBM_PLAN_MAX_WARNINGS) {
+    char *w = hbm__strdup(text);
+    if (w)
+      plan->warnings[plan->n_warnings++] = w;
+  }
+}
+
+/* What makes XLA's numbers for this module differ from ours by construction. */
+static void module_warnings(hbm_plan_t *plan) {
+  const hlo_module_t *m = plan->module;
+  if (!m->is_scheduled)
+    add_warning(plan, "the module is not scheduled (no is_scheduled=true): HLO before XLA's "
+                      "optimizations, planned in printed order without fusion; XLA's own "
+                      "numbers come from the *_after_optimizations.txt module it dumps");
+  const hlo_str_t *en = &m->entry->name;
+  bool spmd = false;
+  for (size_t i = 0; i + 4 <= en->n && !spmd; i++)
+    spmd = !memcmp(en->p + i, "spmd", 4);
+  if (m->num_partitions > 1 && !spmd) {
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "num_partitions=%lld but SPMD partitioning has not been applied: the sizes are "
+             "global, not per device",
+             (long long)m->num_partitions);
+    add_warning(plan, buf);
+  }
+}
+
 /* ---- planning ---- */
 
+static uint64_t plan_alignment(const hbm_plan_t *plan) {
+  return plan->opt.alignment ? plan->opt.alignment : backend_alignment(plan->backend);
+}
+
+/* GPU and CPU use BufferAssigner's reuse of output allocations. TPU does not: the seed's
+ * real TPU error (examples/seed_oom.hlo) counts its temporaries apart from the outputs; NONE
+ * is the plain planner (XLA's dataflow and heap only). */
+static hlo_plan_opts_t plan_opts(const hbm_plan_t *plan) {
+  return (hlo_plan_opts_t){plan_alignment(plan), plan->backend == HBM_PLAN_BACKEND_GPU ||
+                                                     plan->backend == HBM_PLAN_BACKEND_CPU};
+}
+
 static hbm_status_t plan_module(hbm_plan_t *plan) {
-  hlo_plan_opts_t o = {plan->opt.alignment ? plan->opt.alignment : 1};
+  hlo_plan_opts_t o = plan_opts(plan);
   hbm__hlo_assignment_free(&plan->as);
   free(plan->buffer_index);
   free(plan->profile_hlo);
   plan->buffer_index = plan->profile_hlo = NULL;
   hbm_profile_free(plan->profile);
   plan->profile = NULL;
-  hbm_status_t st = hbm__hlo_assign(plan->module, &plan->as);
+  hbm_status_t st = hbm__hlo_assign_opts(plan->module, &plan->as, &o);
   if (st == HBM_OK)
     st = hbm__hlo_simulate_heap(&plan->as, &o);
   if (st != HBM_OK)
@@ -353,11 +445,13 @@ hbm_plan_t *hbm_plan_text(const char *text, size_t len, const char *name,
       } else {
         hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
       }
+      plan->backend = plan->opt.backend ? plan->opt.backend : detect_backend(plan);
+      module_warnings(plan);
       st = plan->name ? plan_module(plan) : hbm_last_status();
     }
     plan->summary.peak_before_remat = plan->summary.peak_bytes;
     if (st == HBM_OK && plan->opt.remat && plan->opt.memory && !plan->summary.fits) {
-      hlo_plan_opts_t o = {plan->opt.alignment ? plan->opt.alignment : 1};
+      hlo_plan_opts_t o = plan_opts(plan);
       uint64_t before = plan->summary.peak_bytes;
       st = hbm__plan_remat(plan, &o);
       if (st == HBM_OK)
@@ -407,6 +501,8 @@ void hbm_plan_free(hbm_plan_t *plan) {
   free(plan->profile_hlo);
   free(plan->peak_instruction);
   free(plan->remats);
+  for (size_t i = 0; i < plan->n_warnings; i++)
+    free(plan->warnings[i]);
   free(plan->name);
   free(plan->path);
   free(plan);
@@ -428,6 +524,11 @@ hbm_profile_t *hbm_plan_take_profile(hbm_plan_t *plan) {
   hbm_profile_t *p = plan->profile;
   plan->profile = NULL;
   return p;
+}
+
+const char *const *hbm_plan_warnings(const hbm_plan_t *plan, size_t *n) {
+  *n = plan ? plan->n_warnings : 0;
+  return plan ? (const char *const *)plan->warnings : NULL;
 }
 
 const hbm_remat_info_t *hbm_plan_remats(const hbm_plan_t *plan, size_t *n) {

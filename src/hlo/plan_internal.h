@@ -15,7 +15,12 @@ typedef enum plan_source {
 struct hbm_plan {
   hbm_plan_options_t opt;
   plan_source_t source;
-  char *name; /* module name */
+  char *name;  /* module name */
+  int backend; /* HBM_PLAN_BACKEND_*, AUTO resolved */
+  /* what makes the plan differ from XLA's (before optimizations, not partitioned, ...) */
+#define HBM_PLAN_MAX_WARNINGS 4
+  char *warnings[HBM_PLAN_MAX_WARNINGS];
+  size_t n_warnings;
   char *path;
   hlo_module_t *module; /* HLO input only */
   hlo_assignment_t as;
@@ -39,6 +44,9 @@ struct hbm_plan {
   uint64_t remat_short_by; /* bytes still over the limit after remat, 0 if it fits */
   bool remat_ran;
 };
+
+/* "gpu", "cpu", "tpu" or "unknown". */
+const char *hbm__plan_backend_name(int backend);
 
 /* Memory-space names by XLA colour (HBM 0, Host 5, ...). */
 const char *hbm__hlo_color_name(int color, char *buf, size_t cap);

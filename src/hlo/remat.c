@@ -212,7 +212,7 @@ static hbm_status_t plan_once(remat_state_t *rs, const hlo_plan_opts_t *opt, uin
   hbm__hlo_assignment_free(&rs->as);
   free(rs->entry_step);
   rs->entry_step = NULL;
-  hbm_status_t st = hbm__hlo_assign(rs->plan->module, &rs->as);
+  hbm_status_t st = hbm__hlo_assign_opts(rs->plan->module, &rs->as, opt);
   if (st == HBM_OK)
     st = hbm__hlo_simulate_heap(&rs->as, opt);
   if (st != HBM_OK)

@@ -683,8 +683,9 @@ static char *dump_module_name(const char *path) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   const char *start = base, *end = base + strlen(base);
-  if (!strncmp(base, "module_", 7) && strchr(base, '.'))
-    start = strchr(base, '.') + 1;
+  const char *mod = strstr(base, "module_"); /* also behind a prefix (hash__module_N...) */
+  if (mod && strchr(mod, '.'))
+    start = strchr(mod, '.') + 1;
   const char *suffixes[] = {"-buffer-assignment", "-memory-usage-report"};
   for (size_t i = 0; i < 2; i++) {
     const char *at = strstr(start, suffixes[i]);
@@ -698,6 +699,9 @@ static char *dump_module_name(const char *path) {
       const char *dot = end - n;
       while (dot > start && dot[-1] != '.')
         dot--;
+      /* a GPU platform has a dot of its own: ".sm_8.0_gpu" */
+      for (const char *sm = start; (sm = strstr(sm, ".sm_")) && sm < dot; sm++)
+        dot = sm + 1;
       if (dot > start + 1)
         end = dot - 1; /* drop ".<platform>_after_optimizations" */
     }
@@ -732,6 +736,53 @@ bool hbm__xla_dump_kind(const char *text, size_t len, plan_source_t *kind) {
   return false;
 }
 
+/* The first "Total bytes used: N" line: XLA's exact total (both dump kinds print it). */
+static bool dump_total(const char *text, size_t len, uint64_t *total) {
+  static const char key[] = "Total bytes used: ";
+  for (const char *p = text; p && p < text + len;) {
+    size_t left = (size_t)(text + len - p);
+    if (left > sizeof key - 1 && !memcmp(p, key, sizeof key - 1)) {
+      const char *q = p + sizeof key - 1;
+      return parse_u64(&q, text + len, total);
+    }
+    p = memchr(p, '\n', left);
+    p = p ? p + 1 : NULL;
+  }
+  return false;
+}
+
+/* XLA's numbers as it wrote them, never re-packed: allocation sizes by kind (exact in a
+ * buffer assignment, rounded to 0.01 MiB in a report, where only the total is exact) and
+ * "Total bytes used". The temp allocation is what the total leaves. */
+static void take_xla_totals(hbm_plan_t *plan, const dump_parser_t *dp, const char *text,
+                            size_t len) {
+  hbm_plan_summary_t *s = &plan->summary;
+  uint64_t args = 0, outs = 0, alias = 0, consts = 0, tl = 0, temp = 0, total = 0;
+  for (size_t i = 0; i < dp->allocs.len; i++) {
+    const dump_alloc_t *a = &HLO_VEC_AT(&dp->allocs, dump_alloc_t, i);
+    if (a->color != plan->opt.space_color)
+      continue;
+    args += a->param >= 0 ? a->size : 0;
+    outs += a->live_out ? a->size : 0;
+    alias += a->param >= 0 && a->live_out ? a->size : 0;
+    consts += a->constant ? a->size : 0;
+    tl += a->thread_local ? a->size : 0;
+    temp += a->temp ? a->size : 0;
+  }
+  uint64_t indefinite = args + outs - alias + consts + tl;
+  if (dump_total(text, len, &total) && plan->opt.space_color == 0 && total >= indefinite)
+    temp = total - indefinite;
+  s->argument_bytes = args;
+  s->output_bytes = outs;
+  s->alias_bytes = alias;
+  plan->constant_bytes = consts;
+  plan->thread_local_bytes = tl;
+  plan->indefinite_bytes = indefinite;
+  plan->heap_bytes = s->temp_bytes = temp;
+  plan->used_bytes = plan->opt.reserved + indefinite + temp;
+  s->fits = plan->opt.memory == 0 || plan->used_bytes <= plan->opt.memory;
+}
+
 hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
                                  plan_source_t kind) {
   dump_parser_t dp = {0};
@@ -749,6 +800,8 @@ hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
   hbm_status_t st = ok ? build_dump_profile(plan, &dp) : hbm_last_status();
   if (st == HBM_OK)
     st = hbm__plan_finish(plan);
+  if (st == HBM_OK)
+    take_xla_totals(plan, &dp, text, len);
   hbm__hlo_namemap_free(&dp.by_key);
   hbm__hlo_vec_free(&dp.allocs);
   hbm__hlo_vec_free(&dp.values);

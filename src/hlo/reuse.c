@@ -1,0 +1,266 @@
+/* reuse.c — temporaries that XLA puts in an output's allocation instead of the temp heap.
+ *
+ * XLA's BufferAssigner gives every live-out buffer an allocation of its own before the
+ * temporaries reach the heap simulator, then walks the remaining buffers largest first and
+ * puts each in an existing allocation when it fits (MaybeAssignBuffer): same colour, no
+ * larger than the allocation, and no live range meeting any value already there. Two
+ * ranges that only touch (one ends where the other starts) may share when the later value
+ * is computed element-wise from the earlier one, as CanShareOperandBufferWithUser allows.
+ * Output allocations live from their definition to the end of the program, so a
+ * temporary that dies where (or before) the output is computed lands there: the temp
+ * allocation shrinks by that much, which is the whole of it on many small modules.
+ *
+ * The candidate allocations are tried smallest first (XLA walks its allocation list from
+ * the end); a temporary tries at most MAX_TRIES of them, which only matters for modules
+ * with thousands of outputs of one size. */
+#include "alias_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TRIES 64
+
+/* Something already in an allocation: one of its own values, or a placed temporary. */
+typedef struct occupant {
+  uint32_t lo, hi; /* steps, both inclusive (XLA's live ranges include their end) */
+  uint32_t who;    /* its buffer, for the element-wise sharing check */
+  uint32_t next;   /* the allocation's next occupant, UINT32_MAX at the end */
+} occupant_t;
+
+typedef struct reuse_state {
+  hlo_assignment_t *as;
+  uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
+  uint32_t *share_to;
+  uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
+  uint32_t *first;    /* per buffer: its first occupant when it is an allocation */
+  hlo_vec_t occupants;
+} reuse_state_t;
+
+/* The inclusive last step of a temporary. */
+static uint32_t last_step(const hlo_buffer_t *b) {
+  return b->end > b->start ? b->end - 1 : b->start;
+}
+
+/* May `later` (defined where `earlier` is last read) take `earlier`'s memory? Only when
+ * the dataflow recorded it as an element-wise reuse (alias.c's share edges). */
+static bool may_touch(const reuse_state_t *s, uint32_t earlier, uint32_t later) {
+  for (uint32_t k = s->share_first[earlier]; k < s->share_first[earlier + 1]; k++)
+    if (s->share_to[k] == later)
+      return true;
+  return false;
+}
+
+/* XLA's LiveRangeInterferes: ranges that overlap interfere, unless one ends exactly where
+ * the other starts and the later may be written over the earlier. */
+static bool interferes(const reuse_state_t *s, uint32_t lo, uint32_t hi, uint32_t who,
+                       const occupant_t *o) {
+  if (hi < o->lo || o->hi < lo)
+    return false;
+  if (hi == o->lo)
+    return !may_touch(s, who, o->who);
+  if (o->hi == lo)
+    return !may_touch(s, o->who, who);
+  return true;
+}
+
+static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi, uint32_t who) {
+  occupant_t o = {lo, hi, who, s->first[alloc]};
+  s->first[alloc] = (uint32_t)s->occupants.len;
+  return hbm__hlo_vec_push(&s->occupants, &o);
+}
+
+/* Can temporary t live in allocation o? */
+static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
+  const hlo_buffer_t *tb = &s->as->buffers[t], *ob = &s->as->buffers[o];
+  if (tb->bytes > ob->bytes || tb->color != ob->color)
+    return false;
+  uint32_t lo = tb->start, hi = last_step(tb);
+  for (uint32_t k = s->first[o]; k != UINT32_MAX;) {
+    const occupant_t *oc = &HLO_VEC_AT(&s->occupants, occupant_t, k);
+    if (interferes(s, lo, hi, t, oc))
+      return false;
+    k = oc->next;
+  }
+  return true;
+}
+
+/* Allocations XLA may put other buffers in: outputs, and parameters aliased with an output
+ * (input_output_alias), which XLA keeps in its list of reusable allocations. */
+static bool is_reusable_allocation(const hlo_buffer_t *b) {
+  if (!b->indefinite || !(b->flags & HLO_V_OUTPUT) || (b->flags & (HLO_V_CONST | HLO_V_THREAD)))
+    return false;
+  return !(b->flags & HLO_V_PARAM) || (b->flags & HLO_V_ALIASED);
+}
+
+static bool is_temporary(const hlo_buffer_t *b) {
+  return !b->indefinite && !b->separate && b->bytes > 0;
+}
+
+/* XLA gives every tuple-shaped buffer an allocation of its own before anything else. */
+static void mark_separate(hlo_assignment_t *as) {
+  for (uint32_t i = 0; i < as->n_buffers; i++) {
+    hlo_buffer_t *b = &as->buffers[i];
+    b->separate = !b->indefinite && as->values[b->value].shape->etype == HLO_T_TUPLE;
+  }
+}
+
+static const hlo_buffer_t *cmp_buffers;
+
+/* Largest first; ties: the earlier definition, then the lower index (a stable order). */
+static int by_size_desc(const void *pa, const void *pb) {
+  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa],
+                     *b = &cmp_buffers[*(const uint32_t *)pb];
+  if (a->bytes != b->bytes)
+    return a->bytes > b->bytes ? -1 : 1;
+  if (a->first_def != b->first_def)
+    return a->first_def < b->first_def ? -1 : 1;
+  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+}
+
+/* Share edges as a CSR from the operand's buffer to the result's. */
+static bool build_shares(const hlo_dataflow_t *df, reuse_state_t *s) {
+  const hlo_assignment_t *as = s->as;
+  s->share_first = calloc((size_t)as->n_buffers + 2, sizeof *s->share_first);
+  s->share_to = malloc((df->edges.len + 1) * sizeof *s->share_to);
+  if (!s->share_first || !s->share_to)
+    return false;
+  for (size_t i = 0; i < df->edges.len; i++) {
+    const hlo_edge_t *e = &HLO_VEC_AT(&df->edges, hlo_edge_t, i);
+    uint32_t a = e->kind == HLO_EDGE_SHARE ? as->value_buffer[e->a] : UINT32_MAX;
+    if (a != UINT32_MAX && as->value_buffer[e->b] != UINT32_MAX)
+      s->share_first[a + 2]++;
+  }
+  for (uint32_t b = 0; b < as->n_buffers; b++)
+    s->share_first[b + 2] += s->share_first[b + 1];
+  for (size_t i = 0; i < df->edges.len; i++) {
+    const hlo_edge_t *e = &HLO_VEC_AT(&df->edges, hlo_edge_t, i);
+    uint32_t a = e->kind == HLO_EDGE_SHARE ? as->value_buffer[e->a] : UINT32_MAX;
+    uint32_t b = a != UINT32_MAX ? as->value_buffer[e->b] : UINT32_MAX;
+    if (b != UINT32_MAX)
+      s->share_to[s->share_first[a + 1]++] = b;
+  }
+  return true;
+}
+
+/* Moves every value of a reused temporary into its allocation's buffer and drops the
+ * temporaries from the buffer list (indices shift down). */
+static bool compact(reuse_state_t *s) {
+  hlo_assignment_t *as = s->as;
+  uint32_t *new_index = malloc(((size_t)as->n_buffers + 1) * sizeof *new_index);
+  if (!new_index)
+    return false;
+  uint32_t nb = 0;
+  for (uint32_t i = 0; i < as->n_buffers; i++) {
+    if (s->alloc_of[i] != UINT32_MAX) {
+      as->buffers[s->alloc_of[i]].n_values += as->buffers[i].n_values;
+      new_index[i] = UINT32_MAX;
+      continue;
+    }
+    new_index[i] = nb;
+    as->buffers[nb] = as->buffers[i];
+    as->buffers[nb].share_group = nb;
+    nb++;
+  }
+  for (uint32_t v = 0; v < as->n_values; v++) {
+    uint32_t b = as->value_buffer[v];
+    if (b == UINT32_MAX)
+      continue;
+    as->value_buffer[v] = new_index[s->alloc_of[b] != UINT32_MAX ? s->alloc_of[b] : b];
+  }
+  as->n_buffers = nb;
+  free(new_index);
+  return true;
+}
+
+/* Allocations sorted smallest first, ties: the later definition first. */
+static int by_size_asc(const void *pa, const void *pb) { return -by_size_desc(pa, pb); }
+
+/* Each allocation starts with its own values, over their own live ranges. */
+static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
+  const hlo_assignment_t *as = s->as;
+  for (uint32_t v = 0; v < as->n_values; v++) {
+    uint32_t b = as->value_buffer[v];
+    if (b == UINT32_MAX || !is_alloc[b])
+      continue;
+    const hlo_value_t *val = &as->values[v];
+    uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+    uint32_t lo = (val->flags & HLO_V_PARAM) ? 0 : val->def_step;
+    if (!add_occupant(s, b, lo, hi, b))
+      return false;
+  }
+  return true;
+}
+
+static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
+                              const uint32_t *outs, size_t no, bool *any) {
+  const hlo_buffer_t *bufs = s->as->buffers;
+  for (size_t i = 0; i < nt; i++) {
+    uint32_t t = temps[i];
+    /* the first allocation at least as large (outs ascending by size) */
+    size_t lo = 0, hi = no;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (bufs[outs[mid]].bytes < bufs[t].bytes)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
+      if (!fits_in(s, t, outs[k]))
+        continue;
+      s->alloc_of[t] = outs[k];
+      if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
+        return false;
+      *any = true;
+      break;
+    }
+  }
+  return true;
+}
+
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+  mark_separate(as);
+  uint32_t nb = as->n_buffers;
+  size_t nt = 0, no = 0;
+  for (uint32_t i = 0; i < nb; i++) {
+    no += is_reusable_allocation(&as->buffers[i]);
+    nt += is_temporary(&as->buffers[i]);
+  }
+  if (no == 0 || nt == 0)
+    return true;
+  reuse_state_t s = {.as = as};
+  hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
+  uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
+  uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
+  s.alloc_of = malloc(((size_t)nb + 1) * sizeof *s.alloc_of);
+  s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
+  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
+  bool any = false;
+  if (ok) {
+    nt = no = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+      s.alloc_of[i] = s.first[i] = UINT32_MAX;
+      if (is_reusable_allocation(&as->buffers[i])) {
+        outs[no++] = i;
+        is_alloc[i] = 1;
+      } else if (is_temporary(&as->buffers[i])) {
+        temps[nt++] = i;
+      }
+    }
+    cmp_buffers = as->buffers;
+    qsort(temps, nt, sizeof *temps, by_size_desc);
+    qsort(outs, no, sizeof *outs, by_size_asc);
+    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
+  }
+  if (ok && any)
+    ok = compact(&s);
+  free(temps);
+  free(outs);
+  free(is_alloc);
+  free(s.alloc_of);
+  free(s.first);
+  free(s.share_first);
+  free(s.share_to);
+  hbm__hlo_vec_free(&s.occupants);
+  return ok;
+}

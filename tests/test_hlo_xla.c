@@ -1,0 +1,338 @@
+/* test_hlo_xla.c — the rules that make `hbm plan` reproduce XLA's buffer assignment (issue
+ * 11), each on a small hand-written module with its sizes worked out by hand beside it:
+ * temporaries in output and aliased-parameter allocations, tuple-shaped temporaries and
+ * the order CombineTempAllocations lays the temp allocation out in, thread-local reducer
+ * values (also inside fusions), the backends' heap alignment, all-reduce results over
+ * their operand, the warnings for modules XLA's numbers cannot be compared with, leading
+ * stack-frame tables, and the dump readers taking XLA's totals as written. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hbm.h"
+
+static hbm_plan_t *plan_as(const char *text, int backend) {
+  hbm_plan_options_t opt = {.backend = backend};
+  hbm_plan_t *p = hbm_plan_text(text, strlen(text), "test.hlo", &opt);
+  if (!p)
+    fail_msg("%s", hbm_last_error());
+  return p;
+}
+
+static uint64_t temp_of(const char *text, int backend) {
+  hbm_plan_t *p = plan_as(text, backend);
+  uint64_t t = hbm_plan_get_summary(p)->temp_bytes;
+  hbm_plan_free(p);
+  return t;
+}
+
+static char *json_of(const hbm_plan_t *p) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(hbm_plan_report_json(p, f), HBM_OK);
+  fclose(f);
+  return text;
+}
+
+static void json_has(const hbm_plan_t *p, const char *needle) {
+  char *j = json_of(p);
+  if (!strstr(j, needle))
+    fail_msg("no %s in\n%.600s", needle, j);
+  free(j);
+}
+
+/* a (1024 B) is last read by r, which is element-wise over it: XLA's LiveRangeInterferes
+ * lets ranges that only touch share when the later may overwrite the earlier, so a lives
+ * in r's output allocation and the temp allocation is empty. The plain planner (none)
+ * keeps a in the heap: 1024. */
+static const char *touch_elementwise = "HloModule touch, is_scheduled=true\n"
+                                       "ENTRY e {\n"
+                                       "  p = f32[256]{0} parameter(0)\n"
+                                       "  a = f32[256]{0} exponential(p)\n"
+                                       "  ROOT r = f32[256]{0} negate(a)\n"
+                                       "}\n";
+
+static void temporary_in_output_allocation(void **state) {
+  (void)state;
+  hbm_plan_t *p = plan_as(touch_elementwise, HBM_PLAN_BACKEND_GPU);
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+  assert_true(s->argument_bytes == 1024 && s->output_bytes == 1024);
+  assert_true(s->temp_bytes == 0);
+  json_has(p, "\"total_bytes\": 2048");
+  hbm_plan_free(p);
+  assert_true(temp_of(touch_elementwise, HBM_PLAN_BACKEND_CPU) == 0);
+  assert_true(temp_of(touch_elementwise, HBM_PLAN_BACKEND_NONE) == 1024);
+}
+
+/* t (1024 B) is last read by the dot that defines the output: a dot cannot write over its
+ * operand, so the ranges interfere and t stays in the temp allocation: 1024. */
+static void touching_needs_an_elementwise_user(void **state) {
+  (void)state;
+  const char *m = "HloModule dot, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[16,16]{1,0} parameter(0)\n"
+                  "  t = f32[16,16]{1,0} transpose(p), dimensions={1,0}\n"
+                  "  ROOT d = f32[16,16]{1,0} dot(t, t), lhs_contracting_dims={1}, "
+                  "rhs_contracting_dims={0}\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 1024);
+}
+
+/* p is donated to the output (input_output_alias), so its allocation is reusable: it holds
+ * p over steps [0,1] and r from step 3 on. t [1,2] starts where p is last read, by a
+ * reverse (not element-wise): it interferes. u [2,3] is free of p and touches r, which is
+ * element-wise over it: u lives in p's allocation. The temp allocation holds t: 1024. The
+ * plain planner keeps t and u (live together at step 2) apart: 2048. */
+static void temporary_in_donated_parameter(void **state) {
+  (void)state;
+  const char *m = "HloModule alias, is_scheduled=true, input_output_alias={ {}: (0, {}, "
+                  "may-alias) }\n"
+                  "ENTRY e {\n"
+                  "  p = f32[256]{0} parameter(0)\n"
+                  "  t = f32[256]{0} reverse(p), dimensions={0}\n"
+                  "  u = f32[256]{0} reverse(t), dimensions={0}\n"
+                  "  ROOT r = f32[256]{0} negate(u)\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+  assert_true(s->argument_bytes == 1024 && s->output_bytes == 1024 && s->alias_bytes == 1024);
+  assert_true(s->temp_bytes == 1024);
+  json_has(p, "\"total_bytes\": 2048");
+  hbm_plan_free(p);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 2048);
+}
+
+/* cc's tuple table (16 B) gets an allocation of its own. cc{0} [1,4] touches r (add, over
+ * it) and goes into r's allocation; cc{1} [1,4] overlaps cc{0} there, so the heap holds
+ * cc{1}: 256. XLA's allocations in creation order (largest first, live-out first): r, p,
+ * the table T, then the heap H: [r, p, T, H]. std::partition leaves T, H in that order;
+ * laid end to end with GPU's 128-byte alignment: T at 0, H at 128, 128 + 256 = 384. */
+static const char *tuple_module = "HloModule tuples, is_scheduled=true\n"
+                                  "ENTRY e {\n"
+                                  "  p = f32[64]{0} parameter(0)\n"
+                                  "  cc = (f32[64]{0}, f32[64]{0}) custom-call(p), "
+                                  "custom_call_target=\"two\"\n"
+                                  "  g0 = f32[64]{0} get-tuple-element(cc), index=0\n"
+                                  "  g1 = f32[64]{0} get-tuple-element(cc), index=1\n"
+                                  "  ROOT r = f32[64]{0} add(g0, g1)\n"
+                                  "}\n";
+
+/* The same with a reduction of r into a second output. New allocations: the output tuple
+ * table O_t (16 B, live out), the result `sum` (4), the constant z (4), and after the heap
+ * the reducer's three thread-local values L (x, y, s; 4 B each). Creation order:
+ * [r, p, O_t, T, sum, z, H, L, L, L]. libstdc++'s std::partition swaps T with the last L
+ * and H with the next one: [r, p, O_t, L, sum, z, L, L, H, T]. So the heap comes first
+ * (256 B at 0) and the table after it at 256: 256 + 16 = 272. Total: arguments 256 +
+ * outputs (256 + 16 + 4) + constant 4 + thread-local 12 + temp 272 = 820. */
+static const char *tuple_module_with_reducer =
+    "HloModule tuples2, is_scheduled=true\n"
+    "%add_f32 (x: f32[], y: f32[]) -> f32[] {\n"
+    "  x = f32[] parameter(0)\n"
+    "  y = f32[] parameter(1)\n"
+    "  ROOT s = f32[] add(x, y)\n"
+    "}\n"
+    "ENTRY e {\n"
+    "  p = f32[64]{0} parameter(0)\n"
+    "  z = f32[] constant(0)\n"
+    "  cc = (f32[64]{0}, f32[64]{0}) custom-call(p), custom_call_target=\"two\"\n"
+    "  g0 = f32[64]{0} get-tuple-element(cc), index=0\n"
+    "  g1 = f32[64]{0} get-tuple-element(cc), index=1\n"
+    "  r = f32[64]{0} add(g0, g1)\n"
+    "  sum = f32[] reduce(r, z), dimensions={0}, to_apply=%add_f32\n"
+    "  ROOT out = (f32[64]{0}, f32[]) tuple(r, sum)\n"
+    "}\n";
+
+static void tuple_tables_and_the_combined_temp(void **state) {
+  (void)state;
+  assert_true(temp_of(tuple_module, HBM_PLAN_BACKEND_GPU) == 384);
+  hbm_plan_t *p = plan_as(tuple_module_with_reducer, HBM_PLAN_BACKEND_GPU);
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+  assert_true(s->argument_bytes == 256);
+  assert_true(s->output_bytes == 276);
+  assert_true(s->temp_bytes == 272);
+  json_has(p, "\"thread_local_bytes\": 12");
+  json_has(p, "\"constant_bytes\": 4");
+  json_has(p, "\"total_bytes\": 820");
+  hbm_plan_free(p);
+}
+
+/* A reduction inside a fusion: XLA gives the reducer's values (x, y, s: 4 B each)
+ * thread-local allocations although the fusion body itself has none: 12 B. Total: 256 +
+ * 4 + 12 = 272. */
+static void thread_local_reducer_inside_a_fusion(void **state) {
+  (void)state;
+  const char *m = "HloModule tl, is_scheduled=true\n"
+                  "%add (x: f32[], y: f32[]) -> f32[] {\n"
+                  "  x = f32[] parameter(0)\n"
+                  "  y = f32[] parameter(1)\n"
+                  "  ROOT s = f32[] add(x, y)\n"
+                  "}\n"
+                  "%fused (fp: f32[64]) -> f32[] {\n"
+                  "  fp = f32[64]{0} parameter(0)\n"
+                  "  c = f32[] constant(0)\n"
+                  "  ROOT r = f32[] reduce(fp, c), dimensions={0}, to_apply=%add\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  ROOT f = f32[] fusion(p), kind=kInput, calls=%fused\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  json_has(p, "\"thread_local_bytes\": 12");
+  json_has(p, "\"total_bytes\": 272");
+  hbm_plan_free(p);
+}
+
+/* a and b (100 B each) are both live at the concatenate, which cannot write over them:
+ * both in the heap, b above a at the next multiple of the alignment. GPU (128): 128 +
+ * 100 = 228; CPU (64): 128 + 100 = 228 too (100 rounds up to 128); the plain planner
+ * (alignment 1): 200. The backend is read from the file name when not given. */
+static void backend_alignment(void **state) {
+  (void)state;
+  const char *m = "HloModule align, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[25]{0} parameter(0)\n"
+                  "  a = f32[25]{0} exponential(p)\n"
+                  "  b = f32[25]{0} log(p)\n"
+                  "  ROOT r = f32[50]{0} concatenate(a, b), dimensions={0}\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 228);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_CPU) == 228);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 200);
+  hbm_plan_options_t opt = {0};
+  hbm_plan_t *p =
+      hbm_plan_text(m, strlen(m), "module_0001.f.sm_8.0_gpu_after_optimizations.txt", &opt);
+  assert_non_null(p);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 228);
+  json_has(p, "\"backend\": \"gpu\"");
+  hbm_plan_free(p);
+}
+
+/* e [1,2] is last read by the all-reduce-start whose result is the output: an all-reduce
+ * may write its result over its operand, so e lives in the output's allocation: temp 0
+ * (the plain planner also joins nothing here, but shares only temporaries: 256). */
+static void all_reduce_over_its_operand(void **state) {
+  (void)state;
+  const char *m = "HloModule ar, is_scheduled=true\n"
+                  "%add (x: f32[], y: f32[]) -> f32[] {\n"
+                  "  x = f32[] parameter(0)\n"
+                  "  y = f32[] parameter(1)\n"
+                  "  ROOT s = f32[] add(x, y)\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  e = f32[64]{0} exponential(p)\n"
+                  "  ars = f32[64]{0} all-reduce-start(e), replica_groups={}, to_apply=%add\n"
+                  "  ROOT ard = f32[64]{0} all-reduce-done(ars)\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
+}
+
+/* Newer XLA prints its stack-frame tables between the header and the computations. */
+static void leading_stack_frame_tables(void **state) {
+  (void)state;
+  const char *m = "HloModule frames, is_scheduled=true\n\n"
+                  "FileNames\n1 \"/tmp/t.py\"\n\n"
+                  "FunctionNames\n1 \"<module>\"\n2 \"f\"\n\n"
+                  "FileLocations\n1 {file_name_id=1 function_name_id=1 line=8 end_line=8 "
+                  "column=4 end_column=26}\n\n"
+                  "StackFrames\n1 {file_location_id=1 parent_frame_id=1}\n\n"
+                  "ENTRY e {\n"
+                  "  p = f32[256]{0} parameter(0)\n"
+                  "  ROOT r = f32[256]{0} negate(p)\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_CPU);
+  assert_true(hbm_plan_get_summary(p)->output_bytes == 1024);
+  hbm_plan_free(p);
+}
+
+static size_t n_warnings(const char *text) {
+  hbm_plan_t *p = plan_as(text, 0);
+  size_t n;
+  hbm_plan_warnings(p, &n);
+  if (n)
+    json_has(p, "\"warnings\": [");
+  hbm_plan_free(p);
+  return n;
+}
+
+/* Not scheduled (before optimizations) and partitioned without SPMD applied: warned
+ * about, also in the JSON; a scheduled module whose entry was partitioned is not. */
+static void warnings_for_modules_xla_did_not_size(void **state) {
+  (void)state;
+  const char *unscheduled = "HloModule u\nENTRY e {\n  ROOT p = f32[4]{0} parameter(0)\n}\n";
+  const char *global = "HloModule g, is_scheduled=true, num_partitions=4\n"
+                       "ENTRY main {\n  ROOT p = f32[4]{0} parameter(0)\n}\n";
+  const char *spmd = "HloModule s, is_scheduled=true, num_partitions=4\n"
+                     "ENTRY main.4_spmd {\n  ROOT p = f32[4]{0} parameter(0)\n}\n";
+  assert_int_equal(n_warnings(unscheduled), 1);
+  assert_int_equal(n_warnings(global), 1);
+  assert_int_equal(n_warnings(spmd), 0);
+  hbm_plan_t *p = plan_as(global, 0);
+  size_t n;
+  const char *const *w = hbm_plan_warnings(p, &n);
+  assert_non_null(strstr(w[0], "num_partitions=4"));
+  hbm_plan_free(p);
+}
+
+/* A buffer assignment whose temp allocation holds a and b at the same offset (they never
+ * live together): the plan takes XLA's sizes as written, 2176 B of temp, never a re-pack,
+ * and the total from "Total bytes used". The module name comes from the file name behind
+ * a prefix and a GPU platform with a dot of its own. */
+static void dump_totals_as_written(void **state) {
+  (void)state;
+  const char *ba = "BufferAssignment:\n"
+                   "allocation 0: size 1024, parameter 0, shape |f32[256]| at ShapeIndex {}:\n"
+                   " value: <0 p @0> (size=1024,offset=0): f32[256]{0}\n"
+                   "allocation 1: size 1024, output shape is |f32[256]|, maybe-live-out:\n"
+                   " value: <3 r @0> (size=1024,offset=0): f32[256]{0}\n"
+                   "allocation 2: size 2176, preallocated-temp:\n"
+                   " value: <1 a @0> (size=1024,offset=0): f32[256]{0}\n"
+                   " value: <2 b @0> (size=1024,offset=0): f32[256]{0}\n"
+                   " value: <4 c @0> (size=1024,offset=1152): f32[256]{0}\n"
+                   "\nTotal bytes used: 4224 (4.12KiB)\n";
+  hbm_plan_options_t opt = {0};
+  hbm_plan_t *p = hbm_plan_text(
+      ba, strlen(ba),
+      "ab12__module_0007.jit_f.sm_8.0_gpu_after_optimizations-buffer-assignment.txt", &opt);
+  assert_non_null(p);
+  const hbm_plan_summary_t *s = hbm_plan_get_summary(p);
+  assert_true(s->argument_bytes == 1024 && s->output_bytes == 1024);
+  assert_true(s->temp_bytes == 2176);
+  json_has(p, "\"total_bytes\": 4224");
+  json_has(p, "\"module\": \"jit_f\"");
+  json_has(p, "\"source\": \"buffer-assignment\"");
+  hbm_plan_free(p);
+  /* the memory usage report: its first line is the exact total */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/data/hlo/dumps/%s", HBM_SOURCE_DIR,
+           "module_0005.jit_step.gpu_after_optimizations-memory-usage-report.txt");
+  p = hbm_plan_file(path, &opt);
+  assert_non_null(p);
+  json_has(p, "\"total_bytes\": 921600008"); /* "Total bytes used: 921600008 (878.91MiB)" */
+  hbm_plan_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(temporary_in_output_allocation),
+      cmocka_unit_test(touching_needs_an_elementwise_user),
+      cmocka_unit_test(temporary_in_donated_parameter),
+      cmocka_unit_test(tuple_tables_and_the_combined_temp),
+      cmocka_unit_test(thread_local_reducer_inside_a_fusion),
+      cmocka_unit_test(backend_alignment),
+      cmocka_unit_test(all_reduce_over_its_operand),
+      cmocka_unit_test(leading_stack_frame_tables),
+      cmocka_unit_test(warnings_for_modules_xla_did_not_size),
+      cmocka_unit_test(dump_totals_as_written),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
