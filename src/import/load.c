@@ -1,8 +1,11 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
  * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump) and
  * turns it into the one profile model. HLO and XLA dumps are planned with default options
- * and the caller takes the plan's profile. */
+ * and the caller takes the plan's profile. A PyTorch memory snapshot (a pickle) is read by
+ * torch_snapshot.c. */
 #include "base/base.h"
+#include "import/pickle.h"
+#include "import/torch_snapshot.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -15,7 +18,8 @@ typedef enum format {
   FORMAT_RMM_CSV,
   FORMAT_HLO,
   FORMAT_BUFFER_ASSIGNMENT,
-  FORMAT_MEMORY_REPORT
+  FORMAT_MEMORY_REPORT,
+  FORMAT_TORCH_SNAPSHOT
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -67,6 +71,8 @@ static bool has_allocation_line(const char *p, const char *end) {
 static format_t detect(const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
+  if (pk_looks_like_pickle((const uint8_t *)data, len))
+    return FORMAT_TORCH_SNAPSHOT;
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
@@ -119,11 +125,14 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
+  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
-               "'HloModule'), or an XLA dump (*-buffer-assignment.txt with 'allocation N: size' "
+               "'HloModule'), a PyTorch memory snapshot (a pickle from "
+               "torch.cuda.memory._dump_snapshot), or an XLA dump (*-buffer-assignment.txt with "
+               "'allocation N: size' "
                "lines, *-memory-usage-report.txt)",
                path, HBM_TRACE_MAGIC);
     break;
