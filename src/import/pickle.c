@@ -654,6 +654,13 @@ pk_doc_t *pk_parse(const uint8_t *data, size_t len, const char *name, const pk_l
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", ps.name);
     return NULL;
   }
+  /* the stack exists from the start, so "the items above a MARK" is never NULL + 0 */
+  ps.stack_cap = 256;
+  if (!(ps.stack = malloc(ps.stack_cap * sizeof *ps.stack))) {
+    pk_free(ps.doc);
+    hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", ps.name);
+    return NULL;
+  }
   bool ok = run(&ps);
   free(ps.stack);
   free(ps.marks);

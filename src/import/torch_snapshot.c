@@ -24,6 +24,10 @@
 #define MAX_DEVICES 1024
 #define MAX_STACK_FRAMES 64 /* frames shown in a buffer's stack; the rest are counted */
 #define CALLER_FRAMES 4     /* user frames above the op that name its group */
+/* Bounds that keep every sum of a hostile file inside int64 (the analysis sums sizes):
+ * no block above 1 PiB, no total above 1 EiB. Real snapshots are far below both. */
+#define MAX_SIZE ((uint64_t)1 << 50)
+#define MAX_TOTAL ((int64_t)1 << 60)
 
 typedef enum ev_kind { EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_OOM } ev_kind_t;
 
@@ -296,6 +300,51 @@ static bool prepend_before(trace_reader_t *tr) {
   return true;
 }
 
+/* Drops the events that would take the bytes allocated or reserved outside
+ * [-MAX_TOTAL, MAX_TOTAL] (and the frees of allocations dropped), counting them. */
+static bool bound_totals(device_t *d) {
+  hbm_u64map_t dropped, sizes; /* allocations dropped; sizes of those kept and live */
+  hbm_u64map_init(&dropped);
+  hbm_u64map_init(&sizes);
+  int64_t live = 0, reserved = 0;
+  size_t kept = 0;
+  bool ok = true;
+  for (size_t i = 0; i < d->n && ok; i++) {
+    tevent_t *e = &d->events[i];
+    int64_t size = (int64_t)e->size;
+    bool keep = e->size <= MAX_SIZE;
+    uint64_t was = 0;
+    if (e->kind == EV_ALLOC && (!keep || live + size > MAX_TOTAL)) {
+      keep = false;
+      ok = hbm_u64map_put(&dropped, e->addr, 1);
+    } else if (e->kind == EV_ALLOC) {
+      ok = hbm_u64map_put(&sizes, e->addr, e->size);
+      live += size;
+    } else if (e->kind == EV_FREE) {
+      /* the profile ends the allocation with its own size, whatever the free says */
+      keep = !hbm_u64map_remove(&dropped, e->addr, NULL);
+      if (keep && hbm_u64map_remove(&sizes, e->addr, &was))
+        live -= (int64_t)was;
+    } else if (e->kind == EV_RESERVE || e->kind == EV_RELEASE) {
+      int64_t next = reserved + (e->kind == EV_RESERVE ? size : -size);
+      keep = keep && next <= MAX_TOTAL && next >= -MAX_TOTAL;
+      if (keep)
+        reserved = next;
+    }
+    if (!keep) {
+      d->sum.inconsistent++;
+      if (i < d->n_before)
+        d->n_before--;
+      continue;
+    }
+    d->events[kept++] = *e;
+  }
+  d->n = kept;
+  hbm_u64map_free(&dropped);
+  hbm_u64map_free(&sizes);
+  return ok;
+}
+
 /* Reserved bytes over the trace: the most at any event. */
 static void compute_peak_reserved(device_t *d) {
   int64_t reserved = 0, peak = 0;
@@ -323,7 +372,8 @@ static bool read_device(snapshot_t *s, const pk_value_t *root, int device) {
   bool ok = true;
   for (size_t i = 0; events && i < n && ok; i++)
     ok = read_trace_event(&tr, events[i], i);
-  ok = ok && read_segments(&tr, root, device) && balance_reserved(&tr) && prepend_before(&tr);
+  ok = ok && read_segments(&tr, root, device) && balance_reserved(&tr) && prepend_before(&tr) &&
+       bound_totals(d);
   if (ok)
     compute_peak_reserved(d);
   free(tr.before);
@@ -598,6 +648,12 @@ static hbm_status_t apply(builder_t *bl, int dev, const tevent_t *e, int64_t ste
   return hbm_profile_add_reserve(bl->p, &r);
 }
 
+/* Microseconds since t0 as nanoseconds, saturating (times come from the file). */
+static int64_t us_to_ns(int64_t us, int64_t t0) {
+  int64_t d = us >= t0 ? us - t0 : 0;
+  return d > INT64_MAX / 1000 ? INT64_MAX / 1000 * 1000 : d * 1000;
+}
+
 /* The device whose next trace event comes first (events without a time go at once). */
 static int next_device(const snapshot_t *s, const size_t *cursor) {
   int best = -1;
@@ -633,7 +689,7 @@ static hbm_status_t add_events(builder_t *bl) {
   bl->t0 = first_time_us(s);
   for (int d; st == HBM_OK && (d = next_device(s, cursor)) >= 0; cursor[d]++) {
     const tevent_t *e = &s->devices[d].events[cursor[d]];
-    int64_t ns = e->time_us >= 0 ? (e->time_us - bl->t0) * 1000 : bl->last_ns;
+    int64_t ns = e->time_us >= 0 ? us_to_ns(e->time_us, bl->t0) : bl->last_ns;
     if (ns < bl->last_ns)
       ns = bl->last_ns; /* clocks of several devices, or a clock step back */
     bl->last_ns = ns;
@@ -757,7 +813,7 @@ static bool to_log_event(const tevent_t *e, hbm_u64map_t *streams, hbm_u64map_t 
   out->pointer = e->addr;
   out->size = e->size;
   out->line = e->index + 1; /* the event's position in the trace, 1-based; 0 before it */
-  out->time_ns = e->time_us > 0 ? e->time_us * 1000 : 0;
+  out->time_ns = e->time_us > 0 ? us_to_ns(e->time_us, 0) : 0;
   uint64_t stream;
   if (!hbm_u64map_get(streams, (uint64_t)e->stream, &stream)) {
     stream = streams->count;
