@@ -332,6 +332,17 @@ static void logdir_of_snapshots(void **state) {
   free(out);
 }
 
+static void export_of_two_devices(void **state) {
+  (void)state;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s export %stwo_devices.pickle --format chrome", HBM_BIN, DATA);
+  char *out = NULL;
+  assert_int_equal(th_run(cmd, &out), 0);
+  if (!strstr(out, "\"HBM on cuda:0\"") || !strstr(out, "\"HBM on cuda:1\""))
+    fail_msg("%.2000s", out);
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(plain_values),
@@ -344,6 +355,7 @@ int main(void) {
       cmocka_unit_test(tags_from_the_user_frames),
       cmocka_unit_test(replay_beside_pytorch),
       cmocka_unit_test(logdir_of_snapshots),
+      cmocka_unit_test(export_of_two_devices),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
