@@ -55,8 +55,16 @@ node "$src/tests/browser/viewer.test.mjs" --url "$main_url" --empty-url "$empty_
   --logdir "$work/logdir" --empty-logdir "$work/empty" --artifacts "$artifacts" \
   --hbm "$hbm" --chromium "$chromium" --profiledir "$work/chromium-profile" || status=$?
 
+# PyTorch memory snapshots (tests/browser/torch.test.mjs), in a logdir of their own.
+mkdir -p "$work/torch/plugins/profile/run1"
+cp "$src"/tests/data/torch/{small,two_devices}.pickle "$work/torch/plugins/profile/run1/"
+serve "$work/torch" "$work/serve-torch.log"
+torch_pid=${pids[2]}
+node "$src/tests/browser/torch.test.mjs" --url "$url" --logdir "$work/torch" --hbm "$hbm" \
+  --artifacts "$artifacts" --chromium "$chromium" --profiledir "$work/chromium-torch" || status=$?
+
 # Ctrl-C stops the servers cleanly.
-for pid in "$main_pid" "$empty_pid"; do
+for pid in "$main_pid" "$empty_pid" "$torch_pid"; do
   kill -INT "$pid"
   rc=0
   wait "$pid" || rc=$?

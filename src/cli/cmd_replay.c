@@ -1,11 +1,14 @@
 /* cmd_replay.c — `hbm replay LOG [--mode M] [--memory SIZE] [--min-memory] [--json]
- * [--lenient] [--repeat N]`: an RMM allocation log replayed through libhbm on a private
+ * [--lenient] [--repeat N] [--device N]`: an RMM allocation log, or the trace of a PyTorch
+ * memory snapshot (beside PyTorch's own reserved bytes), replayed through libhbm on a private
  * simulated device (hbm_replay_run): the log's peak live bytes, the mode's peak reserved
  * bytes, the smallest memory the log runs on, the first allocation that fails and why, and
  * the time per operation. A progress bar goes to stderr when it is a terminal and the work
  * is long. Exit status: 0 when every allocation succeeded, 1 when some failed or the log is
  * bad, 2 for a usage error. */
 #include "cli.h"
+#include "import/pickle.h"
+#include "import/torch_snapshot.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -21,13 +24,17 @@ typedef struct options {
   const char *path;
   hbm_replay_options_t replay;
   bool json, lenient;
+  int device;                     /* snapshots: the device to replay, -1: the busiest */
+  bool torch;                     /* the input is a PyTorch memory snapshot */
+  torch_device_summary_t pytorch; /* what the snapshot says about that device */
 } options_t;
 
 static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm replay LOG [--mode MODE] [--memory SIZE] [--min-memory] [--json]\n"
-          "                  [--lenient] [--repeat N]\n\n"
-          "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream) through the\n"
+          "                  [--lenient] [--repeat N] [--device N]\n\n"
+          "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream), or the trace\n"
+          "of a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot), through the\n"
           "allocator on a private simulated device whose memory is never touched.\n\n"
           "  --mode MODE    bfc (default), growth, platform, async or expandable\n"
           "  --memory SIZE  device memory, all of it usable (default: 16GiB, or twice the\n"
@@ -37,7 +44,9 @@ static void print_usage(FILE *out) {
           "  --json         machine-readable result\n"
           "  --lenient      skip malformed lines, frees of unknown pointers and second\n"
           "                 allocations of live pointers, and count them\n"
-          "  --repeat N     timed replays after the warm-up one (default 5; 0: no timing)\n");
+          "  --repeat N     timed replays after the warm-up one (default 5; 0: no timing)\n"
+          "  --device N     snapshots: the CUDA device to replay (default: the one with the\n"
+          "                 most trace events)\n");
 }
 
 static int parse_repeat(const char *text, int *out) {
@@ -49,8 +58,18 @@ static int parse_repeat(const char *text, int *out) {
   return 0;
 }
 
+static int parse_device(const char *text, int *out) {
+  char *end;
+  long n = strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || n < 0 || n > 1023)
+    return cli_fail("replay", 2, "--device: expected a device number 0 to 1023, got '%s'", text);
+  *out = (int)n;
+  return 0;
+}
+
 static int parse_options(int argc, char **argv, options_t *o) {
   hbm_replay_options_default(&o->replay);
+  o->device = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has_value = i + 1 < argc;
@@ -68,6 +87,9 @@ static int parse_options(int argc, char **argv, options_t *o) {
         return 2;
     } else if (!strcmp(a, "--repeat") && has_value) {
       if (parse_repeat(argv[++i], &o->replay.repeat))
+        return 2;
+    } else if (!strcmp(a, "--device") && has_value) {
+      if (parse_device(argv[++i], &o->device))
         return 2;
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       print_usage(stdout);
@@ -119,6 +141,28 @@ static void print_indented(const char *text, const char *indent) {
 
 static double ratio(uint64_t x, uint64_t peak) { return peak ? (double)x / (double)peak : 0.0; }
 
+/* PyTorch's own reserved bytes beside hbm's: what hbm would have needed for the same trace. */
+static void print_pytorch(const options_t *o, const hbm_replay_result_t *r) {
+  const torch_device_summary_t *t = &o->pytorch;
+  char a[32], b[32];
+  printf("  PyTorch reserved     %s (%llu bytes) at the snapshot (its segments on cuda:%d), "
+         "%s at most over the trace\n",
+         bytes(t->reserved_end, a), (unsigned long long)t->reserved_end, t->device,
+         bytes(t->peak_reserved, b));
+  /* BFC preallocates the whole device, so what it needs is the smallest memory it runs on */
+  bool bfc = r->mode == HBM_MODE_BFC;
+  uint64_t needed = bfc ? r->min_memory_bytes : r->peak_reserved_bytes;
+  if (t->peak_reserved && needed)
+    printf("  hbm vs PyTorch       %s %s: %.4fx PyTorch's peak reserved\n", hbm_mode_name(r->mode),
+           bfc ? "min memory" : "peak reserved", ratio(needed, t->peak_reserved));
+  else if (bfc)
+    printf("  hbm vs PyTorch       bfc preallocates the whole device; --min-memory finds what "
+           "it needs\n");
+  printf("  snapshot             %zu trace events, %zu allocations live before the trace "
+         "began%s\n",
+         t->trace_events, t->before_trace, t->n_devices > 1 ? " (one of several devices)" : "");
+}
+
 static void print_text(const options_t *o, const hbm_alloc_log_t *log,
                        const hbm_replay_result_t *r) {
   char a[32], b[32];
@@ -139,6 +183,8 @@ static void print_text(const options_t *o, const hbm_alloc_log_t *log,
          bytes(r->peak_reserved_bytes, a), (unsigned long long)r->peak_reserved_bytes,
          ratio(r->peak_reserved_bytes, r->peak_live_bytes),
          r->mode == HBM_MODE_EXPANDABLE ? " (physical memory mapped)" : "");
+  if (o->torch)
+    print_pytorch(o, r);
   if (o->replay.min_memory) {
     if (r->min_memory_bytes)
       printf("  min memory           %s (%llu bytes), %.4fx peak live\n",
@@ -191,6 +237,14 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
   json_object_set_new(root, "first_failure", first_failure_json(r));
   json_object_set_new(root, "ns_per_op", r->timed_replays ? json_real(r->ns_per_op) : json_null());
   json_object_set_new(root, "timed_replays", json_integer(r->timed_replays));
+  if (o->torch)
+    json_object_set_new(root, "pytorch",
+                        json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "device", o->pytorch.device,
+                                  "reserved_bytes", (json_int_t)o->pytorch.reserved_end,
+                                  "peak_reserved_bytes", (json_int_t)o->pytorch.peak_reserved,
+                                  "allocated_bytes", (json_int_t)o->pytorch.allocated_end,
+                                  "trace_events", (json_int_t)o->pytorch.trace_events,
+                                  "allocations_before_trace", (json_int_t)o->pytorch.before_trace));
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (!text)
@@ -200,6 +254,22 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
   return 0;
 }
 
+/* An RMM CSV log, or (by its content) a PyTorch memory snapshot's trace. */
+static hbm_status_t read_input(options_t *o, hbm_alloc_log_t *log) {
+  char *data;
+  size_t len;
+  memset(log, 0, sizeof *log);
+  hbm_status_t st = hbm__read_file(o->path, &data, &len);
+  if (st != HBM_OK)
+    return st;
+  o->torch = pk_looks_like_pickle((const uint8_t *)data, len);
+  st = o->torch ? hbm__torch_snapshot_log((const uint8_t *)data, len, o->path, o->device, log,
+                                          &o->pytorch)
+                : hbm_alloc_log_parse(data, len, o->path, o->lenient, log);
+  free(data);
+  return st;
+}
+
 int hbm_cmd_replay(int argc, char **argv) {
   options_t o;
   memset(&o, 0, sizeof o);
@@ -207,9 +277,9 @@ int hbm_cmd_replay(int argc, char **argv) {
   if (rc)
     return rc < 0 ? 0 : rc;
   hbm_alloc_log_t log;
-  if (hbm_alloc_log_read(o.path, o.lenient, &log) != HBM_OK)
+  if (read_input(&o, &log) != HBM_OK)
     return cli_fail("replay", 1, "%s%s", hbm_last_error(),
-                    o.lenient ? "" : " (--lenient skips such lines)");
+                    o.lenient || o.torch ? "" : " (--lenient skips such lines)");
   bool progress = wants_progress(&o, &log);
   if (progress)
     o.replay.progress = draw_progress;

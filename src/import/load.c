@@ -1,9 +1,11 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
  * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump, a
- * pasted out-of-memory error: src/import/oom_text*.c) and
- * turns it into the one profile model. HLO and XLA dumps are planned with default options
- * and the caller takes the plan's profile. */
+ * pasted out-of-memory error: src/import/oom_text*.c, a PyTorch memory snapshot pickle:
+ * torch_snapshot.c) and turns it into the one profile model. HLO and XLA dumps are planned
+ * with default options and the caller takes the plan's profile. */
 #include "base/base.h"
+#include "import/pickle.h"
+#include "import/torch_snapshot.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -17,7 +19,8 @@ typedef enum format {
   FORMAT_HLO,
   FORMAT_BUFFER_ASSIGNMENT,
   FORMAT_MEMORY_REPORT,
-  FORMAT_OOM_TEXT
+  FORMAT_OOM_TEXT,
+  FORMAT_TORCH_SNAPSHOT
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -69,6 +72,8 @@ static bool has_allocation_line(const char *p, const char *end) {
 static format_t detect(const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
+  if (pk_looks_like_pickle((const uint8_t *)data, len))
+    return FORMAT_TORCH_SNAPSHOT;
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
@@ -131,12 +136,15 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
+  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
-               "'HloModule'), or an XLA dump (*-buffer-assignment.txt with 'allocation N: size' "
-               "lines, *-memory-usage-report.txt), or a pasted out-of-memory error",
+               "'HloModule'), a PyTorch memory snapshot (a pickle from "
+               "torch.cuda.memory._dump_snapshot), an XLA dump (*-buffer-assignment.txt with "
+               "'allocation N: size' lines, *-memory-usage-report.txt), or a pasted "
+               "out-of-memory error",
                path, HBM_TRACE_MAGIC);
     break;
   }

@@ -1,0 +1,159 @@
+/* test_import_torch_real.c — the 13 real PyTorch memory snapshots in ../shared/real/torch/
+ * (GPT-style models on CUDA GPUs, from public course repositories). For each, the numbers
+ * are computed here a second way, straight from the pickle's tree, and compared with what
+ * hbm's profile and analysis report:
+ *   - the peak in use = the largest total of live allocated bytes: the trace's alloc /
+ *     free_completed events, plus what was live before the trace began (addresses whose first
+ *     event is a free; blocks active at the dump that the trace never mentions);
+ *   - the reserved bytes at the end = the sum of the segments' total_size (PyTorch's own);
+ *   - the bytes live at the end = the requested bytes of the blocks active at the dump (the
+ *     trace and the segments agree, so the reconstruction before the trace is right).
+ * Skipped (not passed) when ../shared is absent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "hbm.h"
+#include "helpers.h"
+#include "import/pickle.h"
+
+#define REAL HBM_SHARED_DIR "/real/torch"
+
+typedef struct truth {
+  uint64_t peak, reserved_end, live_end;
+} truth_t;
+
+static bool is_live_state(const char *state) {
+  return state && (!strcmp(state, "active_allocated") || !strcmp(state, "active_pending_free"));
+}
+
+static uint64_t field(const pk_value_t *d, const char *key) {
+  int64_t v = 0;
+  pk_int(pk_get(d, key), &v);
+  return (uint64_t)v;
+}
+
+/* Bytes live before the trace and never freed in it: active blocks the trace never names. */
+static void blocks_at_dump(const pk_value_t *root, const hbm_u64map_t *named, truth_t *t,
+                           uint64_t *before) {
+  size_t n_segs, n_blocks;
+  pk_value_t *const *segs = pk_items(pk_get(root, "segments"), &n_segs);
+  for (size_t i = 0; i < n_segs; i++) {
+    t->reserved_end += field(segs[i], "total_size");
+    pk_value_t *const *blocks = pk_items(pk_get(segs[i], "blocks"), &n_blocks);
+    for (size_t k = 0; k < n_blocks; k++) {
+      if (!is_live_state(pk_str(pk_get(blocks[k], "state"))))
+        continue;
+      uint64_t requested = field(blocks[k], "requested_size");
+      t->live_end += requested;
+      if (!hbm_u64map_get(named, field(blocks[k], "address"), NULL))
+        *before += requested;
+    }
+  }
+}
+
+/* The trace once for the addresses it names and the bytes freed that it never allocated,
+ * then again for the running total. The real files have one device. */
+static truth_t compute_truth(const pk_value_t *root) {
+  truth_t t = {0, 0, 0};
+  size_t n_traces, n;
+  pk_value_t *const *traces = pk_items(pk_get(root, "device_traces"), &n_traces);
+  assert_int_equal(n_traces, 1);
+  pk_value_t *const *events = pk_items(traces[0], &n);
+  hbm_u64map_t named, live;
+  hbm_u64map_init(&named);
+  hbm_u64map_init(&live);
+  uint64_t before = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *action = pk_str(pk_get(events[i], "action"));
+    uint64_t addr = field(events[i], "addr");
+    if (!strcmp(action, "free_completed") && !hbm_u64map_get(&named, addr, NULL))
+      before += field(events[i], "size");
+    if (!strcmp(action, "alloc") || !strcmp(action, "free_completed"))
+      assert_true(hbm_u64map_put(&named, addr, 1));
+  }
+  blocks_at_dump(root, &named, &t, &before);
+  uint64_t now = before;
+  t.peak = now;
+  for (size_t i = 0; i < n; i++) {
+    const char *action = pk_str(pk_get(events[i], "action"));
+    uint64_t addr = field(events[i], "addr"), size = field(events[i], "size"), was;
+    if (!strcmp(action, "alloc")) {
+      assert_true(hbm_u64map_put(&live, addr, size));
+      now += size;
+    } else if (!strcmp(action, "free_completed")) {
+      now -= hbm_u64map_remove(&live, addr, &was) ? was : size; /* else: before the trace */
+    }
+    if (now > t.peak)
+      t.peak = now;
+  }
+  hbm_u64map_free(&named);
+  hbm_u64map_free(&live);
+  return t;
+}
+
+static void check_file(const char *path, const char *name) {
+  size_t len;
+  char *data = th_read(path, &len);
+  assert_non_null(data);
+  pk_doc_t *doc = pk_parse((const uint8_t *)data, len, name, NULL);
+  if (!doc)
+    fail_msg("%s", hbm_last_error());
+  truth_t t = compute_truth(pk_root(doc));
+  pk_free(doc);
+  free(data);
+
+  hbm_profile_t *p = hbm_profile_load(path);
+  if (!p)
+    fail_msg("%s", hbm_last_error());
+  assert_int_equal(hbm_profile_space_count(p), 1);
+  hbm_analysis_t *a = hbm_analyze(p, 0);
+  const hbm_summary_t *s = hbm_analysis_summary(a);
+  int64_t last = hbm_profile_step_count(p) - 1;
+  hbm_timeline_point_t end;
+  assert_int_equal(hbm_analysis_timeline(a, last, last + 1, 1, &end), 1);
+  printf("  %-40.40s peak %12llu reserved %12llu (peak %12llu) live at end %12llu\n", name,
+         (unsigned long long)s->peak_bytes, (unsigned long long)end.reserved,
+         (unsigned long long)s->peak_reserved_bytes, (unsigned long long)end.bytes);
+  if (s->peak_bytes != t.peak || end.reserved != t.reserved_end || end.bytes != t.live_end)
+    fail_msg("%s: hbm peak %llu reserved %llu live %llu; from the trace %llu, %llu, %llu", name,
+             (unsigned long long)s->peak_bytes, (unsigned long long)end.reserved,
+             (unsigned long long)end.bytes, (unsigned long long)t.peak,
+             (unsigned long long)t.reserved_end, (unsigned long long)t.live_end);
+  assert_true(s->peak_reserved_bytes >= end.reserved);
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
+static void real_snapshots(void **state) {
+  (void)state;
+  DIR *dir = opendir(REAL);
+  if (!dir)
+    skip();
+  int files = 0;
+  for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+    size_t n = strlen(e->d_name);
+    if (n < 7 || strcmp(e->d_name + n - 7, ".pickle"))
+      continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", REAL, e->d_name);
+    check_file(path, e->d_name);
+    files++;
+  }
+  closedir(dir);
+  assert_int_equal(files, 13);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(real_snapshots)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
