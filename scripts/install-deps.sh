@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev libjansson-dev
-          libmicrohttpd-dev libcmocka-dev)
+          libmicrohttpd-dev libcmocka-dev libprotobuf-c-dev protobuf-c-compiler)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(chromium zstd clang-format)
 fi

@@ -1,8 +1,10 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
- * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump) and
+ * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump, an
+ * XProf .xplane.pb / .hlo_proto.pb) and
  * turns it into the one profile model. HLO and XLA dumps are planned with default options
  * and the caller takes the plan's profile. */
 #include "base/base.h"
+#include "import/xprof.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -15,7 +17,8 @@ typedef enum format {
   FORMAT_RMM_CSV,
   FORMAT_HLO,
   FORMAT_BUFFER_ASSIGNMENT,
-  FORMAT_MEMORY_REPORT
+  FORMAT_MEMORY_REPORT,
+  FORMAT_XPROF
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -64,9 +67,11 @@ static bool has_allocation_line(const char *p, const char *end) {
   return false;
 }
 
-static format_t detect(const char *data, size_t len) {
+static format_t detect(const char *path, const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
+  if (hbm__xprof_is(path, (const uint8_t *)data, len))
+    return FORMAT_XPROF;
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
@@ -113,17 +118,19 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   if (hbm__read_file(path, &data, &len) != HBM_OK)
     return NULL;
   hbm_profile_t *p = NULL;
-  switch (detect(data, len)) {
+  switch (detect(path, data, len)) {
   case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
   case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
+  case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
-               "'HloModule'), or an XLA dump (*-buffer-assignment.txt with 'allocation N: size' "
+               "'HloModule'), an XProf .xplane.pb or .hlo_proto.pb, or an XLA dump "
+               "(*-buffer-assignment.txt with 'allocation N: size' "
                "lines, *-memory-usage-report.txt)",
                path, HBM_TRACE_MAGIC);
     break;

@@ -84,7 +84,9 @@ static bool is_profile_name(const char *name) {
                                          ".hlo.txt",
                                          "-buffer-assignment.txt",
                                          "-memory-usage-report.txt",
-                                         "after_optimizations.txt"};
+                                         "after_optimizations.txt",
+                                         ".xplane.pb",
+                                         ".hlo_proto.pb"};
   if (name[0] == '.')
     return false;
   for (size_t i = 0; i < HBM_ARRAY_LEN(suffixes); i++)
