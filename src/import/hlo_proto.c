@@ -232,6 +232,11 @@ static bool is_indefinite(const HbmHlo__BufferAllocationProto *a) {
          a->maybe_live_out;
 }
 
+/* Thread-local allocations hold the scalars of computations run inside one thread (a
+ * reduction's combiner): registers or stack, not device memory. XProf 2.24 leaves them out
+ * of the Memory Viewer (docs/viewer.md), and so does hbm. */
+static bool in_device_memory(const HbmHlo__BufferAllocationProto *a) { return !a->is_thread_local; }
+
 /* XProf's category precedence: Parameter > Output > Thread-local > Constant > Temporary. */
 static hbm_category_t category_of(const HbmHlo__BufferAllocationProto *a) {
   if (a->is_entry_computation_parameter)
@@ -320,7 +325,7 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    if (a->color != color || !is_indefinite(a))
+    if (a->color != color || !is_indefinite(a) || !in_device_memory(a))
       continue;
     lbuf_t *best = NULL;
     for (size_t k = 0; k < a->n_assigned; k++) {
@@ -354,11 +359,18 @@ static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *h
   b->open = -1;
 }
 
-static bool increase(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *heap) {
-  if (b->open >= 0)
+/* Memory `holder` (a canonical buffer) comes to life, shown as buffer b: the one allocated,
+ * or the one whose SHARE_WITH revived a freed canonical buffer (as XProf 2.24 names it). */
+static bool increase(xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step, int64_t *heap) {
+  if (holder->open >= 0)
     return true;
   *heap += b->proto->size;
-  return open_interval(s, b, step, (uint64_t)b->proto->size, category_of(b->alloc), 0);
+  if (!open_interval(s, b, step, (uint64_t)b->proto->size, category_of(b->alloc), 0))
+    return false;
+  holder->open = b->open;
+  if (b != holder)
+    b->open = -1;
+  return true;
 }
 
 static lbuf_t *root_of(lbuf_t *b) {
@@ -381,7 +393,7 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   switch (e->kind) {
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__ALLOC:
     root_of(b)->ref_count++;
-    return increase(s, b, step, heap);
+    return increase(s, b, root_of(b), step, heap);
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__FREE: {
     lbuf_t *root = root_of(b);
     if (--root->ref_count < 0)
@@ -398,7 +410,7 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
       return true;
     b->canonical = canon;
     if (++root_of(canon)->ref_count == 1) /* the canonical buffer comes back to life */
-      return increase(s, canon, step, heap);
+      return increase(s, b, root_of(canon), step, heap);
     return true;
   }
   default:
