@@ -10,6 +10,8 @@ and `hbm report --json` reads the same file. Compared, for the HBM (colour 0) sp
   - total argument size (entryComputationParametersMib),
   - the buffers at the peak (maxHeap): heap-simulator buffers in order, indefinite ones as a
     set, names with shape index and sizes; buffers under 16 KiB as XProf's one "small" total.
+And XProf's Memory Profile (`memory_profile`) of the allocators' runtime events: each
+allocator's peak bytes in use (peakStats.peakBytesInUse) against hbm's allocator space.
 Usage: python xprof_compare.py HBM_BINARY FILE.xplane.pb...   Exit 0 all equal, 1 a difference.
 """
 import json
@@ -82,6 +84,23 @@ def compare_program(name, xp, hs, problems):
     return len(theirs)
 
 
+def compare_allocators(xplane, spaces, name, problems):
+    data, _ = raw_to_tool_data.xspace_to_tool_data([xplane], "memory_profile", {})
+    profile = json.loads(data) if data else {}
+    n = 0
+    for allocator, mp in profile.get("memoryProfilePerAllocator", {}).items():
+        theirs = int(mp.get("profileSummary", {}).get("peakStats", {}).get("peakBytesInUse", 0))
+        ours = spaces.get((allocator, "allocator"))
+        if ours is None:
+            problems.append(f"{name}: allocator {allocator}: hbm has no space for it")
+        elif ours["peak_bytes"] != theirs:
+            problems.append(f"{name}: allocator {allocator}: peak bytes in use: hbm "
+                            f"{ours['peak_bytes']}, XProf {theirs}")
+        n += 1
+        print(f"  allocator {allocator}: peak in use {theirs} B")
+    return n
+
+
 def compare_file(hbm, path, problems):
     work = tempfile.mkdtemp(prefix="hbm_xprof_")
     try:
@@ -101,8 +120,9 @@ def compare_file(hbm, path, problems):
             n = compare_program(f"{os.path.basename(path)}: {module}", xp, hs, problems)
             compared += 1
             print(f"  {module}: peak {hs['peak_bytes']} B, {n} buffers at the peak")
-        print(f"{path}: {compared} programs compared")
-        return compared
+        allocators = compare_allocators(xplane, spaces, os.path.basename(path), problems)
+        print(f"{path}: {compared} programs, {allocators} allocators compared")
+        return compared + allocators
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -113,7 +133,7 @@ def main():
     total = sum(compare_file(hbm, f, problems) for f in files)
     for p in problems:
         print("DIFFERENT:", p)
-    print(f"{total} programs, {len(problems)} differences")
+    print(f"{total} programs and allocators, {len(problems)} differences")
     return 1 if problems or not total else 0
 
 

@@ -411,43 +411,79 @@ static hbm_category_t region_category(const char *region) {
   return HBM_CAT_UNKNOWN;
 }
 
-static bool allocator_step(xprof_space_t *s, hbm_u64map_t *open, const mem_event_t *e,
-                           int64_t t0_ps) {
+/* One allocator's replay: the buffers open by address, the bytes they hold, and the memory
+ * in use that the trace never saw allocated (allocated before it began). */
+typedef struct allocator_state {
+  xprof_import_t *im;
+  xprof_space_t *s;
+  hbm_u64map_t open;
+  uint64_t live;
+  int64_t baseline; /* index of the "before the trace" buffer, -1 none */
+  uint64_t baseline_bytes;
+} allocator_state_t;
+
+static xprof_buffer_t *open_buffer(allocator_state_t *st, int64_t step, uint64_t size) {
+  xprof_buffer_t *b = xprof_add_buffer(st->s);
+  if (b)
+    b->size = b->unpadded = size, b->start = step, b->end = -1;
+  return b;
+}
+
+/* The allocator's own "bytes in use" after the event says how much the trace did not see:
+ * shown as one buffer, which shrinks (ends, and a smaller one begins) as such memory is
+ * freed, so hbm's in-use curve is the allocator's whenever the two can agree. */
+static bool track_baseline(allocator_state_t *st, const mem_event_t *e, int64_t step) {
+  uint64_t unseen = e->in_use > st->live ? e->in_use - st->live : 0;
+  if (step > 0 && unseen >= st->baseline_bytes)
+    return true;
+  if (st->baseline >= 0)
+    st->s->buffers[st->baseline].end = step;
+  st->baseline = -1;
+  st->baseline_bytes = unseen;
+  if (!unseen)
+    return true;
+  xprof_buffer_t *b = open_buffer(st, step, unseen);
+  if (!b)
+    return false;
+  b->op = hbm_intern(st->im->strings, "(in use before the trace began)");
+  st->baseline = (int64_t)st->s->n_buffers - 1;
+  return true;
+}
+
+static bool allocator_step(allocator_state_t *st, const mem_event_t *e, int64_t t0_ps) {
+  xprof_space_t *s = st->s;
   int64_t step = s->n_steps++;
   s->step_times[step] = (e->time_ps - t0_ps) / 1000;
   s->step_labels[step] = e->op;
   uint64_t at;
-  if (hbm_u64map_remove(open, e->addr, &at)) /* a free, or the address used again */
+  if (hbm_u64map_remove(&st->open, e->addr, &at)) { /* a free, or the address used again */
     s->buffers[at].end = step;
-  if (!e->alloc)
-    return true;
-  xprof_buffer_t *b = xprof_add_buffer(s);
-  if (!b)
-    return false;
-  b->size = e->allocation ? e->allocation : e->requested;
-  b->unpadded = e->requested ? e->requested : b->size;
-  b->offset = e->addr;
-  b->start = step;
-  b->end = -1;
-  b->op = e->op, b->shape = e->shape, b->group = e->region, b->label = e->data_type;
-  b->category = region_category(e->region);
-  return hbm_u64map_put(open, e->addr, s->n_buffers - 1);
+    st->live -= s->buffers[at].size;
+  }
+  if (e->alloc) {
+    xprof_buffer_t *b = open_buffer(st, step, e->allocation ? e->allocation : e->requested);
+    if (!b)
+      return false;
+    b->unpadded = e->requested ? e->requested : b->size;
+    b->offset = e->addr;
+    b->op = e->op, b->shape = e->shape, b->group = e->region, b->label = e->data_type;
+    b->category = region_category(e->region);
+    st->live += b->size;
+    if (!hbm_u64map_put(&st->open, e->addr, s->n_buffers - 1))
+      return false;
+  }
+  return track_baseline(st, e, step);
 }
 
-/* Bytes in use that the trace did not see allocated: one buffer from the first step. */
-static bool add_baseline(xprof_import_t *im, xprof_space_t *s, const mem_event_t *first) {
-  uint64_t live = 0;
+/* Offsets from the allocator's lowest address, so the span of the addresses is the memory
+ * it spans rather than the address itself. */
+static void rebase_addresses(xprof_space_t *s) {
+  uint64_t low = UINT64_MAX;
   for (size_t i = 0; i < s->n_buffers; i++)
-    live += s->buffers[i].end < 0 ? s->buffers[i].size : 0;
-  if (first->in_use <= live)
-    return true;
-  xprof_buffer_t *b = xprof_add_buffer(s);
-  if (!b)
-    return false;
-  b->size = b->unpadded = first->in_use - live;
-  b->start = 0, b->end = -1;
-  b->op = hbm_intern(im->strings, "(in use before the trace began)");
-  return true;
+    if (s->buffers[i].offset && s->buffers[i].offset < low)
+      low = s->buffers[i].offset;
+  for (size_t i = 0; i < s->n_buffers && low != UINT64_MAX; i++)
+    s->buffers[i].offset = s->buffers[i].offset >= low ? s->buffers[i].offset - low : 0;
 }
 
 static bool build_allocator(xprof_import_t *im, const mem_event_t *ev, size_t n,
@@ -461,25 +497,14 @@ static bool build_allocator(xprof_import_t *im, const mem_event_t *ev, size_t n,
   s->runtime = true;
   s->step_labels = calloc(count + 1, sizeof *s->step_labels);
   s->step_times = calloc(count + 1, sizeof *s->step_times);
-  hbm_u64map_t open;
-  hbm_u64map_init(&open);
-  bool ok = s->step_labels && s->step_times, first = true;
-  for (size_t i = 0; i < n && ok; i++) {
-    if (ev[i].allocator != allocator)
-      continue;
-    ok = allocator_step(s, &open, &ev[i], t0_ps);
-    if (ok && first)
-      ok = add_baseline(im, s, &ev[i]), first = false;
-  }
-  hbm_u64map_free(&open);
-  /* Offsets from the allocator's lowest address, so the span of the addresses is its
-   * reserved memory rather than the address itself. */
-  uint64_t low = UINT64_MAX;
-  for (size_t i = 0; i < s->n_buffers; i++)
-    if (s->buffers[i].offset && s->buffers[i].offset < low)
-      low = s->buffers[i].offset;
-  for (size_t i = 0; i < s->n_buffers && low != UINT64_MAX; i++)
-    s->buffers[i].offset = s->buffers[i].offset >= low ? s->buffers[i].offset - low : 0;
+  allocator_state_t st = {.im = im, .s = s, .baseline = -1};
+  hbm_u64map_init(&st.open);
+  bool ok = s->step_labels && s->step_times;
+  for (size_t i = 0; i < n && ok; i++)
+    if (ev[i].allocator == allocator)
+      ok = allocator_step(&st, &ev[i], t0_ps);
+  hbm_u64map_free(&st.open);
+  rebase_addresses(s);
   return ok;
 }
 
