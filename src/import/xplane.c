@@ -65,6 +65,8 @@ typedef struct plane {
   hbm_u64map_t stat_ids;
   size_t n_stats, cap_stats;
   hbm_u64map_t memory_kind; /* event metadata id → 1 allocation, 2 deallocation */
+  const char *recent[4];    /* the last texts of stats, interned */
+  unsigned next_recent;
 } plane_t;
 
 typedef struct space_reader {
@@ -246,10 +248,19 @@ static void note_memory_kind(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
     xprof_note_problem(pl->im);
 }
 
-/* A text stat (a string, or a reference to a stat name); NULL for numbers. */
+/* A text stat (a string, or a reference to a stat name); NULL for numbers. Consecutive
+ * events mostly repeat their allocator and op: the last few texts are kept to skip the
+ * string table for them. */
 static const char *stat_text(plane_t *pl, const stat_value_t *sv) {
-  if (sv->is_string && sv->s.n)
-    return intern_slice(pl->im, sv->s);
+  if (sv->is_string && sv->s.n) {
+    for (int i = 0; i < 4; i++)
+      if (pl->recent[i] && !strncmp(pl->recent[i], (const char *)sv->s.p, sv->s.n) &&
+          !pl->recent[i][sv->s.n])
+        return pl->recent[i];
+    const char *t = intern_slice(pl->im, sv->s);
+    pl->recent[pl->next_recent++ & 3] = t;
+    return t;
+  }
   if (sv->is_ref)
     return intern_slice(pl->im, stat_name_of(pl, sv->u));
   return NULL;
