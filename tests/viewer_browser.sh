@@ -55,6 +55,17 @@ node "$src/tests/browser/viewer.test.mjs" --url "$main_url" --empty-url "$empty_
   --logdir "$work/logdir" --empty-logdir "$work/empty" --artifacts "$artifacts" \
   --hbm "$hbm" --chromium "$chromium" --profiledir "$work/chromium-profile" || status=$?
 
+# A real XProf profile (tests/browser/xplane.test.mjs): JAX's own when the venv has JAX.
+xp=$work/xprof; mkdir -p "$xp/plugins/profile/r"
+"$src/.venv/bin/python" "$src/tests/data/jax_xprof_profile.py" "$xp" >/dev/null 2>&1 ||
+  cp "$src"/../shared/real/xprof/*gemm*.xplane.pb "$xp/plugins/profile/r/host.xplane.pb" || true
+if ls "$xp"/plugins/profile/*/*.xplane.pb >/dev/null 2>&1; then
+  serve "$xp" "$work/serve-xprof.log"
+  node "$src/tests/browser/xplane.test.mjs" --url "$url" --logdir "$xp" --hbm "$hbm" --chromium "$chromium" \
+    --artifacts "$artifacts" --profiledir "$work/chromium-xprof" || status=$?
+  kill -INT "${pids[2]}"; wait "${pids[2]}" || status=1
+fi
+
 # Ctrl-C stops the servers cleanly.
 for pid in "$main_pid" "$empty_pid"; do
   kill -INT "$pid"

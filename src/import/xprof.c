@@ -135,8 +135,17 @@ hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
   if (im->n_problems)
     hbm_profile_set_meta(p, "lost", hbm_strbuf_str(&im->problems));
   bool ok = true;
-  for (size_t i = 0; i < im->n_spaces && ok; i++)
+  hbm_strbuf_t ranges; /* "from-to" of each space's steps, for the viewer's first zoom */
+  hbm_strbuf_init(&ranges);
+  for (size_t i = 0; i < im->n_spaces && ok; i++) {
+    int64_t from = hbm_profile_step_count(p);
     ok = add_space_to(p, order[i]);
+    hbm_strbuf_printf(&ranges, "%s%lld-%lld", i ? "," : "", (long long)from,
+                      (long long)hbm_profile_step_count(p));
+  }
+  if (ok && im->n_spaces > 1)
+    hbm_profile_set_meta(p, "space_steps", hbm_strbuf_str(&ranges));
+  hbm_strbuf_free(&ranges);
   free(order);
   if (!ok || hbm_profile_finish(p) != HBM_OK) {
     hbm_profile_free(p);
