@@ -62,6 +62,18 @@ serve "$work/torch" "$work/serve-torch.log"
 torch_pid=${pids[2]}
 node "$src/tests/browser/torch.test.mjs" --url "$url" --logdir "$work/torch" --hbm "$hbm" \
   --artifacts "$artifacts" --chromium "$chromium" --profiledir "$work/chromium-torch" || status=$?
+# A real XProf profile (tests/browser/xplane.test.mjs): JAX's own when the venv has JAX.
+xp=$work/xprof; mkdir -p "$xp/plugins/profile/r"
+"$src/.venv/bin/python" "$src/tests/data/jax_xprof_profile.py" "$xp" >/dev/null 2>&1 ||
+  cp "$src"/../shared/real/xprof/*gemm*.xplane.pb "$xp/plugins/profile/r/host.xplane.pb" ||
+  echo "viewer_browser: no JAX and no shared XProf file: the XProf page is not checked"
+if ls "$xp"/plugins/profile/*/*.xplane.pb >/dev/null 2>&1; then
+  serve "$xp" "$work/serve-xprof.log"
+  xp_pid=${pids[-1]}
+  node "$src/tests/browser/xplane.test.mjs" --url "$url" --logdir "$xp" --hbm "$hbm" --chromium "$chromium" \
+    --artifacts "$artifacts" --profiledir "$work/chromium-xprof" || status=$?
+  kill -INT "$xp_pid"; wait "$xp_pid" || status=1
+fi
 
 # Ctrl-C stops the servers cleanly.
 for pid in "$main_pid" "$empty_pid" "$torch_pid"; do

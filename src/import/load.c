@@ -1,11 +1,13 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
  * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump, a
  * pasted out-of-memory error: src/import/oom_text*.c, a PyTorch memory snapshot pickle:
- * torch_snapshot.c) and turns it into the one profile model. HLO and XLA dumps are planned
- * with default options and the caller takes the plan's profile. */
+ * torch_snapshot.c, an XProf .xplane.pb / .hlo_proto.pb: xprof*.c) and turns it into the one
+ * profile model. HLO and XLA dumps are planned with default options and the caller takes the
+ * plan's profile. */
 #include "base/base.h"
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
+#include "import/xprof.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -20,7 +22,8 @@ typedef enum format {
   FORMAT_BUFFER_ASSIGNMENT,
   FORMAT_MEMORY_REPORT,
   FORMAT_OOM_TEXT,
-  FORMAT_TORCH_SNAPSHOT
+  FORMAT_TORCH_SNAPSHOT,
+  FORMAT_XPROF
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -69,9 +72,11 @@ static bool has_allocation_line(const char *p, const char *end) {
   return false;
 }
 
-static format_t detect(const char *data, size_t len) {
+static format_t detect(const char *path, const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
+  if (hbm__xprof_is(path, (const uint8_t *)data, len))
+    return FORMAT_XPROF;
   if (pk_looks_like_pickle((const uint8_t *)data, len))
     return FORMAT_TORCH_SNAPSHOT;
   const char *end = data + len, *first = first_content_line(data, end);
@@ -129,7 +134,7 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   if (hbm__read_file(path, &data, &len) != HBM_OK)
     return NULL;
   hbm_profile_t *p = NULL;
-  switch (detect(data, len)) {
+  switch (detect(path, data, len)) {
   case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
   case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
@@ -137,14 +142,15 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
   case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
+  case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
                "'HloModule'), a PyTorch memory snapshot (a pickle from "
-               "torch.cuda.memory._dump_snapshot), an XLA dump (*-buffer-assignment.txt with "
-               "'allocation N: size' lines, *-memory-usage-report.txt), or a pasted "
-               "out-of-memory error",
+               "torch.cuda.memory._dump_snapshot), an XProf .xplane.pb or .hlo_proto.pb, an XLA "
+               "dump (*-buffer-assignment.txt with 'allocation N: size' lines, "
+               "*-memory-usage-report.txt), or a pasted out-of-memory error",
                path, HBM_TRACE_MAGIC);
     break;
   }

@@ -86,7 +86,9 @@ static bool is_profile_name(const char *name) {
                                          "-memory-usage-report.txt",
                                          "after_optimizations.txt",
                                          ".pickle",
-                                         ".pkl"};
+                                         ".pkl",
+                                         ".xplane.pb",
+                                         ".hlo_proto.pb"};
   if (name[0] == '.')
     return false;
   for (size_t i = 0; i < HBM_ARRAY_LEN(suffixes); i++)

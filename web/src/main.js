@@ -134,6 +134,31 @@ function fillSelect(select, options, value) {
   if (value != null) select.value = value;
 }
 
+// Memory types; an XProf profile's spaces are programs × memory types (largest peak first):
+// then they are grouped by program, which makes this XProf's program selector too.
+function fillSpaces(select, spaces) {
+  const devices = [...new Set(spaces.map((s) => s.device))];
+  if (devices.length < 3) {
+    fillSelect(select, spaces.map((s) => ({
+      value: String(s.index), label: `${s.name}${s.device ? ` (${s.device})` : ''}`,
+    })), null);
+    return;
+  }
+  select.innerHTML = devices.map((d) => `<optgroup label="${escapeHtml(d)}">${spaces
+    .filter((s) => s.device === d)
+    .map((s) => `<option value="${s.index}">${escapeHtml(`${s.name} — ${d}`)}</option>`)
+    .join('')}</optgroup>`).join('');
+}
+
+// The steps of one space when a profile's spaces take turns on the step axis (XProf's
+// programs, meta "space_steps": "from-to" per space, comma-separated): the first view of a
+// space is zoomed to its own steps.
+function spaceSteps(info, space) {
+  const ranges = info?.meta?.space_steps?.split(',');
+  const m = ranges?.[space]?.match(/^(\d+)-(\d+)$/);
+  return m ? [Number(m[1]), Number(m[2])] : null;
+}
+
 async function refreshRuns() {
   let data;
   try {
@@ -208,9 +233,7 @@ async function selectProfile(file) {
   const previous = state.info?.spaces?.[state.space]?.name;
   state.info = info;
   if (info.warning) setBanner(`Truncated profile: ${info.warning}. What was read before the damage is shown.`);
-  fillSelect($('space-select'), info.spaces.map((s) => ({
-    value: String(s.index), label: `${s.name}${s.device ? ` (${s.device})` : ''}`,
-  })), null);
+  fillSpaces($('space-select'), info.spaces);
   const hash = readHash();
   let space = 0;
   const hashed = Number(hash.get('space'));
@@ -278,6 +301,8 @@ async function selectSpace(space) {
     views.alloc.show(summary, state.info.kind, oom.events, allocData),
   ]);
   if (seq !== state.loadSeq) return;
+  const steps = spaceSteps(state.info, space);
+  if (steps && (steps[0] > 0 || steps[1] < summary.n_steps)) await views.timeline.zoomTo(steps[0], steps[1]);
   setStatus('');
   // Markers are many on a long run and only decorate the timeline: asked for after the view.
   views.timeline.setMarkers([]);

@@ -1,0 +1,515 @@
+/* hlo_proto.c — XProf's Memory Viewer rebuilt from XLA's own buffer assignment in an HloProto
+ * (what /host:metadata holds for each program, and what an .hlo_proto.pb file is). For each
+ * memory colour: the heap-simulator trace of that colour is replayed (ALLOC adds the buffer,
+ * FREE removes the canonical buffer when its last sharer is freed, SHARE_WITH revives a freed
+ * canonical buffer), one step per event; the allocations with an indefinite lifetime
+ * (parameters, outputs, constants, thread-local) are live at every step with their allocation's
+ * size. The buffers at the first step reaching the maximum are XProf's "HLO Ops at Peak".
+ * The HloProto is unpacked with protobuf-c (proto/hlo.proto); when that fails, a walk of the
+ * bytes against the same descriptors says where and what was expected. */
+#include "import/hlo_shape.h"
+#include "import/pb_wire.h"
+#include "import/xprof.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lbuf {
+  const HbmHlo__LogicalBufferProto *proto;
+  const HbmHlo__BufferAllocationProto *alloc;
+  const HbmHlo__HloInstructionProto *inst; /* NULL if the module does not define it */
+  uint64_t offset;
+  int64_t ref_count;
+  struct lbuf *canonical; /* SHARE_WITH: the buffer whose memory this one uses */
+  int64_t open;           /* index of its live interval in the space, -1 if not live */
+  const char *op, *shape, *label, *group, *source, *opcode;
+  uint64_t unpadded;
+} lbuf_t;
+
+typedef struct hlo_ctx {
+  xprof_import_t *im;
+  const HbmHlo__HloProto *proto;
+  const char *program;
+  hbm_u64map_t inst_by_id; /* instruction id → index in insts */
+  const HbmHlo__HloInstructionProto **insts;
+  size_t n_insts;
+  hbm_u64map_t lbuf_by_id; /* logical buffer id → index in lbufs */
+  lbuf_t *lbufs;
+  size_t n_lbufs;
+  int64_t *trace_of_alloc; /* per allocation (by position): heap trace index, -1 none */
+} hlo_ctx_t;
+
+static const char *color_name(int64_t color, char *buf, size_t cap) {
+  /* XLA's memory spaces: 0 is the device's main memory (HBM on TPUs and GPUs), 5 host. */
+  if (color == 0)
+    return "HBM";
+  if (color == 5)
+    return "Host";
+  snprintf(buf, cap, "color %lld", (long long)color);
+  return buf;
+}
+
+/* ---- where an unpack failed: the bytes walked against protobuf-c's descriptors ---- */
+
+static int wire_of(const ProtobufCFieldDescriptor *fd) {
+  switch (fd->type) {
+  case PROTOBUF_C_TYPE_DOUBLE:
+  case PROTOBUF_C_TYPE_FIXED64:
+  case PROTOBUF_C_TYPE_SFIXED64: return PB_I64;
+  case PROTOBUF_C_TYPE_FLOAT:
+  case PROTOBUF_C_TYPE_FIXED32:
+  case PROTOBUF_C_TYPE_SFIXED32: return PB_I32;
+  case PROTOBUF_C_TYPE_STRING:
+  case PROTOBUF_C_TYPE_BYTES:
+  case PROTOBUF_C_TYPE_MESSAGE: return PB_LEN;
+  default: return PB_VARINT;
+  }
+}
+
+static bool walk_message(pb_reader_t r, const ProtobufCMessageDescriptor *d, int depth) {
+  if (depth > 64)
+    return hbm__error(HBM_ERR_PARSE, "%s: byte %zu: in %s: messages nested too deep", r.file,
+                      pb_offset(&r, r.p), r.what),
+           false;
+  pb_field_t f;
+  int got;
+  while ((got = pb_next(&r, &f)) > 0) {
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.number);
+    if (!fd)
+      continue; /* a field hbm does not read */
+    int want = wire_of(fd);
+    bool packed = fd->label == PROTOBUF_C_LABEL_REPEATED && want != PB_LEN && f.wire == PB_LEN;
+    if (!packed && !pb_expect(&r, &f, want, fd->name))
+      return false;
+    if (fd->type == PROTOBUF_C_TYPE_MESSAGE &&
+        !walk_message(pb_sub(&r, &f, ((const ProtobufCMessageDescriptor *)fd->descriptor)->name),
+                      fd->descriptor, depth + 1))
+      return false;
+  }
+  return got == 0;
+}
+
+static HbmHlo__HloProto *unpack(xprof_import_t *im, const uint8_t *data, size_t len,
+                                const uint8_t *file_start) {
+  HbmHlo__HloProto *hp = hbm_hlo__hlo_proto__unpack(NULL, len, data);
+  if (hp)
+    return hp;
+  pb_reader_t r = pb_reader(data, len, file_start, im->file, "HloProto");
+  if (walk_message(r, &hbm_hlo__hlo_proto__descriptor, 0))
+    hbm__error(HBM_ERR_PARSE,
+               "%s: bytes %zu-%zu: an HloProto that protobuf-c could not unpack (expected "
+               "xla.HloProto: hlo_module = 1, buffer_assignment = 3)",
+               im->file, pb_offset(&r, data), pb_offset(&r, data + len));
+  return NULL;
+}
+
+/* ---- indexes: instructions by id, logical buffers by id ---- */
+
+static bool index_instructions(hlo_ctx_t *c) {
+  const HbmHlo__HloModuleProto *m = c->proto->hlo_module;
+  size_t n = 0;
+  for (size_t i = 0; m && i < m->n_computations; i++)
+    n += m->computations[i]->n_instructions;
+  c->insts = calloc(n + 1, sizeof *c->insts);
+  if (!c->insts)
+    return false;
+  for (size_t i = 0; m && i < m->n_computations; i++)
+    for (size_t k = 0; k < m->computations[i]->n_instructions; k++) {
+      const HbmHlo__HloInstructionProto *inst = m->computations[i]->instructions[k];
+      if (!hbm_u64map_put(&c->inst_by_id, (uint64_t)inst->id, c->n_insts))
+        return false;
+      c->insts[c->n_insts++] = inst;
+    }
+  return true;
+}
+
+/* Old protos name the instruction instead of giving its id. */
+static const HbmHlo__HloInstructionProto *find_instruction(const hlo_ctx_t *c,
+                                                           const HbmHlo__LogicalBufferProto *lb) {
+  const HbmHlo__LogicalBufferProto__Location *at = lb->defined_at;
+  if (!at)
+    return NULL;
+  uint64_t k;
+  if (at->instruction_id && hbm_u64map_get(&c->inst_by_id, (uint64_t)at->instruction_id, &k))
+    return c->insts[k];
+  for (size_t i = 0; at->instruction_name && at->instruction_name[0] && i < c->n_insts; i++)
+    if (!strcmp(c->insts[i]->name, at->instruction_name))
+      return c->insts[i];
+  if (hbm_u64map_get(&c->inst_by_id, (uint64_t)at->instruction_id, &k))
+    return c->insts[k];
+  return NULL;
+}
+
+static const char *intern_sb(hlo_ctx_t *c, hbm_strbuf_t *sb) {
+  const char *s = hbm_intern(c->im->strings, hbm_strbuf_str(sb));
+  hbm_strbuf_free(sb);
+  return s;
+}
+
+/* The strings XProf shows for a logical buffer, interned once. */
+static void describe(hlo_ctx_t *c, lbuf_t *b) {
+  const HbmHlo__LogicalBufferProto__Location *at = b->proto->defined_at;
+  const HbmHlo__HloInstructionProto *inst = b->inst;
+  const char *iname = inst ? inst->name : (at && at->instruction_name ? at->instruction_name : "?");
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_puts(&sb, iname);
+  if (at && at->n_shape_index) {
+    hbm_strbuf_puts(&sb, "{");
+    for (size_t i = 0; i < at->n_shape_index; i++)
+      hbm_strbuf_printf(&sb, "%s%lld", i ? "," : "", (long long)at->shape_index[i]);
+    hbm_strbuf_puts(&sb, "}");
+  }
+  b->op = intern_sb(c, &sb);
+  const HbmHlo__ShapeProto *shape =
+      inst
+          ? hlo_shape_at_index(inst->shape, at ? at->shape_index : NULL, at ? at->n_shape_index : 0)
+          : NULL;
+  hbm_strbuf_init(&sb);
+  if (shape)
+    hlo_shape_text(shape, &sb, 0);
+  b->shape = shape ? intern_sb(c, &sb) : (hbm_strbuf_free(&sb), (const char *)NULL);
+  b->unpadded = shape ? hlo_shape_unpadded_bytes(shape) : (uint64_t)b->proto->size;
+  const HbmHlo__OpMetadata *md = inst ? inst->metadata : NULL;
+  const char *op_name = md && md->op_name && md->op_name[0] ? md->op_name : NULL;
+  b->group = op_name ? hbm_intern(c->im->strings, op_name) : NULL;
+  b->opcode = inst && inst->opcode[0] ? hbm_intern(c->im->strings, inst->opcode) : NULL;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_printf(&sb, "%s: %s # %s", iname, b->shape ? b->shape : "?", op_name ? op_name : "");
+  b->label = intern_sb(c, &sb);
+  b->source = NULL;
+  if (md && md->source_file && md->source_file[0]) {
+    hbm_strbuf_init(&sb);
+    hbm_strbuf_printf(&sb, "%s:%d", md->source_file, (int)md->source_line);
+    b->source = intern_sb(c, &sb);
+  }
+}
+
+/* XProf keeps only the logical buffers some allocation holds. */
+static bool index_logical_buffers(hlo_ctx_t *c) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  hbm_u64map_t proto_by_id;
+  hbm_u64map_init(&proto_by_id);
+  size_t n_assigned = 0;
+  for (size_t i = 0; i < ba->n_logical_buffers; i++)
+    if (!hbm_u64map_put(&proto_by_id, (uint64_t)ba->logical_buffers[i]->id, i))
+      return hbm_u64map_free(&proto_by_id), false;
+  for (size_t a = 0; a < ba->n_buffer_allocations; a++)
+    n_assigned += ba->buffer_allocations[a]->n_assigned;
+  c->lbufs = calloc(n_assigned + 1, sizeof *c->lbufs);
+  if (!c->lbufs)
+    return hbm_u64map_free(&proto_by_id), false;
+  for (size_t a = 0; a < ba->n_buffer_allocations; a++) {
+    const HbmHlo__BufferAllocationProto *alloc = ba->buffer_allocations[a];
+    for (size_t k = 0; k < alloc->n_assigned; k++) {
+      uint64_t id = (uint64_t)alloc->assigned[k]->logical_buffer_id, at, existing;
+      if (!hbm_u64map_get(&proto_by_id, id, &at))
+        continue; /* XProf skips an assignment of an unknown buffer too */
+      lbuf_t *b = &c->lbufs[c->n_lbufs];
+      b->proto = ba->logical_buffers[at];
+      b->alloc = alloc;
+      b->inst = find_instruction(c, b->proto);
+      b->offset = (uint64_t)alloc->assigned[k]->offset;
+      b->open = -1;
+      describe(c, b);
+      if (hbm_u64map_get(&c->lbuf_by_id, id, &existing))
+        c->lbufs[existing] = *b; /* the last assignment wins, as in XProf's map */
+      else if (!hbm_u64map_put(&c->lbuf_by_id, id, c->n_lbufs++))
+        return hbm_u64map_free(&proto_by_id), false;
+    }
+  }
+  hbm_u64map_free(&proto_by_id);
+  return true;
+}
+
+static lbuf_t *lbuf(const hlo_ctx_t *c, int64_t id) {
+  uint64_t k;
+  return hbm_u64map_get(&c->lbuf_by_id, (uint64_t)id, &k) ? &c->lbufs[k] : NULL;
+}
+
+static bool is_indefinite(const HbmHlo__BufferAllocationProto *a) {
+  return a->is_thread_local || a->is_entry_computation_parameter || a->is_constant ||
+         a->maybe_live_out;
+}
+
+/* Thread-local allocations hold the scalars of computations run inside one thread (a
+ * reduction's combiner): registers or stack, not device memory. XProf 2.24 leaves them out
+ * of the Memory Viewer (docs/viewer.md), and so does hbm. */
+static bool in_device_memory(const HbmHlo__BufferAllocationProto *a) { return !a->is_thread_local; }
+
+/* XProf's category precedence: Parameter > Output > Thread-local > Constant > Temporary. */
+static hbm_category_t category_of(const HbmHlo__BufferAllocationProto *a) {
+  if (a->is_entry_computation_parameter)
+    return HBM_CAT_PARAMETER;
+  if (a->maybe_live_out)
+    return HBM_CAT_OUTPUT;
+  if (a->is_thread_local)
+    return HBM_CAT_THREAD_LOCAL;
+  if (a->is_constant)
+    return HBM_CAT_CONSTANT;
+  return HBM_CAT_TEMPORARY;
+}
+
+/* ---- which heap-simulator trace belongs to a colour (XProf's two rules) ---- */
+
+static size_t alloc_position(const hlo_ctx_t *c, const HbmHlo__BufferAllocationProto *a) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++)
+    if (ba->buffer_allocations[i] == a)
+      return i;
+  return 0;
+}
+
+static bool map_traces_to_allocations(hlo_ctx_t *c) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  c->trace_of_alloc = malloc((ba->n_buffer_allocations + 1) * sizeof *c->trace_of_alloc);
+  if (!c->trace_of_alloc)
+    return false;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++)
+    c->trace_of_alloc[i] = -1;
+  /* The trace's own buffer_allocation_index is not trusted: the allocation of its first
+   * event's buffer is. */
+  for (size_t t = 0; t < ba->n_heap_simulator_traces; t++) {
+    const HbmHlo__HeapSimulatorTrace *tr = ba->heap_simulator_traces[t];
+    const lbuf_t *b = tr->n_events ? lbuf(c, tr->events[0]->buffer_id) : NULL;
+    if (b)
+      c->trace_of_alloc[alloc_position(c, b->alloc)] = (int64_t)t;
+  }
+  return true;
+}
+
+static int64_t trace_for_color(const hlo_ctx_t *c, int64_t color) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+    const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+    if (a->color == color && !is_indefinite(a) && c->trace_of_alloc[i] >= 0)
+      return c->trace_of_alloc[i];
+  }
+  int64_t best = -1;
+  size_t best_count = 0;
+  for (size_t t = 0; t < ba->n_heap_simulator_traces; t++) {
+    const HbmHlo__HeapSimulatorTrace *tr = ba->heap_simulator_traces[t];
+    size_t count = 0;
+    for (size_t e = 0; e < tr->n_events; e++) {
+      const lbuf_t *b = lbuf(c, tr->events[e]->buffer_id);
+      count += b && b->proto->color == color;
+    }
+    if (count > best_count)
+      best = (int64_t)t, best_count = count;
+  }
+  return best;
+}
+
+/* ---- the replay ---- */
+
+static bool open_interval(xprof_space_t *s, lbuf_t *b, int64_t step, uint64_t size,
+                          hbm_category_t category, uint32_t flags) {
+  xprof_buffer_t *x = xprof_add_buffer(s);
+  if (!x)
+    return false;
+  x->op = b->op, x->shape = b->shape, x->opcode = b->opcode, x->label = b->label;
+  x->group = b->group, x->source = b->source;
+  x->size = size;
+  x->unpadded = b->unpadded;
+  x->offset = b->offset;
+  x->start = step;
+  x->end = -1;
+  x->category = category;
+  x->flags = flags;
+  b->open = (int64_t)s->n_buffers - 1;
+  return true;
+}
+
+/* Allocations live for the whole program, each shown by its largest logical buffer. */
+static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64_t *total) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+    const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+    if (a->color != color || !is_indefinite(a) || !in_device_memory(a))
+      continue;
+    lbuf_t *best = NULL;
+    for (size_t k = 0; k < a->n_assigned; k++) {
+      lbuf_t *b = lbuf(c, a->assigned[k]->logical_buffer_id);
+      if (b && b->proto->size > (best ? best->proto->size : 0))
+        best = b;
+    }
+    uint64_t size = a->size > 0 ? (uint64_t)a->size : 0;
+    *total += size;
+    lbuf_t none = {0};
+    char name[48];
+    if (!best) {
+      snprintf(name, sizeof name, "allocation %lld", (long long)a->index);
+      none.op = none.label = hbm_intern(c->im->strings, name);
+      none.unpadded = size;
+      best = &none;
+    }
+    uint32_t flags = a->maybe_live_out ? HBM_BUF_LIVE_OUT : 0;
+    if (!open_interval(s, best, 0, size, category_of(a), flags))
+      return false;
+    best->open = -1;
+  }
+  return true;
+}
+
+static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *heap) {
+  if (b->open < 0)
+    return;
+  s->buffers[b->open].end = step;
+  *heap -= (int64_t)s->buffers[b->open].size;
+  b->open = -1;
+}
+
+/* Memory `holder` (a canonical buffer) comes to life, shown as buffer b: the one allocated,
+ * or the one whose SHARE_WITH revived a freed canonical buffer (as XProf 2.24 names it). */
+static bool increase(xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step, int64_t *heap) {
+  if (holder->open >= 0)
+    return true;
+  *heap += b->proto->size;
+  if (!open_interval(s, b, step, (uint64_t)b->proto->size, category_of(b->alloc), 0))
+    return false;
+  holder->open = b->open;
+  if (b != holder)
+    b->open = -1;
+  return true;
+}
+
+static lbuf_t *root_of(lbuf_t *b) {
+  for (int guard = 0; b->canonical && guard < 1 << 20; guard++)
+    b = b->canonical;
+  return b;
+}
+
+static void problem(hlo_ctx_t *c, size_t event, const char *what) {
+  hbm__error(HBM_ERR_PARSE, "%s: program %s: heap-simulator event %zu: %s", c->im->file, c->program,
+             event, what);
+  xprof_note_problem(c->im);
+}
+
+static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimulatorTrace__Event *e,
+                         int64_t step, int64_t *heap) {
+  lbuf_t *b = lbuf(c, e->buffer_id);
+  if (!b)
+    return true;
+  switch (e->kind) {
+  case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__ALLOC:
+    root_of(b)->ref_count++;
+    return increase(s, b, root_of(b), step, heap);
+  case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__FREE: {
+    lbuf_t *root = root_of(b);
+    if (--root->ref_count < 0)
+      problem(c, (size_t)step,
+              "a buffer freed more often than allocated (XProf refuses this "
+              "program; hbm goes on)");
+    else if (root->ref_count == 0)
+      close_interval(s, root, step, heap);
+    return true;
+  }
+  case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__SHARE_WITH: {
+    lbuf_t *canon = lbuf(c, e->share_with_canonical_id);
+    if (!canon || canon == b)
+      return true;
+    b->canonical = canon;
+    if (++root_of(canon)->ref_count == 1) /* the canonical buffer comes back to life */
+      return increase(s, b, root_of(canon), step, heap);
+    return true;
+  }
+  default:
+    problem(c, (size_t)step, "an event kind other than ALLOC, FREE, SHARE_WITH");
+    return true;
+  }
+}
+
+static bool replay_color(hlo_ctx_t *c, int64_t color) {
+  char buf[32];
+  xprof_space_t *s =
+      xprof_add_space(c->im, color_name(color, buf, sizeof buf), c->program, (int)color);
+  if (!s)
+    return false;
+  for (size_t i = 0; i < c->n_lbufs; i++)
+    c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1;
+  uint64_t indefinite = 0;
+  if (!add_indefinite(c, s, color, &indefinite))
+    return false;
+  int64_t t = trace_for_color(c, color);
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  const HbmHlo__HeapSimulatorTrace *tr = t >= 0 ? ba->heap_simulator_traces[t] : NULL;
+  size_t n = tr ? tr->n_events : 0;
+  s->step_labels = calloc(n + 1, sizeof *s->step_labels);
+  if (!s->step_labels)
+    return false;
+  int64_t heap = 0, peak = 0;
+  for (size_t e = 0; e < n; e++) {
+    const char *name = tr->events[e]->instruction_name;
+    s->step_labels[e] = hbm_intern(c->im->strings, name ? name : "");
+    if (!replay_event(c, s, tr->events[e], (int64_t)e, &heap))
+      return false;
+    peak = heap > peak ? heap : peak;
+  }
+  if (!n)
+    s->step_labels[0] = hbm_intern(c->im->strings, "(no heap-simulator trace)");
+  s->n_steps = n ? (int64_t)n : 1;
+  s->peak = (uint64_t)peak + indefinite;
+  return true;
+}
+
+/* Colours of the allocations, in the order they first appear. */
+static size_t colors_of(const hlo_ctx_t *c, int64_t *out, size_t cap) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  size_t n = 0;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+    int64_t color = ba->buffer_allocations[i]->color;
+    bool seen = false;
+    for (size_t k = 0; k < n && !seen; k++)
+      seen = out[k] == color;
+    if (!seen && n < cap)
+      out[n++] = color;
+  }
+  /* HBM first, then the others in number order. */
+  for (size_t i = 1; i < n; i++)
+    for (size_t k = i; k > 0 && out[k] < out[k - 1]; k--) {
+      int64_t tmp = out[k];
+      out[k] = out[k - 1], out[k - 1] = tmp;
+    }
+  return n;
+}
+
+static hbm_status_t convert(hlo_ctx_t *c) {
+  if (!c->proto->buffer_assignment) {
+    hbm__error(HBM_ERR_PARSE,
+               "%s: program %s: the HloProto has no buffer assignment (XLA "
+               "writes one for compiled programs; nothing to show)",
+               c->im->file, c->program);
+    return HBM_ERR_PARSE;
+  }
+  if (!index_instructions(c) || !index_logical_buffers(c) || !map_traces_to_allocations(c))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: program %s: out of memory", c->im->file,
+                      c->program);
+  int64_t colors[16];
+  size_t n = colors_of(c, colors, HBM_ARRAY_LEN(colors));
+  for (size_t i = 0; i < n; i++)
+    if (!replay_color(c, colors[i]))
+      return hbm__error(HBM_ERR_HOST_MEMORY, "%s: program %s: out of memory", c->im->file,
+                        c->program);
+  c->im->n_programs++;
+  return HBM_OK;
+}
+
+hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_t len,
+                                  const uint8_t *file_start, const char *program) {
+  HbmHlo__HloProto *hp = unpack(im, data, len, file_start);
+  if (!hp)
+    return HBM_ERR_PARSE;
+  hlo_ctx_t c = {.im = im, .proto = hp};
+  const char *module = hp->hlo_module && hp->hlo_module->name[0] ? hp->hlo_module->name : NULL;
+  c.program = hbm_intern(im->strings, program ? program : module ? module : "program");
+  hbm_u64map_init(&c.inst_by_id);
+  hbm_u64map_init(&c.lbuf_by_id);
+  hbm_status_t st = c.program ? convert(&c) : HBM_ERR_HOST_MEMORY;
+  hbm_u64map_free(&c.inst_by_id);
+  hbm_u64map_free(&c.lbuf_by_id);
+  free(c.insts);
+  free(c.lbufs);
+  free(c.trace_of_alloc);
+  hbm_hlo__hlo_proto__free_unpacked(hp, NULL);
+  return st;
+}

@@ -1,0 +1,40 @@
+/* pb_wire.h — a reader of the protobuf wire format over bytes already in memory, for the
+ * messages hbm walks itself (an XSpace can be hundreds of MB: it is read field by field in
+ * place, never expanded into a tree). Every failure says the file, the byte offset from the
+ * start of the file and what was expected there. */
+#ifndef HBM_PB_WIRE_H
+#define HBM_PB_WIRE_H
+
+#include "base/base.h"
+
+enum { PB_VARINT = 0, PB_I64 = 1, PB_LEN = 2, PB_I32 = 5 };
+
+typedef struct pb_reader {
+  const uint8_t *p, *end;
+  const uint8_t *file_start; /* for offsets in messages */
+  const char *file;
+  const char *what; /* the message being read, e.g. "XPlane" */
+} pb_reader_t;
+
+typedef struct pb_field {
+  uint32_t number;
+  int wire;
+  uint64_t varint;     /* PB_VARINT, PB_I64, PB_I32 */
+  const uint8_t *data; /* PB_LEN */
+  size_t len;
+  size_t offset; /* of the field's tag in the file */
+} pb_field_t;
+
+/* A reader over [data, data+len) inside the file that starts at file_start. */
+pb_reader_t pb_reader(const uint8_t *data, size_t len, const uint8_t *file_start, const char *file,
+                      const char *what);
+/* The reader over a length-delimited field's content. */
+pb_reader_t pb_sub(const pb_reader_t *r, const pb_field_t *f, const char *what);
+/* Reads the next field: 1 = got one, 0 = end of the message, -1 = malformed (error set). */
+int pb_next(pb_reader_t *r, pb_field_t *f);
+/* The field must have this wire type; else an error naming the field and offset. */
+bool pb_expect(const pb_reader_t *r, const pb_field_t *f, int wire, const char *field_name);
+/* Offset of p in the file. */
+size_t pb_offset(const pb_reader_t *r, const uint8_t *p);
+
+#endif /* HBM_PB_WIRE_H */

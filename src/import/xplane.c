@@ -1,0 +1,570 @@
+/* xplane.c — a serialized XSpace (what jax.profiler.trace writes as <host>.xplane.pb), walked
+ * in place with pb_wire.c: nothing is copied but the few strings kept. Two things are read:
+ *   - the /host:metadata plane: one event-metadata entry per compiled program whose stats
+ *     hold the serialized HloProto (stat "hlo_proto"); each goes to hlo_proto.c;
+ *   - MemoryAllocation / MemoryDeallocation events on any other plane (the allocators'
+ *     runtime events: allocator name, address, requested and allocated bytes, bytes in use,
+ *     op, region type, data type, shape) — XProf's Memory Profile, one space per allocator.
+ * A damaged plane or program is noted and skipped; the rest is still read. */
+#include "import/pb_wire.h"
+#include "import/xprof.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MEMORY_EVENTS (8u << 20) /* ~1 GB of events kept at most; the rest is noted */
+
+/* Stats hbm reads, by their metadata name. */
+typedef enum stat_kind {
+  STAT_OTHER = 0,
+  STAT_HLO_PROTO,
+  STAT_ALLOCATOR,
+  STAT_ADDR,
+  STAT_REQUESTED,
+  STAT_ALLOCATION,
+  STAT_IN_USE,
+  STAT_OP,
+  STAT_REGION,
+  STAT_DATA_TYPE,
+  STAT_SHAPE
+} stat_kind_t;
+
+static const struct {
+  const char *name;
+  stat_kind_t kind;
+} stat_names[] = {{"Hlo Proto", STAT_HLO_PROTO},
+                  {"hlo_proto", STAT_HLO_PROTO},
+                  {"allocator_name", STAT_ALLOCATOR},
+                  {"addr", STAT_ADDR},
+                  {"address", STAT_ADDR},
+                  {"requested_bytes", STAT_REQUESTED},
+                  {"allocation_bytes", STAT_ALLOCATION},
+                  {"bytes_allocated", STAT_IN_USE},
+                  {"tf_op", STAT_OP},
+                  {"region_type", STAT_REGION},
+                  {"data_type", STAT_DATA_TYPE},
+                  {"tensor_shape", STAT_SHAPE}};
+
+typedef struct slice {
+  const uint8_t *p;
+  size_t n;
+} slice_t;
+
+typedef struct mem_event {
+  int64_t time_ps;
+  size_t seq;
+  uint64_t addr, allocation, requested, in_use;
+  const char *allocator, *op, *region, *data_type, *shape;
+  bool alloc;
+} mem_event_t;
+
+typedef struct plane {
+  xprof_import_t *im;
+  slice_t name;
+  slice_t *stat_name; /* by index; stat_ids maps id → index */
+  hbm_u64map_t stat_ids;
+  size_t n_stats, cap_stats;
+  hbm_u64map_t memory_kind; /* event metadata id → 1 allocation, 2 deallocation */
+  const char *recent[4];    /* the last texts of stats, interned */
+  unsigned next_recent;
+} plane_t;
+
+typedef struct space_reader {
+  xprof_import_t *im;
+  mem_event_t *events;
+  size_t n_events, cap_events, dropped;
+} space_reader_t;
+
+static bool slice_is(slice_t s, const char *text) {
+  size_t n = strlen(text);
+  return s.n == n && !memcmp(s.p, text, n);
+}
+
+static const char *intern_slice(xprof_import_t *im, slice_t s) {
+  return hbm_intern_n(im->strings, (const char *)s.p, s.n);
+}
+
+/* ---- stat metadata ---- */
+
+static stat_kind_t stat_kind(const plane_t *pl, int64_t id) {
+  uint64_t k;
+  if (!hbm_u64map_get(&pl->stat_ids, (uint64_t)id, &k))
+    return STAT_OTHER;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(stat_names); i++)
+    if (slice_is(pl->stat_name[k], stat_names[i].name))
+      return stat_names[i].kind;
+  return STAT_OTHER;
+}
+
+static slice_t stat_name_of(const plane_t *pl, uint64_t id) {
+  uint64_t k;
+  slice_t none = {(const uint8_t *)"", 0};
+  return hbm_u64map_get(&pl->stat_ids, id, &k) ? pl->stat_name[k] : none;
+}
+
+/* A map entry (key = 1, value = 2) of XPlane.event_metadata / stat_metadata. */
+static int map_entry(pb_reader_t *r, const pb_field_t *f, const char *what, int64_t *key,
+                     pb_field_t *value) {
+  pb_reader_t e = pb_sub(r, f, what);
+  pb_field_t g;
+  int got;
+  *key = 0;
+  memset(value, 0, sizeof *value);
+  while ((got = pb_next(&e, &g)) > 0) {
+    if (g.number == 1 && pb_expect(&e, &g, PB_VARINT, "key"))
+      *key = (int64_t)g.varint;
+    else if (g.number == 1)
+      return -1;
+    else if (g.number == 2 && !pb_expect(&e, &g, PB_LEN, "value"))
+      return -1;
+    else if (g.number == 2)
+      *value = g;
+  }
+  return got;
+}
+
+static bool read_stat_metadata(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
+  int64_t key;
+  pb_field_t v;
+  if (map_entry(r, f, "XPlane.stat_metadata entry", &key, &v) < 0)
+    return false;
+  slice_t name = {(const uint8_t *)"", 0};
+  pb_reader_t m = pb_sub(r, &v, "XStatMetadata");
+  pb_field_t g;
+  int got;
+  while ((got = pb_next(&m, &g)) > 0)
+    if (g.number == 2) {
+      if (!pb_expect(&m, &g, PB_LEN, "name"))
+        return false;
+      name.p = g.data, name.n = g.len;
+    }
+  if (got < 0)
+    return false;
+  if (pl->n_stats == pl->cap_stats) {
+    size_t cap = pl->cap_stats ? pl->cap_stats * 2 : 64;
+    slice_t *s = realloc(pl->stat_name, cap * sizeof *s);
+    if (!s)
+      return hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false;
+    pl->stat_name = s, pl->cap_stats = cap;
+  }
+  pl->stat_name[pl->n_stats] = name;
+  return hbm_u64map_put(&pl->stat_ids, (uint64_t)key, pl->n_stats++) ||
+         (hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false);
+}
+
+/* ---- one XStat: its metadata id and value ---- */
+
+typedef struct stat_value {
+  int64_t id;
+  uint64_t u;
+  slice_t s;
+  bool is_string, is_ref;
+} stat_value_t;
+
+static int read_stat(pb_reader_t *r, const pb_field_t *f, stat_value_t *out) {
+  pb_reader_t s = pb_sub(r, f, "XStat");
+  pb_field_t g;
+  int got;
+  memset(out, 0, sizeof *out);
+  while ((got = pb_next(&s, &g)) > 0) {
+    if (g.number == 1 && g.wire == PB_VARINT)
+      out->id = (int64_t)g.varint;
+    else if ((g.number == 3 || g.number == 4 || g.number == 7) && g.wire == PB_VARINT)
+      out->u = g.varint, out->is_ref = g.number == 7;
+    else if (g.number == 2 && g.wire == PB_I64) {
+      double d;
+      memcpy(&d, &g.varint, sizeof d);
+      out->u = d > 0 ? (uint64_t)d : 0;
+    } else if ((g.number == 5 || g.number == 6) && g.wire == PB_LEN)
+      out->s.p = g.data, out->s.n = g.len, out->is_string = true;
+    else if (g.number <= 7)
+      return pb_expect(&s, &g,
+                       g.number == 2                    ? PB_I64
+                       : g.number >= 5 && g.number <= 6 ? PB_LEN
+                                                        : PB_VARINT,
+                       "XStat value")
+                 ? 1
+                 : -1;
+  }
+  return got < 0 ? -1 : 1;
+}
+
+/* ---- /host:metadata: programs ---- */
+
+static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
+  int64_t key;
+  pb_field_t v;
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
+    return xprof_note_problem(pl->im);
+  pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
+  pb_field_t g;
+  slice_t name = {(const uint8_t *)"", 0};
+  pb_field_t hlo = {0};
+  int got;
+  while ((got = pb_next(&m, &g)) > 0) {
+    if (g.number == 2 && g.wire == PB_LEN)
+      name.p = g.data, name.n = g.len;
+    if (g.number != 5 || !pb_expect(&m, &g, PB_LEN, "stats"))
+      continue;
+    stat_value_t sv;
+    if (read_stat(&m, &g, &sv) < 0)
+      return xprof_note_problem(pl->im);
+    if (stat_kind(pl, sv.id) == STAT_HLO_PROTO && sv.is_string) {
+      hlo = g;
+      hlo.data = sv.s.p, hlo.len = sv.s.n;
+    }
+  }
+  if (got < 0)
+    return xprof_note_problem(pl->im);
+  if (!hlo.data)
+    return; /* metadata of something else */
+  char id[32];
+  snprintf(id, sizeof id, "program %lld", (long long)key);
+  const char *program = name.n ? intern_slice(pl->im, name) : id;
+  if (xprof_read_hlo_proto(pl->im, hlo.data, hlo.len, r->file_start, program) != HBM_OK)
+    xprof_note_problem(pl->im);
+}
+
+/* ---- other planes: the allocators' events ---- */
+
+static void note_memory_kind(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
+  int64_t key;
+  pb_field_t v;
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
+    return xprof_note_problem(pl->im);
+  pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
+  pb_field_t g;
+  int got;
+  while ((got = pb_next(&m, &g)) > 0)
+    if (g.number == 2 && g.wire == PB_LEN) {
+      slice_t name = {g.data, g.len};
+      int kind = slice_is(name, "MemoryAllocation")     ? 1
+                 : slice_is(name, "MemoryDeallocation") ? 2
+                                                        : 0;
+      if (kind)
+        hbm_u64map_put(&pl->memory_kind, (uint64_t)key, (uint64_t)kind);
+    }
+  if (got < 0)
+    xprof_note_problem(pl->im);
+}
+
+/* A text stat (a string, or a reference to a stat name); NULL for numbers. Consecutive
+ * events mostly repeat their allocator and op: the last few texts are kept to skip the
+ * string table for them. */
+static const char *stat_text(plane_t *pl, const stat_value_t *sv) {
+  if (sv->is_string && sv->s.n) {
+    for (int i = 0; i < 4; i++)
+      if (pl->recent[i] && !strncmp(pl->recent[i], (const char *)sv->s.p, sv->s.n) &&
+          !pl->recent[i][sv->s.n])
+        return pl->recent[i];
+    const char *t = intern_slice(pl->im, sv->s);
+    pl->recent[pl->next_recent++ & 3] = t;
+    return t;
+  }
+  if (sv->is_ref)
+    return intern_slice(pl->im, stat_name_of(pl, sv->u));
+  return NULL;
+}
+
+static void apply_stat(plane_t *pl, mem_event_t *e, const stat_value_t *sv) {
+  switch (stat_kind(pl, sv->id)) {
+  case STAT_ALLOCATOR: e->allocator = stat_text(pl, sv); break;
+  case STAT_ADDR: e->addr = sv->u; break;
+  case STAT_REQUESTED: e->requested = sv->u; break;
+  case STAT_ALLOCATION: e->allocation = sv->u; break;
+  case STAT_IN_USE: e->in_use = sv->u; break;
+  case STAT_OP: e->op = stat_text(pl, sv); break;
+  case STAT_REGION: e->region = stat_text(pl, sv); break;
+  case STAT_DATA_TYPE: e->data_type = stat_text(pl, sv); break;
+  case STAT_SHAPE: e->shape = stat_text(pl, sv); break;
+  default: break;
+  }
+}
+
+static mem_event_t *new_event(space_reader_t *sr) {
+  if (sr->n_events >= MAX_MEMORY_EVENTS) {
+    sr->dropped++;
+    return NULL;
+  }
+  if (sr->n_events == sr->cap_events) {
+    size_t cap = sr->cap_events ? sr->cap_events * 2 : 1024;
+    mem_event_t *e = realloc(sr->events, cap * sizeof *e);
+    if (!e) {
+      sr->dropped++;
+      return NULL;
+    }
+    sr->events = e, sr->cap_events = cap;
+  }
+  mem_event_t *e = &sr->events[sr->n_events];
+  memset(e, 0, sizeof *e);
+  e->seq = sr->n_events++;
+  return e;
+}
+
+/* One XEvent: kept when it is an allocator event. -1 when malformed. */
+static int read_event(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_field_t *f,
+                      int64_t line_ps) {
+  pb_reader_t ev = pb_sub(r, f, "XEvent");
+  pb_field_t g;
+  int got, kind = 0;
+  mem_event_t e = {0};
+  int64_t offset_ps = 0;
+  while ((got = pb_next(&ev, &g)) > 0) {
+    if (g.number == 1) {
+      uint64_t k = 0;
+      if (!pb_expect(&ev, &g, PB_VARINT, "metadata_id"))
+        return -1;
+      if (!hbm_u64map_get(&pl->memory_kind, g.varint, &k))
+        return 1; /* not an allocator event: skip the rest of it */
+      kind = (int)k;
+    } else if (g.number == 2 && g.wire == PB_VARINT)
+      offset_ps = (int64_t)g.varint;
+    else if (g.number == 4 && kind) {
+      stat_value_t sv;
+      if (!pb_expect(&ev, &g, PB_LEN, "stats") || read_stat(&ev, &g, &sv) < 0)
+        return -1;
+      apply_stat(pl, &e, &sv);
+    }
+  }
+  if (got < 0)
+    return -1;
+  if (!kind)
+    return 1;
+  mem_event_t *slot = new_event(sr);
+  if (slot) {
+    size_t seq = slot->seq;
+    *slot = e;
+    slot->seq = seq;
+    slot->alloc = kind == 1;
+    slot->time_ps = line_ps + offset_ps;
+  }
+  return 1;
+}
+
+static bool read_line(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_field_t *f) {
+  pb_reader_t line = pb_sub(r, f, "XLine");
+  pb_field_t g;
+  int got;
+  int64_t line_ps = 0;
+  /* timestamp_ns (3) comes before the events (4) in files XProf writes; a file that puts it
+   * later gets it on a second pass. */
+  pb_reader_t first = line;
+  while ((got = pb_next(&first, &g)) > 0)
+    if (g.number == 3 && g.wire == PB_VARINT)
+      line_ps = (int64_t)g.varint * 1000;
+  if (got < 0)
+    return false;
+  while ((got = pb_next(&line, &g)) > 0)
+    if (g.number == 4) {
+      if (!pb_expect(&line, &g, PB_LEN, "events") || read_event(pl, sr, &line, &g, line_ps) < 0)
+        return false;
+    }
+  return got == 0;
+}
+
+/* ---- a plane: three passes over its fields (stat names, event metadata, lines) ---- */
+
+static bool plane_pass(plane_t *pl, space_reader_t *sr, pb_reader_t r, int pass, bool metadata) {
+  pb_field_t f;
+  int got;
+  while ((got = pb_next(&r, &f)) > 0) {
+    if (pass == 0 && f.number == 2 && pb_expect(&r, &f, PB_LEN, "name"))
+      pl->name.p = f.data, pl->name.n = f.len;
+    else if (pass == 0 && f.number == 5) {
+      if (!pb_expect(&r, &f, PB_LEN, "stat_metadata") || !read_stat_metadata(pl, &r, &f))
+        return false;
+    } else if (pass == 1 && f.number == 4) {
+      if (!pb_expect(&r, &f, PB_LEN, "event_metadata"))
+        return false;
+      if (metadata)
+        read_program(pl, &r, &f);
+      else
+        note_memory_kind(pl, &r, &f);
+    } else if (pass == 2 && f.number == 3) {
+      if (!pb_expect(&r, &f, PB_LEN, "lines") || !read_line(pl, sr, &r, &f))
+        return false;
+    }
+  }
+  return got == 0;
+}
+
+static void read_plane(space_reader_t *sr, pb_reader_t *r, const pb_field_t *f) {
+  plane_t pl = {.im = sr->im};
+  hbm_u64map_init(&pl.stat_ids);
+  hbm_u64map_init(&pl.memory_kind);
+  pb_reader_t body = pb_sub(r, f, "XPlane");
+  bool ok = plane_pass(&pl, sr, body, 0, false);
+  bool metadata = slice_is(pl.name, "/host:metadata");
+  ok = ok && plane_pass(&pl, sr, body, 1, metadata);
+  if (ok && !metadata && pl.memory_kind.count)
+    ok = plane_pass(&pl, sr, body, 2, false);
+  if (!ok)
+    xprof_note_problem(sr->im);
+  free(pl.stat_name);
+  hbm_u64map_free(&pl.stat_ids);
+  hbm_u64map_free(&pl.memory_kind);
+}
+
+/* ---- allocator events → one space per allocator ---- */
+
+static int by_time(const void *a, const void *b) {
+  const mem_event_t *x = a, *y = b;
+  if (x->time_ps != y->time_ps)
+    return x->time_ps < y->time_ps ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static hbm_category_t region_category(const char *region) {
+  if (region && !strcmp(region, "output"))
+    return HBM_CAT_OUTPUT;
+  if (region && !strcmp(region, "temp"))
+    return HBM_CAT_TEMPORARY;
+  return HBM_CAT_UNKNOWN;
+}
+
+/* One allocator's replay: the buffers open by address, the bytes they hold, and the memory
+ * in use that the trace never saw allocated (allocated before it began). */
+typedef struct allocator_state {
+  xprof_import_t *im;
+  xprof_space_t *s;
+  hbm_u64map_t open;
+  uint64_t live;
+  int64_t baseline; /* index of the "before the trace" buffer, -1 none */
+  uint64_t baseline_bytes;
+} allocator_state_t;
+
+static xprof_buffer_t *open_buffer(allocator_state_t *st, int64_t step, uint64_t size) {
+  xprof_buffer_t *b = xprof_add_buffer(st->s);
+  if (b)
+    b->size = b->unpadded = size, b->start = step, b->end = -1;
+  return b;
+}
+
+/* The allocator's own "bytes in use" after the event says how much the trace did not see:
+ * shown as one buffer, which shrinks (ends, and a smaller one begins) as such memory is
+ * freed, so hbm's in-use curve is the allocator's whenever the two can agree. */
+static bool track_baseline(allocator_state_t *st, const mem_event_t *e, int64_t step) {
+  uint64_t unseen = e->in_use > st->live ? e->in_use - st->live : 0;
+  if (step > 0 && unseen >= st->baseline_bytes)
+    return true;
+  if (st->baseline >= 0)
+    st->s->buffers[st->baseline].end = step;
+  st->baseline = -1;
+  st->baseline_bytes = unseen;
+  if (!unseen)
+    return true;
+  xprof_buffer_t *b = open_buffer(st, step, unseen);
+  if (!b)
+    return false;
+  b->op = hbm_intern(st->im->strings, "(in use before the trace began)");
+  st->baseline = (int64_t)st->s->n_buffers - 1;
+  return true;
+}
+
+static bool allocator_step(allocator_state_t *st, const mem_event_t *e, int64_t t0_ps) {
+  xprof_space_t *s = st->s;
+  int64_t step = s->n_steps++;
+  s->step_times[step] = (e->time_ps - t0_ps) / 1000;
+  s->step_labels[step] = e->op;
+  uint64_t at;
+  if (hbm_u64map_remove(&st->open, e->addr, &at)) { /* a free, or the address used again */
+    s->buffers[at].end = step;
+    st->live -= s->buffers[at].size;
+  }
+  if (e->alloc) {
+    xprof_buffer_t *b = open_buffer(st, step, e->allocation ? e->allocation : e->requested);
+    if (!b)
+      return false;
+    b->unpadded = e->requested ? e->requested : b->size;
+    b->offset = e->addr;
+    b->op = e->op, b->shape = e->shape, b->group = e->region, b->label = e->data_type;
+    b->category = region_category(e->region);
+    st->live += b->size;
+    if (!hbm_u64map_put(&st->open, e->addr, s->n_buffers - 1))
+      return false;
+  }
+  return track_baseline(st, e, step);
+}
+
+/* Offsets from the allocator's lowest address, so the span of the addresses is the memory
+ * it spans rather than the address itself. */
+static void rebase_addresses(xprof_space_t *s) {
+  uint64_t low = UINT64_MAX;
+  for (size_t i = 0; i < s->n_buffers; i++)
+    if (s->buffers[i].offset && s->buffers[i].offset < low)
+      low = s->buffers[i].offset;
+  for (size_t i = 0; i < s->n_buffers && low != UINT64_MAX; i++)
+    s->buffers[i].offset = s->buffers[i].offset >= low ? s->buffers[i].offset - low : 0;
+}
+
+static bool build_allocator(xprof_import_t *im, const mem_event_t *ev, size_t n,
+                            const char *allocator, int64_t t0_ps) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++)
+    count += ev[i].allocator == allocator;
+  xprof_space_t *s = xprof_add_space(im, allocator ? allocator : "allocator", "allocator", 0);
+  if (!s)
+    return false;
+  s->runtime = true;
+  s->step_labels = calloc(count + 1, sizeof *s->step_labels);
+  s->step_times = calloc(count + 1, sizeof *s->step_times);
+  allocator_state_t st = {.im = im, .s = s, .baseline = -1};
+  hbm_u64map_init(&st.open);
+  bool ok = s->step_labels && s->step_times;
+  for (size_t i = 0; i < n && ok; i++)
+    if (ev[i].allocator == allocator)
+      ok = allocator_step(&st, &ev[i], t0_ps);
+  hbm_u64map_free(&st.open);
+  rebase_addresses(s);
+  return ok;
+}
+
+static bool build_allocators(space_reader_t *sr) {
+  if (!sr->n_events)
+    return true;
+  qsort(sr->events, sr->n_events, sizeof *sr->events, by_time);
+  int64_t t0 = sr->events[0].time_ps;
+  const char **done = calloc(sr->n_events, sizeof *done);
+  size_t n_done = 0;
+  bool ok = done != NULL;
+  for (size_t i = 0; i < sr->n_events && ok; i++) {
+    bool seen = false; /* allocators are interned: equal names share a pointer */
+    for (size_t k = 0; k < n_done && !seen; k++)
+      seen = done[k] == sr->events[i].allocator;
+    if (!seen)
+      done[n_done++] = sr->events[i].allocator,
+      ok = build_allocator(sr->im, sr->events, sr->n_events, sr->events[i].allocator, t0);
+  }
+  free(done);
+  return ok;
+}
+
+hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t len) {
+  space_reader_t sr = {.im = im};
+  pb_reader_t r = pb_reader(data, len, data, im->file, "XSpace");
+  pb_field_t f;
+  int got;
+  size_t planes = 0;
+  while ((got = pb_next(&r, &f)) > 0) {
+    if (f.number != 1)
+      continue;
+    if (!pb_expect(&r, &f, PB_LEN, "planes")) {
+      got = -1;
+      break;
+    }
+    planes++;
+    read_plane(&sr, &r, &f);
+  }
+  hbm_status_t st = got < 0 ? HBM_ERR_PARSE : HBM_OK;
+  if (st != HBM_OK && planes)
+    xprof_note_problem(im), st = HBM_OK; /* keep the planes read before the damage */
+  if (sr.dropped) {
+    hbm__error(HBM_ERR_PARSE, "%s: %zu allocator events beyond the first %u were not read",
+               im->file, sr.dropped, MAX_MEMORY_EVENTS);
+    xprof_note_problem(im);
+  }
+  if (!build_allocators(&sr))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory for the allocator events", im->file);
+  free(sr.events);
+  return st;
+}

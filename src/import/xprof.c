@@ -1,0 +1,243 @@
+/* xprof.c — XProf's files into hbm's one profile model: an .xplane.pb (serialized XSpace) or
+ * an .hlo_proto.pb (one HloProto). Every program × memory colour becomes a memory space
+ * ("HBM" of device "jit_f(12)"), largest peak first, its steps the events of XLA's
+ * heap-simulator trace; the programs' step ranges follow one another in the profile. The
+ * allocators' runtime events become one space per allocator after them. When part of a file
+ * is damaged, what was read before is kept and the profile's "lost" note says what is
+ * missing; nothing read at all is an error naming the file, the byte offset and what was
+ * expected. */
+#include "import/xprof.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool xprof_import_init(xprof_import_t *im, const char *file) {
+  memset(im, 0, sizeof *im);
+  im->file = file;
+  hbm_strbuf_init(&im->problems);
+  im->strings = hbm_intern_new();
+  return im->strings != NULL;
+}
+
+void xprof_import_free(xprof_import_t *im) {
+  for (size_t i = 0; i < im->n_spaces; i++) {
+    free(im->spaces[i].buffers);
+    free(im->spaces[i].step_labels);
+    free(im->spaces[i].step_times);
+  }
+  free(im->spaces);
+  hbm_strbuf_free(&im->problems);
+  hbm_intern_free(im->strings);
+}
+
+xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char *device,
+                               int color) {
+  if (im->n_spaces == im->cap_spaces) {
+    size_t cap = im->cap_spaces ? im->cap_spaces * 2 : 8;
+    xprof_space_t *s = realloc(im->spaces, cap * sizeof *s);
+    if (!s)
+      return NULL;
+    im->spaces = s, im->cap_spaces = cap;
+  }
+  xprof_space_t *s = &im->spaces[im->n_spaces];
+  memset(s, 0, sizeof *s);
+  s->name = hbm_intern(im->strings, name);
+  s->device = hbm_intern(im->strings, device);
+  s->color = color;
+  if (!s->name || !s->device)
+    return NULL;
+  im->n_spaces++;
+  return s;
+}
+
+xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
+  if (s->n_buffers == s->cap_buffers) {
+    size_t cap = s->cap_buffers ? s->cap_buffers * 2 : 64;
+    xprof_buffer_t *b = realloc(s->buffers, cap * sizeof *b);
+    if (!b)
+      return NULL;
+    s->buffers = b, s->cap_buffers = cap;
+  }
+  xprof_buffer_t *b = &s->buffers[s->n_buffers++];
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+void xprof_note_problem(xprof_import_t *im) {
+  if (im->n_problems++ < 8)
+    hbm_strbuf_printf(&im->problems, "%s%s", im->n_problems > 1 ? "; " : "", hbm_last_error());
+}
+
+/* ---- into one profile ---- */
+
+static int by_peak(const void *a, const void *b) {
+  const xprof_space_t *x = *(xprof_space_t *const *)a, *y = *(xprof_space_t *const *)b;
+  if (x->runtime != y->runtime)
+    return x->runtime ? 1 : -1;
+  if (x->peak != y->peak)
+    return x->peak > y->peak ? -1 : 1;
+  return x < y ? -1 : x > y; /* stable: the file's order */
+}
+
+static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
+  int space = hbm_profile_add_space(p, s->name, s->device, s->color, 0);
+  if (space < 0)
+    return false;
+  int64_t base = hbm_profile_step_count(p);
+  for (int64_t i = 0; i < s->n_steps; i++)
+    if (hbm_profile_add_step(p, s->step_times ? s->step_times[i] : 0,
+                             s->step_labels ? s->step_labels[i] : NULL) < 0)
+      return false;
+  for (size_t i = 0; i < s->n_buffers; i++) {
+    const xprof_buffer_t *x = &s->buffers[i];
+    int64_t end = x->end < 0 || x->end > s->n_steps ? s->n_steps : x->end;
+    hbm_buffer_t b = {.address = x->offset,
+                      .size = x->size,
+                      .unpadded_size = x->unpadded,
+                      .start = base + x->start,
+                      .end = base + end,
+                      .space = space,
+                      .category = x->category,
+                      .flags = x->flags | (x->end < 0 && s->runtime ? HBM_BUF_LIVE_OUT : 0u),
+                      .op = x->op,
+                      .shape = x->shape,
+                      .group = x->group,
+                      .source = x->source,
+                      .opcode = x->opcode,
+                      .label = x->label};
+    if (hbm_profile_add_buffer(p, &b) < 0)
+      return false;
+  }
+  return true;
+}
+
+static void set_meta(hbm_profile_t *p, const char *key, size_t value) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%zu", value);
+  hbm_profile_set_meta(p, key, buf);
+}
+
+hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
+  xprof_space_t **order = malloc((im->n_spaces + 1) * sizeof *order);
+  hbm_profile_t *p = order ? hbm_profile_new(HBM_PROFILE_PLAN, name) : NULL;
+  if (!p) {
+    free(order);
+    hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", im->file);
+    return NULL;
+  }
+  for (size_t i = 0; i < im->n_spaces; i++)
+    order[i] = &im->spaces[i];
+  qsort(order, im->n_spaces, sizeof *order, by_peak);
+  hbm_profile_set_meta(p, "source_path", im->file);
+  hbm_profile_set_meta(p, "format", "xprof");
+  hbm_profile_set_meta(p, "planner", "XLA's buffer assignment (heap-simulator trace, as XProf)");
+  set_meta(p, "programs", im->n_programs);
+  if (im->n_problems)
+    hbm_profile_set_meta(p, "lost", hbm_strbuf_str(&im->problems));
+  bool ok = true;
+  hbm_strbuf_t ranges; /* "from-to" of each space's steps, for the viewer's first zoom */
+  hbm_strbuf_init(&ranges);
+  for (size_t i = 0; i < im->n_spaces && ok; i++) {
+    int64_t from = hbm_profile_step_count(p);
+    ok = add_space_to(p, order[i]);
+    hbm_strbuf_printf(&ranges, "%s%lld-%lld", i ? "," : "", (long long)from,
+                      (long long)hbm_profile_step_count(p));
+  }
+  if (ok && im->n_spaces > 1)
+    hbm_profile_set_meta(p, "space_steps", hbm_strbuf_str(&ranges));
+  hbm_strbuf_free(&ranges);
+  free(order);
+  if (!ok || hbm_profile_finish(p) != HBM_OK) {
+    hbm_profile_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* ---- recognising the files ---- */
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static bool is_gzip(const uint8_t *d, size_t len) {
+  return len >= 2 && d[0] == 0x1f && d[1] == 0x8b;
+}
+
+/* The first field of both messages is length-delimited field 1 (XSpace.planes,
+ * HloProto.hlo_module); inside, an XPlane starts with its id (1, varint) or name (2), a
+ * module with its name (1, length-delimited). */
+static int first_inner_tag(const uint8_t *d, size_t len) {
+  if (len < 2 || d[0] != 0x0a)
+    return -1;
+  size_t i = 1, n = 0;
+  for (int shift = 0; i < len && shift < 64; shift += 7) {
+    n |= (size_t)(d[i] & 0x7f) << shift;
+    if (!(d[i++] & 0x80))
+      break;
+  }
+  if (i >= len || n == 0 || n > len - i)
+    return -1;
+  return d[i];
+}
+
+bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
+  if (is_gzip(data, len) && path && strstr(path, ".pb"))
+    return true;
+  if (path && (ends_with(path, ".xplane.pb") || ends_with(path, ".hlo_proto.pb") ||
+               ends_with(path, ".pb.gz") || ends_with(path, ".pb")))
+    return true;
+  int tag = first_inner_tag(data, len);
+  if (tag != 0x08 && tag != 0x12 && tag != 0x0a)
+    return false;
+  for (size_t i = 0; i < len && i < 64; i++)
+    if (data[i] < 0x09) /* binary, not a text file that starts with a blank line */
+      return true;
+  return false;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len) {
+  if (is_gzip(data, len)) {
+    hbm__error(HBM_ERR_PARSE,
+               "%s: byte 0: a gzip-compressed file (magic 1f 8b); expected an "
+               "uncompressed serialized XSpace (.xplane.pb) or HloProto (.hlo_proto.pb): gunzip "
+               "it first",
+               path);
+    return NULL;
+  }
+  if (!len) {
+    hbm__error(HBM_ERR_PARSE,
+               "%s: byte 0: an empty file; expected a serialized XSpace or "
+               "HloProto",
+               path);
+    return NULL;
+  }
+  xprof_import_t im;
+  if (!xprof_import_init(&im, path)) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", path);
+    return NULL;
+  }
+  bool hlo = ends_with(path, ".hlo_proto.pb") ||
+             (!ends_with(path, ".xplane.pb") && first_inner_tag(data, len) == 0x0a);
+  hbm_status_t st =
+      hlo ? xprof_read_hlo_proto(&im, data, len, data, NULL) : xprof_read_xspace(&im, data, len);
+  hbm_profile_t *p = NULL;
+  if (st == HBM_OK && im.n_spaces == 0)
+    hbm__error(HBM_ERR_PARSE,
+               "%s: no programs and no allocator events: expected a /host:metadata "
+               "plane with HloProtos or MemoryAllocation events%s%s",
+               path, im.n_problems ? "; " : "", hbm_strbuf_str(&im.problems));
+  else if (st == HBM_OK || im.n_spaces > 0) {
+    if (st != HBM_OK)
+      xprof_note_problem(&im);
+    p = xprof_to_profile(&im, base_name(path));
+  }
+  xprof_import_free(&im);
+  return p;
+}

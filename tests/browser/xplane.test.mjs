@@ -1,0 +1,88 @@
+// xplane.test.mjs — a real XProf profile in the Memory Viewer: `hbm view` on a logdir that
+// jax.profiler.trace wrote (or, without JAX, a real .xplane.pb from ../shared). Run by
+// tests/viewer_browser.sh. Checks: the page opens on the largest program's HBM; the memory
+// type list groups every program (XProf's module list), largest peak first; the peak shown
+// equals `hbm report --json`'s for that program; picking another program shows its peak; the
+// first view is zoomed to the program's own steps; no page errors. Screenshots: --artifacts.
+import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, '../../web/package.json'));
+const { chromium } = require('playwright-core');
+
+const args = {};
+for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
+
+let passed = 0;
+let failed = 0;
+function check(cond, what) {
+  if (cond) passed++; else failed++;
+  console.log(`${cond ? 'ok' : 'not ok'} - ${what}`);
+}
+
+function xplaneFile(logdir) {
+  const runs = path.join(logdir, 'plugins/profile');
+  for (const run of readdirSync(runs)) {
+    const f = readdirSync(path.join(runs, run)).find((n) => n.endsWith('.xplane.pb'));
+    if (f) return path.join(runs, run, f);
+  }
+  return null;
+}
+
+async function main() {
+  mkdirSync(args.artifacts, { recursive: true });
+  const file = xplaneFile(args.logdir);
+  const report = JSON.parse(execFileSync(args.hbm, ['report', '--json', file], { encoding: 'utf8', maxBuffer: 1 << 28 }));
+  const spaces = report.spaces;
+  console.log(`# ${path.basename(file)}: ${spaces.length} spaces, first ${spaces[0].space} of ${spaces[0].device}`);
+  const context = await chromium.launchPersistentContext(args.profiledir, {
+    executablePath: args.chromium || '/usr/bin/chromium',
+    headless: true,
+    viewport: { width: 1400, height: 1000 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
+  });
+  try {
+    const page = await context.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const waitLoads = (n) => page.waitForFunction((k) => window.hbmViewer && window.hbmViewer.loads > k, n, { timeout: 30000 });
+    await page.goto(args.url);
+    await waitLoads(0);
+    const groups = await page.locator('#space-select optgroup').evaluateAll((els) => els.map((e) => e.label));
+    const programs = [...new Set(spaces.filter((s) => s.device !== 'allocator').map((s) => s.device))];
+    check(groups.length >= programs.length && programs.every((p) => groups.includes(p)), `every program is listed (${programs.length})`);
+    const peaks = spaces.filter((s) => s.device !== 'allocator').map((s) => s.peak_bytes);
+    check(peaks.every((p, i) => i === 0 || p <= peaks[i - 1]), 'programs come largest peak first');
+    check(await page.locator('#space-select').inputValue() === '0', 'the largest program is shown first');
+    const shown = Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
+    check(shown === spaces[0].peak_bytes, `the peak shown (${shown}) equals hbm report's (${spaces[0].peak_bytes})`);
+    await page.screenshot({ path: path.join(args.artifacts, 'xplane_first.png') });
+
+    // Another program: its own peak.
+    const other = spaces.findIndex((s, i) => i > 0 && s.device !== spaces[0].device && s.device !== 'allocator');
+    if (other > 0) {
+      const before = await page.evaluate(() => window.hbmViewer.loads);
+      await page.selectOption('#space-select', String(other));
+      await waitLoads(before);
+      const peak = Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
+      check(peak === spaces[other].peak_bytes, `program ${spaces[other].device}: peak ${peak} equals hbm report's`);
+      const steps = (await page.evaluate(() => fetch(`/api/profile?${new URLSearchParams({ run: new URLSearchParams(location.hash.slice(1)).get('run'), profile: new URLSearchParams(location.hash.slice(1)).get('profile') })}`).then((r) => r.json()))).meta.space_steps;
+      check(typeof steps === 'string' && steps.split(',').length === spaces.length, 'each program has its step range');
+      await page.screenshot({ path: path.join(args.artifacts, 'xplane_other.png') });
+    }
+    check(errors.length === 0, `no errors in the page (${errors.join('; ') || 'none'})`);
+  } finally {
+    await context.close();
+  }
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((err) => {
+  console.log(`not ok - ${err.stack || err}`);
+  process.exit(1);
+});
