@@ -19,6 +19,7 @@ static const cli_command_t commands[] = {
     {"export", hbm_cmd_export, "write a profile as Chrome trace / Perfetto JSON"},
     {"plan", hbm_cmd_plan, "plan the memory of an XLA HLO module (peak, E1000 report, remat)"},
     {"view", hbm_cmd_view, "serve the Memory Viewer for a logdir in the browser"},
+    {"run", hbm_cmd_run, "run a program with hbm's allocator, profiler and OOM diagnosis"},
 };
 
 static void print_usage(FILE *out) {
