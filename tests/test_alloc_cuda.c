@@ -112,8 +112,9 @@ static void stream_ordered_pool(void **state) {
   void *a, *b;
   assert_int_equal(d->ops->pool_alloc(d, pool, 8 * MiB, stream, &a), HBM_OK);
   assert_int_equal(d->ops->pool_free(d, pool, a, stream), HBM_OK);
+  /* Freed on this stream: the driver may hand the same memory back to it at once, or not
+   * (CUDA promises no address), so only that b is usable once the stream has run. */
   assert_int_equal(d->ops->pool_alloc(d, pool, 8 * MiB, stream, &b), HBM_OK);
-  assert_ptr_equal(a, b); /* freed on this stream: reused at once by it */
   assert_int_equal(d->ops->stream_sync(d, stream), HBM_OK);
   round_trip(d, b, MiB, 3);
   uint64_t reserved, used;
