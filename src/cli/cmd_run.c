@@ -224,8 +224,8 @@ static void say_where_the_profile_is(const char *logdir, pid_t pid) {
   snprintf(needle, sizeof needle, ".%ld.hbmtrace", (long)pid);
   for (size_t i = 0; i < total && i < 64; i++) {
     if (strstr(entries[i].file, needle)) {
-      fprintf(stderr, "hbm run: profile %s\nhbm run: see it with: hbm report %s\n",
-              entries[i].path, logdir);
+      fprintf(stderr, "hbm run: profile %s\nhbm run: see it with: hbm report %s\n", entries[i].path,
+              logdir);
       return;
     }
   }

@@ -134,7 +134,9 @@ static void describe_caller(const void *addr, caller_info_t *out) {
   }
   const char *slash = info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
   snprintf(out->library, sizeof out->library, "%s",
-           slash ? slash + 1 : info.dli_fname ? info.dli_fname : "?");
+           slash            ? slash + 1
+           : info.dli_fname ? info.dli_fname
+                            : "?");
   out->offset = (uintptr_t)addr - (uintptr_t)info.dli_fbase;
   if (info.dli_sname)
     snprintf(out->symbol, sizeof out->symbol, "%s", info.dli_sname);
@@ -152,8 +154,7 @@ static void caller_of(const void *addr, caller_info_t *out) {
 
 /* ---- allocation ---- */
 
-hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call,
-                           void **out) {
+hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call, void **out) {
   caller_info_t who;
   caller_of(call->caller, &who);
   char source[256];
@@ -166,16 +167,15 @@ hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t 
   else
     snprintf(source, sizeof source, "%s from %s+0x%zx", call->entry, who.library,
              (size_t)who.offset);
-  hbm_tag_t tag = {.op = who.symbol[0] ? who.symbol : call->entry,
-                   .group = who.library,
-                   .source = source};
+  hbm_tag_t tag = {
+      .op = who.symbol[0] ? who.symbol : call->entry, .group = who.library, .source = source};
   preload_inside++;
   void *p = hbm_alloc_tagged(dev, size, 0, &tag);
   hbm_status_t st = p ? HBM_OK : hbm_last_status();
   if (!p && st == HBM_ERR_NO_MEMORY) {
     char bytes[32];
-    fprintf(stderr, "hbm: %s(%zu bytes = %s) from %s%s%s failed: out of memory\n%s\n",
-            call->entry, size, hbm_format_bytes(size, bytes, sizeof bytes), who.library,
+    fprintf(stderr, "hbm: %s(%zu bytes = %s) from %s%s%s failed: out of memory\n%s\n", call->entry,
+            size, hbm_format_bytes(size, bytes, sizeof bytes), who.library,
             who.symbol[0] ? " in " : "", who.symbol, hbm_last_error());
   } else if (!p) {
     fprintf(stderr, "hbm: %s(%zu bytes) from %s failed: %s\n", call->entry, size, who.library,
@@ -232,7 +232,8 @@ hbm_status_t preload_mem_info(hbm_device_t *dev, size_t *free_bytes, size_t *tot
   /* What hbm would still hand out: the limit less what is in use, but no more than its
    * free reserved memory plus what the device itself has free. */
   uint64_t room = s.bytes_limit > s.bytes_in_use ? s.bytes_limit - s.bytes_in_use : 0;
-  uint64_t reserved_free = s.bytes_reserved > s.bytes_in_use ? s.bytes_reserved - s.bytes_in_use : 0;
+  uint64_t reserved_free =
+      s.bytes_reserved > s.bytes_in_use ? s.bytes_reserved - s.bytes_in_use : 0;
   if (room > reserved_free + dev_free)
     room = reserved_free + dev_free;
   *free_bytes = (size_t)room;

@@ -122,8 +122,8 @@ static preload_cu_t alloc_ordered(const char *entry, const void *caller, preload
 
 PRELOAD_EXPORT preload_cu_t cuMemAllocAsync(preload_devptr_t *dptr, size_t size, void *stream) {
   bool served;
-  preload_cu_t r = alloc_ordered("cuMemAllocAsync", __builtin_return_address(0), dptr, size,
-                                 stream, &served);
+  preload_cu_t r =
+      alloc_ordered("cuMemAllocAsync", __builtin_return_address(0), dptr, size, stream, &served);
   if (!served)
     REAL(FN_CU_MEM_ALLOC_ASYNC, alloc_async_fn, dptr, size, stream);
   return r;
@@ -140,11 +140,11 @@ PRELOAD_EXPORT preload_cu_t cuMemAllocAsync_ptsz(preload_devptr_t *dptr, size_t 
 }
 
 /* The caller's pool is not used: hbm's mode places the block (docs/run.md). */
-PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync(preload_devptr_t *dptr, size_t size,
-                                                    void *pool, void *stream) {
+PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync(preload_devptr_t *dptr, size_t size, void *pool,
+                                                    void *stream) {
   bool served;
-  preload_cu_t r = alloc_ordered("cuMemAllocFromPoolAsync", __builtin_return_address(0), dptr,
-                                 size, stream, &served);
+  preload_cu_t r = alloc_ordered("cuMemAllocFromPoolAsync", __builtin_return_address(0), dptr, size,
+                                 stream, &served);
   if (!served)
     REAL(FN_CU_MEM_ALLOC_FROM_POOL_ASYNC, alloc_pool_fn, dptr, size, pool, stream);
   return r;
@@ -153,8 +153,8 @@ PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync(preload_devptr_t *dptr, size
 PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync_ptsz(preload_devptr_t *dptr, size_t size,
                                                          void *pool, void *stream) {
   bool served;
-  preload_cu_t r = alloc_ordered("cuMemAllocFromPoolAsync_ptsz", __builtin_return_address(0),
-                                 dptr, size, stream ? stream : PRELOAD_STREAM_PER_THREAD, &served);
+  preload_cu_t r = alloc_ordered("cuMemAllocFromPoolAsync_ptsz", __builtin_return_address(0), dptr,
+                                 size, stream ? stream : PRELOAD_STREAM_PER_THREAD, &served);
   if (!served)
     REAL(FN_CU_MEM_ALLOC_FROM_POOL_ASYNC_PTSZ, alloc_pool_fn, dptr, size, pool, stream);
   return r;

@@ -17,12 +17,11 @@ PRELOAD_EXPORT preload_cu_t cuMemAlloc_v2(preload_devptr_t *dptr, size_t size);
 PRELOAD_EXPORT preload_cu_t cuMemFree_v2(preload_devptr_t dptr);
 PRELOAD_EXPORT preload_cu_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
 PRELOAD_EXPORT preload_cu_t cuMemAllocAsync(preload_devptr_t *dptr, size_t size, void *stream);
-PRELOAD_EXPORT preload_cu_t cuMemAllocAsync_ptsz(preload_devptr_t *dptr, size_t size,
-                                                 void *stream);
+PRELOAD_EXPORT preload_cu_t cuMemAllocAsync_ptsz(preload_devptr_t *dptr, size_t size, void *stream);
 PRELOAD_EXPORT preload_cu_t cuMemFreeAsync(preload_devptr_t dptr, void *stream);
 PRELOAD_EXPORT preload_cu_t cuMemFreeAsync_ptsz(preload_devptr_t dptr, void *stream);
-PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync(preload_devptr_t *dptr, size_t size,
-                                                    void *pool, void *stream);
+PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync(preload_devptr_t *dptr, size_t size, void *pool,
+                                                    void *stream);
 PRELOAD_EXPORT preload_cu_t cuMemAllocFromPoolAsync_ptsz(preload_devptr_t *dptr, size_t size,
                                                          void *pool, void *stream);
 PRELOAD_EXPORT preload_cu_t cuGetProcAddress(const char *symbol, void **pfn, int cuda_version,

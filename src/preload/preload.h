@@ -40,7 +40,7 @@ enum {
 /* CU_STREAM_PER_THREAD / cudaStreamPerThread: what the null stream means to *_ptsz calls. */
 #define PRELOAD_STREAM_PER_THREAD ((void *)(uintptr_t)0x2)
 
-typedef int preload_cu_t;    /* CUresult */
+typedef int preload_cu_t;     /* CUresult */
 typedef int preload_cudart_t; /* cudaError_t */
 
 /* The entry points we interpose, driver ones first. The order is the order of the tables in
@@ -96,7 +96,11 @@ void *preload_real_runtime(preload_fn_t fn);
 void preload_note_runtime(preload_fn_t fn, void *real);
 /* Runtime calls the hooks need but do not interpose: cudaGetDevice(int *),
  * cudaDeviceSynchronize(void); NULL when no runtime is loaded. */
-typedef enum preload_rt_helper { RT_GET_DEVICE, RT_DEVICE_SYNCHRONIZE, RT_HELPER_COUNT } preload_rt_helper_t;
+typedef enum preload_rt_helper {
+  RT_GET_DEVICE,
+  RT_DEVICE_SYNCHRONIZE,
+  RT_HELPER_COUNT
+} preload_rt_helper_t;
 void *preload_runtime_helper(preload_rt_helper_t which);
 /* True when addr lies in this library (its own calls reach the real functions). */
 bool preload_is_own_address(const void *addr);
@@ -123,8 +127,7 @@ hbm_device_t *preload_device(int ordinal);
  * (CUDA_ERROR_INVALID_CONTEXT with no context current) otherwise. */
 preload_cu_t preload_current_ordinal(int *ordinal);
 /* Allocates on dev for the program. HBM_ERR_NO_MEMORY: the diagnosis was printed. */
-hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call,
-                           void **out);
+hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call, void **out);
 /* The device holding ptr as one of hbm's blocks, NULL when the block is not hbm's. */
 hbm_device_t *preload_owner(const void *ptr);
 /* Frees one of hbm's blocks once the work that may use it is done: a plain free waits for

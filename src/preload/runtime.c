@@ -52,8 +52,7 @@ static preload_cudart_t result_of(hbm_status_t st) {
 
 /* An allocation by hbm; false when the runtime is to do it (size 0 included: the runtime
  * hands out NULL). */
-static bool serve_alloc(void **ptr, size_t size, const preload_call_t *call,
-                        preload_cudart_t *r) {
+static bool serve_alloc(void **ptr, size_t size, const preload_call_t *call, preload_cudart_t *r) {
   hbm_device_t *dev = ptr && size ? runtime_device() : NULL;
   if (!dev)
     return false;

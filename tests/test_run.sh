@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_run.sh — `hbm run` on the CUDA driver double (tests/fakecuda): programs that reach the
+# driver the three ways frameworks do (linked symbols, dlopen + dlsym, cuGetProcAddress) get
+# hbm's blocks, every allocation is in the profile with its size, an over-limit allocation
+# gets CUDA_ERROR_OUT_OF_MEMORY (2) and the diagnosis on stderr, two processes with
+# --memory-fraction 0.5 each stay within their halves, and a program that never touches
+# CUDA runs unchanged. Expected numbers are the programs' own requests and hand
+# calculations on the double's 2 GiB (2147483648 bytes).
+# Args: hbm binary, source dir, build dir. Exit 77: skipped (says why).
+set -uo pipefail
+hbm=$1 build=$3
+fake=$build/tests/fakecuda progs=$build/tests/run_progs
+passed=0
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+ok() {
+  passed=$((passed + 1))
+  echo "ok: $*"
+}
+for f in "$fake/libcuda.so.1" "$progs/cuda_user" "$progs/cuda_user_linked" \
+  "$build/libhbm_preload.so"; do
+  [ -e "$f" ] || fail "$f was not built"
+done
+
+# A sanitizer's runtime must come first in LD_PRELOAD (hbm run appends its library after).
+runtime=$(ldd "$build/libhbm_preload.so" | awk '/lib(asan|tsan)\.so/ {print $3; exit}')
+if [ -n "$runtime" ]; then
+  case $runtime in
+  *tsan*)
+    echo "skipped: TSan's runtime cannot be preloaded into the uninstrumented driver double's" \
+      "programs reliably (it must own the first mapping of the address space)"
+    exit 77
+    ;;
+  esac
+  export LD_PRELOAD=$runtime ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0:detect_leaks=0
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FAKECUDA_MEMORY=2G FAKECUDA_CONTEXT_OVERHEAD=64M
+unset XLA_PYTHON_CLIENT_MEM_FRACTION XLA_PYTHON_CLIENT_PREALLOCATE XLA_PYTHON_CLIENT_ALLOCATOR \
+  TF_GPU_ALLOCATOR HBM_DEVICE HBM_PROFILE_DIR HBM_PRELOAD_LIB
+
+# 1. A program that never touches CUDA: same output, same exit status, no profile.
+out=$("$hbm" run --logdir "$tmp/none" -- /bin/echo hi 2>"$tmp/none.err") || fail "echo: exit $?"
+[ "$out" = hi ] || fail "echo printed '$out'"
+"$hbm" run --logdir "$tmp/none" -- sh -c 'exit 7' 2>/dev/null
+[ $? -eq 7 ] || fail "exit status of 'sh -c exit 7' not passed on"
+[ ! -d "$tmp/none/plugins" ] || fail "a profile was written for a program without CUDA"
+grep -q "XLA_PYTHON_CLIENT_ALLOCATOR=platform" "$tmp/none.err" || fail "switches not said"
+grep -q "PYTORCH_NO_CUDA_MEMORY_CACHING=1" "$tmp/none.err" || fail "switches not said"
+"$hbm" run -- /nonexistent/program 2>/dev/null
+[ $? -eq 127 ] || fail "a missing program is not exit status 127"
+ok "a program without CUDA runs unchanged (output, exit status, no profile)"
+
+# 2. The three ways to the driver. In bfc mode hbm preallocates 0.75 x 2 GiB = 1610612736
+#    bytes, so a peak reserved of exactly that says hbm placed the blocks, not the driver.
+for way in linked dlsym procaddr; do
+  prog=$progs/cuda_user
+  [ $way = linked ] && prog=$progs/cuda_user_linked
+  dir=$tmp/$way
+  "$hbm" run --mode bfc --logdir "$dir" -- "$prog" $way alloc 1048576 async 3000 pool 5000 \
+    alloc 77777 touch 0 touch 1 touch 2 touch 3 info free 1 free 0 free 2 free 3 exit 5 \
+    >"$dir.out" 2>"$dir.err"
+  rc=$?
+  [ $rc -eq 5 ] || { cat "$dir.err"; fail "$way: exit status $rc, not the program's 5"; }
+  [ "$(grep -c ': 0$' "$dir.out")" -eq 13 ] || { cat "$dir.out"; fail "$way: a call failed"; }
+  # cuMemGetInfo: total = hbm's limit; free = the limit less what is in use, 1610612736 -
+  # (1048576 + 3000 + 5000 + 77777 = 1134353) = 1609478383.
+  grep -q "info free=1609478383 total=1610612736: 0" "$dir.out" ||
+    { cat "$dir.out"; fail "$way: cuMemGetInfo does not say hbm's limit"; }
+  json=$("$hbm" report --json "$dir") || fail "$way: hbm report failed"
+  for size in 1048576 3000 5000 77777; do
+    grep -q "\"size\": $size,\$" <<<"$json" || fail "$way: no buffer of $size bytes in the profile"
+  done
+  grep -q '"buffers": 4,' <<<"$json" || fail "$way: the profile does not have 4 buffers"
+  grep -q '"peak_bytes": 1134353,' <<<"$json" || fail "$way: peak is not 1134353 bytes"
+  grep -q '"peak_reserved_bytes": 1610612736,' <<<"$json" || fail "$way: not hbm's bfc region"
+  grep -q '"source": "cuMemAllocAsync on stream 0x' <<<"$json" || fail "$way: no stream"
+  grep -q '"group": "cuda_user' <<<"$json" || fail "$way: calling library not recorded"
+  ok "$way: 4 allocations served by hbm, each in the profile with its size"
+done
+
+# 3. Over the limit: --memory-fraction 0.5 of 2 GiB = 1073741824 bytes. 700000000 fit;
+#    another 400000000 would make 1100000000 > the limit: CUDA_ERROR_OUT_OF_MEMORY (2); then
+#    200000000 still fit (900000000 in use).
+dir=$tmp/oom
+"$hbm" run --mode growth --memory-fraction 0.5 --logdir "$dir" -- "$progs/cuda_user" dlsym \
+  alloc 700000000 alloc 400000000 alloc 200000000 >"$dir.out" 2>"$dir.err"
+printf 'alloc 700000000: 0\nalloc 400000000: 2\nalloc 200000000: 0\n' | diff - "$dir.out" ||
+  fail "over-limit allocation: wrong results"
+grep -q "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 400000000 bytes." \
+  "$dir.err" || { cat "$dir.err"; fail "no RESOURCE_EXHAUSTED line"; }
+grep -q "hbm diagnosis:" "$dir.err" || fail "no diagnosis"
+grep -q "limit: 1073741824 bytes" "$dir.err" || fail "the diagnosis does not give the limit"
+grep -q "cause: in use + request over the limit" "$dir.err" || fail "wrong cause"
+grep -q '"requested": 400000000' <<<"$("$hbm" report --json "$dir")" ||
+  fail "the OOM is not in the profile"
+ok "an over-limit allocation gets CUDA_ERROR_OUT_OF_MEMORY and the diagnosis"
+
+# 4. Two processes on one GPU with half each, at the same time: each holds 700000000, then
+#    asks for 400000000 more (over its half: refused) and 300000000 (within it: served).
+#    cuMemGetInfo says 1073741824 - 700000000 = 373741824 free.
+for p in a b; do
+  "$hbm" run --mode growth --memory-fraction 0.5 --logdir "$tmp/two" -- "$progs/cuda_user" \
+    procaddr alloc 700000000 sleep 300 info alloc 400000000 alloc 300000000 \
+    >"$tmp/two-$p.out" 2>"$tmp/two-$p.err" &
+done
+wait
+for p in a b; do
+  printf '%s\n' "alloc 700000000: 0" "info free=373741824 total=1073741824: 0" \
+    "alloc 400000000: 2" "alloc 300000000: 0" | diff - "$tmp/two-$p.out" ||
+    { cat "$tmp/two-$p.err"; fail "process $p went beyond its half"; }
+done
+ok "two processes with --memory-fraction 0.5 each stay within their halves"
+
+echo "test_run: $passed passed, 0 failed"
