@@ -19,7 +19,8 @@ ok() {
   passed=$((passed + 1))
   echo "ok: $*"
 }
-for f in "$fake/libcuda.so.1" "$progs/cuda_user" "$progs/cuda_user_linked" \
+for f in "$fake/libcuda.so.1" "$progs/cuda_user" "$progs/cuda_user_linked" "$progs/torch_plug" \
+  "$progs/libcudart.so.12" "$progs/cudart_user" "$progs/cudart_user_linked" \
   "$build/libhbm_preload.so"; do
   [ -e "$f" ] || fail "$f was not built"
 done
@@ -39,7 +40,7 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$fake:$progs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FAKECUDA_MEMORY=2G FAKECUDA_CONTEXT_OVERHEAD=64M
 unset XLA_PYTHON_CLIENT_MEM_FRACTION XLA_PYTHON_CLIENT_PREALLOCATE XLA_PYTHON_CLIENT_ALLOCATOR \
   TF_GPU_ALLOCATOR HBM_DEVICE HBM_PROFILE_DIR HBM_PRELOAD_LIB
@@ -116,5 +117,44 @@ for p in a b; do
     { cat "$tmp/two-$p.err"; fail "process $p went beyond its half"; }
 done
 ok "two processes with --memory-fraction 0.5 each stay within their halves"
+
+# 5. The runtime (PyTorch's way with PYTORCH_NO_CUDA_MEMORY_CACHING=1), linked and from a
+#    library opened RTLD_LOCAL. cudaMalloc of 0 bytes is the runtime's own (success, NULL);
+#    cudaMemGetInfo says 1610612736 - (1048576 + 3000) = 1609561160 free; 3000000000 bytes
+#    are more than the limit: cudaErrorMemoryAllocation (2).
+for way in linked dlopen; do
+  prog=$progs/cudart_user
+  [ $way = linked ] && prog=$progs/cudart_user_linked
+  dir=$tmp/rt-$way
+  "$hbm" run --mode growth --logdir "$dir" -- "$prog" $way alloc 1048576 async 3000 alloc 0 \
+    info touch 0 touch 1 free 0 free 1 alloc 3000000000 >"$dir.out" 2>"$dir.err" ||
+    { cat "$dir.err"; fail "runtime $way: exit status $?"; }
+  printf '%s\n' "alloc 1048576: 0" "async 3000: 0" "alloc 0: 0" \
+    "info free=1609561160 total=1610612736: 0" "touch 0: 0" "touch 1: 0" "free 0: 0" \
+    "free 1: 0" "alloc 3000000000: 2" | diff - "$dir.out" || fail "runtime $way: wrong results"
+  grep -q "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 3000000000 bytes." \
+    "$dir.err" || fail "runtime $way: no diagnosis"
+  json=$("$hbm" report --json "$dir") || fail "runtime $way: hbm report failed"
+  grep -q '"buffers": 2,' <<<"$json" || fail "runtime $way: the profile does not have 2 buffers"
+  grep -q '"peak_bytes": 1051576,' <<<"$json" || fail "runtime $way: peak is not 1051576"
+  grep -q '"source": "cudaMallocAsync on stream 0x' <<<"$json" || fail "runtime $way: no stream"
+  ok "runtime ($way): cudaMalloc/cudaMallocAsync served by hbm, OOM is cudaErrorMemoryAllocation"
+done
+
+# 6. PyTorch's plug, loaded as CUDAPluggableAllocator loads it (no LD_PRELOAD), with the
+#    settings hbm.torch.use() passes: platform mode, half of 2 GiB = 1073741824 bytes, so
+#    2000000000 bytes get NULL (PyTorch's out-of-memory signal) and the diagnosis.
+dir=$tmp/torch
+HBM_RUN_MODE=platform HBM_RUN_MEM_FRACTION=0.5 HBM_RUN_LOGDIR=$dir \
+  "$progs/torch_plug" "$build/libhbm_preload.so" 1048576 5000 2000000000 \
+  >"$dir.out" 2>"$dir.err" || { cat "$dir.err"; fail "torch plug: exit status $?"; }
+printf '%s\n' "malloc 1048576: ok" "malloc 5000: ok" "malloc 2000000000: null" |
+  diff - "$dir.out" || fail "torch plug: wrong results"
+grep -q "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2000000000 bytes." \
+  "$dir.err" || fail "torch plug: no diagnosis"
+json=$("$hbm" report --json "$dir") || fail "torch plug: hbm report failed"
+grep -q '"peak_bytes": 1053576,' <<<"$json" || fail "torch plug: peak is not 1048576 + 5000"
+grep -q 'mode: platform (' <<<"$json" || fail "torch plug: not in platform mode"
+ok "PyTorch's plug: hbm_torch_malloc/hbm_torch_free serve and profile, NULL on OOM"
 
 echo "test_run: $passed passed, 0 failed"

@@ -50,7 +50,8 @@ typedef struct entry {
   size_t offset;
 } entry_t;
 
-#define E(field, name, base) {name, base, offsetof(api_t, field)}
+#define E(field, name, base)                                                                       \
+  { name, base, offsetof(api_t, field) }
 static const entry_t entries[] = {
     E(init, "cuInit", "cuInit"),
     E(device_get, "cuDeviceGet", "cuDeviceGet"),
@@ -95,11 +96,23 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 
 static int load_linked(api_t *api) {
-  *api = (api_t){cuInit,        cuDeviceGet,         cuDevicePrimaryCtxRetain,
-                 cuDevicePrimaryCtxRelease_v2, cuCtxSetCurrent, cuStreamCreate,
-                 cuStreamSynchronize,          cuStreamDestroy_v2, cuDeviceGetDefaultMemPool,
-                 cuMemAlloc_v2, cuMemFree_v2,  cuMemAllocAsync,     cuMemAllocFromPoolAsync,
-                 cuMemFreeAsync, cuMemGetInfo_v2, cuMemcpyHtoD_v2,  cuMemcpyDtoH_v2};
+  *api = (api_t){cuInit,
+                 cuDeviceGet,
+                 cuDevicePrimaryCtxRetain,
+                 cuDevicePrimaryCtxRelease_v2,
+                 cuCtxSetCurrent,
+                 cuStreamCreate,
+                 cuStreamSynchronize,
+                 cuStreamDestroy_v2,
+                 cuDeviceGetDefaultMemPool,
+                 cuMemAlloc_v2,
+                 cuMemFree_v2,
+                 cuMemAllocAsync,
+                 cuMemAllocFromPoolAsync,
+                 cuMemFreeAsync,
+                 cuMemGetInfo_v2,
+                 cuMemcpyHtoD_v2,
+                 cuMemcpyDtoH_v2};
   return 0;
 }
 #endif
