@@ -35,7 +35,7 @@ if [ -n "$runtime" ]; then
     exit 77
     ;;
   esac
-  export LD_PRELOAD=$runtime ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0:detect_leaks=0
+  export LD_PRELOAD=$runtime ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0
 fi
 
 tmp=$(mktemp -d)

@@ -48,7 +48,7 @@ void *preload_substitute_driver(void *p) {
   return p;
 }
 
-PRELOAD_EXPORT void *dlsym(void *handle, const char *name) {
+PRELOAD_EXPORT PRELOAD_UNINSTRUMENTED void *dlsym(void *handle, const char *name) {
   if (handle == RTLD_NEXT) /* a tail call: glibc finds "next" from the caller's address */
     return preload_real_dlsym(handle, name);
   void *p = preload_real_dlsym(handle, name);

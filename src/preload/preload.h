@@ -24,6 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* For what runs inside dlsym: a sanitizer's runtime looks its interceptors up with dlsym
+ * before it has set itself up, so that path must not be instrumented. */
+#define PRELOAD_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined", "thread")))
+
 /* The few driver/runtime results the hooks return (the values of cuda.h / driver_types.h). */
 enum {
   PRELOAD_CU_SUCCESS = 0,

@@ -37,7 +37,7 @@ const char *preload_fn_name(preload_fn_t fn) {
   return (unsigned)fn < FN_COUNT ? fn_names[fn] : "?";
 }
 
-int preload_fn_by_name(const char *name) {
+PRELOAD_UNINSTRUMENTED int preload_fn_by_name(const char *name) {
   if (!name || name[0] != 'c' || name[1] != 'u') /* most lookups end here */
     return -1;
   for (int i = 0; i < FN_COUNT; i++)
@@ -51,7 +51,7 @@ int preload_fn_by_name(const char *name) {
 typedef void *(*dlsym_fn)(void *, const char *);
 static _Atomic(dlsym_fn) real_dlsym;
 
-void *preload_real_dlsym(void *handle, const char *name) {
+PRELOAD_UNINSTRUMENTED void *preload_real_dlsym(void *handle, const char *name) {
   dlsym_fn f = atomic_load_explicit(&real_dlsym, memory_order_acquire);
   if (!f) {
     /* dlsym moved from libdl to libc in glibc 2.34; older ones have the first versions. */
