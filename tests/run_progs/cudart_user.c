@@ -58,9 +58,9 @@ int cudaMemcpy(void *, const void *, size_t, int);
 static int load(const char *way, api_t *api) {
 #ifdef CUDART_USER_LINKED
   if (!strcmp(way, "linked")) {
-    *api = (api_t){cudaMalloc,       cudaFree,         cudaMemGetInfo,
-                   cudaMallocAsync,  cudaFreeAsync,    cudaStreamCreate,
-                   cudaStreamSynchronize, cudaStreamDestroy, cudaMemcpy};
+    *api = (api_t){cudaMalloc,    cudaFree,         cudaMemGetInfo,        cudaMallocAsync,
+                   cudaFreeAsync, cudaStreamCreate, cudaStreamSynchronize, cudaStreamDestroy,
+                   cudaMemcpy};
     return 0;
   }
 #endif
