@@ -155,7 +155,8 @@ static _Atomic(void *) runtime_fns[FN_COUNT];
 
 void preload_note_runtime(preload_fn_t fn, void *real) {
   void *expected = NULL;
-  if (fn >= FN_DRIVER_COUNT && fn < FN_COUNT && real)
+  /* A lookup in the global scope finds our own export first: that is not the runtime. */
+  if (fn >= FN_DRIVER_COUNT && fn < FN_COUNT && real && !preload_is_own_address(real))
     atomic_compare_exchange_strong(&runtime_fns[fn], &expected, real);
 }
 
