@@ -11,9 +11,11 @@
  *   touch I      writes a pattern into the I-th allocation with the driver and reads it back
  *   info         cuMemGetInfo_v2
  *   sleep MS     waits (two processes at once)
+ *   threads N    N threads at once, each 200 cuMemAlloc_v2 + cuMemFree_v2 of sizes 1..64 KiB
  *   exit N       exits with status N after freeing everything
  * Each command prints one line ("alloc 1048576: 0"), the driver's result last. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +178,62 @@ static int touch(const api_t *api, CUdeviceptr p, CUstream stream) {
   return r ? r : memcmp(in, out, sizeof in) != 0 ? -1 : 0;
 }
 
+typedef struct worker {
+  const api_t *api;
+  CUcontext ctx;
+  int seed;
+  CUresult result;
+} worker_t;
+
+/* One thread's allocations, each written and read back, freed in a shuffled order. */
+static void *work(void *arg) {
+  worker_t *w = arg;
+  CUdeviceptr held[8] = {0};
+  CUresult r = w->api->set_current(w->ctx);
+  unsigned x = (unsigned)w->seed * 2654435761u + 1;
+  for (int i = 0; i < 200 && !r; i++) {
+    x = x * 1103515245u + 12345u;
+    int slot = (int)(x >> 16) % 8;
+    if (held[slot]) {
+      r = w->api->free_(held[slot]);
+      held[slot] = 0;
+    } else {
+      size_t size = 1 + (x >> 8) % 65536;
+      r = w->api->alloc(&held[slot], size);
+      unsigned char byte = (unsigned char)x, back = 0;
+      if (!r)
+        r = w->api->htod(held[slot], &byte, 1);
+      if (!r)
+        r = w->api->dtoh(&back, held[slot], 1);
+      if (!r && back != byte)
+        r = -1;
+    }
+  }
+  for (int i = 0; i < 8; i++)
+    if (held[i] && w->api->free_(held[i]) && !r)
+      r = -2;
+  w->result = r;
+  return NULL;
+}
+
+static CUresult run_threads(const api_t *api, CUcontext ctx, int n) {
+  pthread_t threads[16];
+  worker_t workers[16];
+  if (n > 16)
+    n = 16;
+  for (int i = 0; i < n; i++) {
+    workers[i] = (worker_t){api, ctx, i, 0};
+    pthread_create(&threads[i], NULL, work, &workers[i]);
+  }
+  CUresult r = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_join(threads[i], NULL);
+    if (workers[i].result && !r)
+      r = workers[i].result;
+  }
+  return r;
+}
+
 static void free_all(const api_t *api, CUstream stream) {
   for (int i = 0; i < n_blocks; i++) {
     if (!blocks[i])
@@ -230,6 +288,8 @@ int main(int argc, char **argv) {
       printf("free %zu: %d\n", n, r);
     } else if (!strcmp(cmd, "touch") && n < (size_t)n_blocks && blocks[n]) {
       printf("touch %zu: %d\n", n, touch(&api, blocks[n], stream));
+    } else if (!strcmp(cmd, "threads")) {
+      printf("threads %zu: %d\n", n, run_threads(&api, ctx, (int)n));
     } else if (!strcmp(cmd, "sleep")) {
       usleep((useconds_t)n * 1000);
     } else if (!strcmp(cmd, "exit")) {
