@@ -258,10 +258,10 @@ static void async_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *
     hbm_u64map_remove(&p->native_live, b->addr, NULL);
     hbm_u64map_remove(&p->native_aligned, b->addr, NULL);
     p->native_allocated -= b->allocated;
+    /* No waiting: the driver orders the free on its stream (a plain one on the device's
+     * own stream), and other streams reuse the memory once it has run. */
     d->ops->pool_free(d, p->native, (void *)(uintptr_t)(b->addr - b->handle),
                       hbm__stream_native(stream));
-    if (!ordered)
-      d->ops->stream_sync(d, hbm__stream_native(stream));
     return;
   }
   stream_frees_t *f = ordered ? frees_of(p, hbm__stream_id(stream), true) : NULL;

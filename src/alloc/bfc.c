@@ -131,9 +131,14 @@ static hbm_status_t commit(bfc_t *b, uint64_t size, hbm__failure_t *why) {
     return HBM_ERR_NO_MEMORY;
   }
   hbm_status_t st = hbm__device_map(d, (void *)(uintptr_t)piece.addr, size, piece.phys, 0);
-  if (st == HBM_OK && !remember_piece(b, piece))
+  if (st != HBM_OK) { /* nothing was mapped: nothing to unmap */
+    device_refused(why, HBM__FAIL_DEVICE, size);
+    hbm__device_phys_release(d, piece.phys, size);
+    return HBM_ERR_NO_MEMORY;
+  }
+  if (!remember_piece(b, piece))
     st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the growth allocator");
-  if (st == HBM_OK)
+  else
     st = b->committed ? hbm__arena_extend_region(b->arena, b->range, size)
                       : hbm__arena_add_region(b->arena, b->range, size, b->range_cap);
   if (st != HBM_OK) {

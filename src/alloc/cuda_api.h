@@ -1,8 +1,9 @@
-/* cuda_api.h — the few CUDA driver API types, constants and entry points device_cuda.c uses,
- * declared here under our own names so the CUDA backend compiles on machines without the
- * CUDA headers: the driver itself (libcuda.so.1) is loaded with dlopen at run time, so
- * nothing links against CUDA. When cuda.h is present (HBM_HAVE_CUDA_H), device_cuda.c checks
- * every size, field offset and constant below against it at compile time. */
+/* cuda_api.h — the few CUDA driver API and NVML types, constants and entry points
+ * device_cuda.c uses, declared here under our own names so the CUDA backend compiles on
+ * machines without the CUDA headers: the driver itself (libcuda.so.1) and NVML
+ * (libnvidia-ml.so.1) are loaded with dlopen at run time, so nothing links against CUDA.
+ * When cuda.h is present (HBM_HAVE_CUDA_H), device_cuda.c checks every size, field offset and
+ * constant of the driver's below against it at compile time. */
 #ifndef HBM_ALLOC_CUDA_API_H
 #define HBM_ALLOC_CUDA_API_H
 
@@ -20,6 +21,8 @@ enum {
   HBMCU_SUCCESS = 0,
   HBMCU_ERROR_OUT_OF_MEMORY = 2,
   HBMCU_ERROR_NO_DEVICE = 100,
+  HBMCU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+  HBMCU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
   HBMCU_STREAM_NON_BLOCKING = 1,
   HBMCU_MEM_ALLOCATION_TYPE_PINNED = 1,
   HBMCU_MEM_LOCATION_TYPE_DEVICE = 1,
@@ -63,5 +66,21 @@ typedef struct hbmcu_pool_props { /* CUmemPoolProps */
   unsigned short usage;
   unsigned char reserved[54];
 } hbmcu_pool_props_t;
+
+/* NVML (nvml.h): who holds a GPU's memory. */
+typedef int hbmnv_return_t; /* nvmlReturn_t */
+typedef struct hbmnv_device *hbmnv_device_t;
+enum { HBMNV_SUCCESS = 0, HBMNV_ERROR_INSUFFICIENT_SIZE = 7 };
+#define HBMNV_VALUE_NOT_AVAILABLE (~0ull) /* usedGpuMemory NVML may not tell (containers) */
+
+typedef struct hbmnv_memory { /* nvmlMemory_t */
+  unsigned long long total, free, used;
+} hbmnv_memory_t;
+
+typedef struct hbmnv_process { /* nvmlProcessInfo_t, as _v2 and _v3 fill it */
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id, compute_instance_id;
+} hbmnv_process_t;
 
 #endif /* HBM_ALLOC_CUDA_API_H */

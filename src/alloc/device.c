@@ -4,25 +4,45 @@
 #include "base/base.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* HBM_DEVICE=auto: the GPU, or sim where there is no driver or no device (said on stderr
+ * once, and in the note). A driver that fails otherwise is an error, not a reason to run on
+ * a simulated device. */
+static hbm_status_t open_auto(const hbm_config_t *cfg, hbm__device_t **out, char *why_auto,
+                              size_t why_cap) {
+  hbm_status_t st = hbm__cuda_open(cfg, out);
+  if (st == HBM_OK && why_auto)
+    snprintf(why_auto, why_cap, "HBM_DEVICE=auto: a GPU answered");
+  if (st != HBM_ERR_UNAVAILABLE)
+    return st;
+  char why[320];
+  snprintf(why, sizeof why, "HBM_DEVICE=auto: no GPU answered (%s); using the simulated device",
+           hbm_last_error());
+  static atomic_flag told = ATOMIC_FLAG_INIT;
+  if (!atomic_flag_test_and_set(&told))
+    fprintf(stderr, "hbm: %s\n", why);
+  if (why_auto)
+    snprintf(why_auto, why_cap, "%s", why);
+  hbm__error_clear();
+  return hbm__sim_open(cfg, out);
+}
 
 hbm_status_t hbm__device_open(const hbm_config_t *cfg, hbm__device_t **out, char *why_auto,
                               size_t why_cap) {
   if (why_auto && why_cap)
     why_auto[0] = '\0';
+  hbm_status_t st = HBM_ERR_INVALID;
   switch (cfg->device) {
-  case HBM_DEVICE_SIM: return hbm__sim_open(cfg, out);
-  case HBM_DEVICE_CUDA: return hbm__cuda_open(cfg, out);
-  case HBM_DEVICE_AUTO: break;
+  case HBM_DEVICE_SIM: st = hbm__sim_open(cfg, out); break;
+  case HBM_DEVICE_CUDA: st = hbm__cuda_open(cfg, out); break;
+  case HBM_DEVICE_AUTO: st = open_auto(cfg, out, why_auto, why_cap); break;
   }
-  if (hbm__cuda_open(cfg, out) == HBM_OK) {
-    if (why_auto)
-      snprintf(why_auto, why_cap, "HBM_DEVICE=auto: a GPU answered");
-    return HBM_OK;
+  if (st == HBM_OK && why_auto && (*out)->note[0]) { /* what the device lacks, too */
+    size_t len = strlen(why_auto);
+    snprintf(why_auto + len, why_cap - len, "%s%s", len ? "; " : "", (*out)->note);
   }
-  if (why_auto)
-    snprintf(why_auto, why_cap, "HBM_DEVICE=auto: no GPU answered (%s)", hbm_last_error());
-  hbm__error_clear();
-  return hbm__sim_open(cfg, out);
+  return st;
 }
 
 void hbm__device_close(hbm__device_t *d) {
@@ -52,6 +72,8 @@ void hbm__device_region_free(hbm__device_t *d, void *ptr, uint64_t size) {
 }
 
 hbm_status_t hbm__device_va_reserve(hbm__device_t *d, uint64_t size, void **base) {
+  if (!d->ops->va_reserve) /* a GPU without VMM */
+    return hbm__error(HBM_ERR_UNAVAILABLE, "%s has no virtual memory management", d->name);
   return d->ops->va_reserve(d, size, base);
 }
 

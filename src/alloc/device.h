@@ -28,8 +28,10 @@ typedef struct hbm__device hbm__device_t;
  * offset in the device's memfd; CUDA: a CUmemGenericAllocationHandle). */
 typedef uint64_t hbm__phys_t;
 
-/* Someone holding memory of the device: a process (sim ledger), or on CUDA the memory the
- * driver reports used that this process does not hold (pid 0: unknown holder). */
+/* Someone holding memory of the device: a process (sim ledger; on CUDA, from NVML), or on
+ * CUDA one of these pids: */
+#define HBM__HOLDER_UNKNOWN 0    /* memory the driver reports used that nobody accounts for */
+#define HBM__HOLDER_CONTEXT (-1) /* this process's CUDA context itself (same_process) */
 typedef struct hbm__holder {
   int pid;
   bool self;         /* this hbm device object */
@@ -91,7 +93,8 @@ struct hbm__device {
    * offset in its memory file). CUDA's handles are whole: false. */
   bool vm_granules_divisible;
   uint64_t region_alignment; /* regions are at least this aligned (sim: page; CUDA: 256) */
-  _Atomic uint64_t held;     /* regions + physical memory held through this object */
+  char note[256]; /* what the backend lacks and what it does instead ("no memory pools: ...") */
+  _Atomic uint64_t held; /* regions + physical memory held through this object */
   _Atomic uint64_t peak_held;
 };
 

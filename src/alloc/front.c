@@ -90,7 +90,9 @@ static hbm_status_t create_strategy(hbm_device_t *dev) {
   case HBM_MODE_GROWTH: return hbm__bfc_create(&env, false, &dev->strategy);
   case HBM_MODE_PLATFORM: return hbm__platform_create(&env, &dev->strategy);
   case HBM_MODE_ASYNC: return hbm__async_create(&env, &dev->strategy);
-  case HBM_MODE_EXPANDABLE: return hbm__expandable_create(&env, &dev->strategy);
+  case HBM_MODE_EXPANDABLE: /* without virtual memory: growth by regions, as the note says */
+    return dev->phys->ops->va_reserve ? hbm__expandable_create(&env, &dev->strategy)
+                                      : hbm__bfc_create(&env, false, &dev->strategy);
   case HBM_MODE_COUNT: break;
   }
   return hbm__error(HBM_ERR_INVALID, "unknown mode %d", (int)dev->mode);

@@ -8,7 +8,8 @@
  *   - fragmentation: enough bytes are free, but not in one piece;
  *   - memory freed on other streams waits for their synchronization (async mode);
  *   - other processes hold the device's memory (their pids and bytes, from the sim ledger;
- *     on CUDA, what the driver reports used beyond what this process holds);
+ *     on CUDA from NVML); this process's CUDA context and memory nobody accounts for
+ *     ("unknown": no NVML, or NVML does not say) are listed as such, never as processes;
  *   - the preallocation itself could not be made;
  *   - the device refused a new region although the limit allowed it (other hbm devices of
  *     this process, or host trouble on sim).
@@ -43,8 +44,9 @@ typedef struct oom_facts {
   bool device_free_known;
   uint64_t limit;
   hbm__strategy_stats_t stats;
-  uint64_t headroom; /* limit - reserved: what growing modes may still take */
-  uint64_t others, other_processes;
+  uint64_t headroom;                /* limit - reserved: what growing modes may still take */
+  uint64_t others, other_processes; /* all but this object; processes with a pid */
+  uint64_t own_elsewhere;           /* this process, outside this hbm device */
   hbm__holder_t holders[32];
   size_t n_holders;
   const hbm__failure_t *why;
@@ -159,27 +161,42 @@ static void cause_waiting_streams(hbm_strbuf_t *sb, const oom_facts_t *f) {
                     fmt(f->why->pending_elsewhere, a));
 }
 
+static bool other_process(const hbm__holder_t *h) {
+  return !h->self && !h->same_process && h->pid > 0;
+}
+
 static size_t count_other_processes(const oom_facts_t *f) {
   size_t n = 0;
   for (size_t i = 0; i < f->n_holders; i++)
-    n += !f->holders[i].self && !f->holders[i].same_process;
+    n += other_process(&f->holders[i]);
   return n;
 }
 
-static void list_other_processes(hbm_strbuf_t *sb, const oom_facts_t *f) {
+/* "pid 4242 holds 256.0MiB, this process's CUDA context holds 64.00MiB, ..." — the other
+ * processes, and unless processes_only the context and the unknown rest. */
+static void list_other_processes_or_all(hbm_strbuf_t *sb, const oom_facts_t *f,
+                                        bool processes_only) {
   char a[32];
   const char *sep = "";
   for (size_t i = 0; i < f->n_holders; i++) {
     const hbm__holder_t *h = &f->holders[i];
-    if (h->self || h->same_process)
-      continue;
-    if (h->pid > 0)
+    if (other_process(h))
       hbm_strbuf_printf(sb, "%spid %d holds %s", sep, h->pid, fmt(h->bytes, a));
-    else
-      hbm_strbuf_printf(sb, "%sother processes, contexts or the driver hold %s", sep,
+    else if (processes_only || h->self)
+      continue;
+    else if (h->pid == HBM__HOLDER_CONTEXT)
+      hbm_strbuf_printf(sb, "%sthis process's CUDA context holds %s", sep, fmt(h->bytes, a));
+    else if (h->pid == HBM__HOLDER_UNKNOWN)
+      hbm_strbuf_printf(sb, "%s%s held by unknown holders (the driver does not say whose)", sep,
                         fmt(h->bytes, a));
+    else
+      continue; /* this process outside this device: said after the list */
     sep = ", ";
   }
+}
+
+static void list_other_processes(hbm_strbuf_t *sb, const oom_facts_t *f) {
+  list_other_processes_or_all(sb, f, true);
 }
 
 static void cause_other_processes(hbm_strbuf_t *sb, const oom_facts_t *f) {
@@ -205,7 +222,7 @@ static void cause_other_processes(hbm_strbuf_t *sb, const oom_facts_t *f) {
 static void cause_preallocation(hbm_strbuf_t *sb, const oom_facts_t *f) {
   char a[32], b[32], c[32];
   const hbm_config_t *cfg = &f->dev->cfg;
-  uint64_t own_elsewhere = f->others - f->other_processes;
+  uint64_t own_elsewhere = f->own_elsewhere;
   if (f->dev->mode == HBM_MODE_ASYNC)
     hbm_strbuf_printf(sb,
                       "preallocation failed: TF_CUDA_MALLOC_ASYNC_SUPPORTED_PREALLOC=%lld "
@@ -240,10 +257,15 @@ static void cause_device_full(hbm_strbuf_t *sb, const oom_facts_t *f) {
                     "device memory exhausted: the device refused %s although the limit "
                     "allows it (%s).",
                     fmt(f->why->device_request, a), f->why->detail);
-  if (f->others)
+  if (f->own_elsewhere)
     hbm_strbuf_printf(sb,
                       " This process holds %s of the device through other hbm devices: "
                       "lower their XLA_PYTHON_CLIENT_MEM_FRACTION or close them.",
+                      fmt(f->own_elsewhere, b));
+  else if (f->others)
+    hbm_strbuf_printf(sb,
+                      " Others hold %s of it (see above); lower XLA_PYTHON_CLIENT_MEM_FRACTION "
+                      "to what the device can give.",
                       fmt(f->others, b));
   else
     hbm_strbuf_puts(sb, " Lower XLA_PYTHON_CLIENT_MEM_FRACTION to what the device can give.");
@@ -327,14 +349,17 @@ static void write_facts(hbm_strbuf_t *sb, const oom_facts_t *f) {
                       fmt(f->stats.pending, a));
   if (f->others) {
     hbm_strbuf_printf(sb, "  held by others: %s", fmt(f->others, a));
-    if (f->other_processes) {
+    if (f->others > f->own_elsewhere) {
       hbm_strbuf_puts(sb, " (");
-      list_other_processes(sb, f);
+      list_other_processes_or_all(sb, f, false);
       hbm_strbuf_puts(sb, ")");
     }
-    if (f->others > f->other_processes)
-      hbm_strbuf_printf(sb, "; %s by other hbm devices of this process",
-                        fmt(f->others - f->other_processes, b));
+    if (f->own_elsewhere)
+      hbm_strbuf_printf(sb, "; %s by %s", fmt(f->own_elsewhere, b),
+                        dev->phys->kind == HBM_DEVICE_CUDA
+                            ? "this process outside this hbm device (other hbm devices, "
+                              "its own allocations)"
+                            : "other hbm devices of this process");
     hbm_strbuf_puts(sb, "\n");
   }
 }
@@ -388,11 +413,14 @@ static void gather(oom_facts_t *f, hbm_device_t *dev, uint64_t size, const hbm__
   if (f->n_holders > HBM_ARRAY_LEN(f->holders))
     f->n_holders = HBM_ARRAY_LEN(f->holders);
   for (size_t i = 0; i < f->n_holders; i++) {
-    if (f->holders[i].self)
+    const hbm__holder_t *h = &f->holders[i];
+    if (h->self)
       continue;
-    f->others += f->holders[i].bytes;
-    if (!f->holders[i].same_process)
-      f->other_processes += f->holders[i].bytes;
+    f->others += h->bytes;
+    if (other_process(h))
+      f->other_processes += h->bytes;
+    else if (h->same_process && h->pid > 0)
+      f->own_elsewhere += h->bytes;
   }
 }
 

@@ -38,13 +38,21 @@ static const demo_buffer_t parameters[] = {
     {"dense_2/bias", "f32[1024]", "params", "model.py:16", HBM_CAT_PARAMETER, 1024ull * 4},
 };
 
+/* The device memory is real: a little of it is written, through the driver (on a GPU the
+ * host cannot touch device memory). */
+static void touch(hbm_device_t *dev, void *p) {
+  static const unsigned char zeros[64];
+  if (dev->phys->ops->copy_to_device(dev->phys, p, zeros, sizeof zeros) != HBM_OK)
+    fprintf(stderr, "hbm demo: writing to %p: %s\n", p, hbm_last_error());
+}
+
 static void *alloc_tagged(hbm_device_t *dev, const demo_buffer_t *b, const char *op_prefix) {
   char op[128];
   snprintf(op, sizeof op, "%s%s", op_prefix, b->op);
   hbm_tag_t tag = {op, b->shape, b->category, b->group, b->source};
   void *p = hbm_alloc_tagged(dev, b->bytes, 0, &tag);
   if (p)
-    memset(p, 0, 64); /* the device memory is real: touch a little of it */
+    touch(dev, p);
   return p;
 }
 

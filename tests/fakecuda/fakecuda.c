@@ -49,7 +49,9 @@
  *   FAKECUDA_NVML_USAGE=0         NVML reports per-process usage as not available
  * Test hooks (exported): fakecuda_reload(), fakecuda_misuse() (calls that returned an error
  * the program caused, injected ones excluded), fakecuda_live() (live objects),
- * fakecuda_reset_counters(), fakecuda_process_usage() (for the fake NVML). */
+ * fakecuda_reset_counters(), fakecuda_calls(name) (calls of an entry point since the reset),
+ * fakecuda_process_usage() (for the fake NVML). fakecuda_reload() also restarts the counts
+ * of FAKECUDA_FAIL. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -220,6 +222,11 @@ static struct {
   size_t n_others;
   char fail_spec[512];
   fail_rule_t rules[16];
+  struct {
+    const char *name; /* a string literal of an entry point */
+    unsigned long n;
+  } calls[96];
+  size_t n_calls;
   size_t n_rules;
   FILE *log;
   int leak_exit;
@@ -281,7 +288,20 @@ static bool allocating(const char *name) {
          strstr(name, "Reserve");
 }
 
+static void count_call(const char *name) {
+  for (size_t i = 0; i < g.n_calls; i++)
+    if (!strcmp(g.calls[i].name, name)) {
+      g.calls[i].n++;
+      return;
+    }
+  if (g.n_calls < sizeof g.calls / sizeof g.calls[0]) {
+    g.calls[g.n_calls].name = name;
+    g.calls[g.n_calls++].n = 1;
+  }
+}
+
 static CUresult injected(const char *name) {
+  count_call(name);
   for (size_t i = 0; i < g.n_rules; i++) {
     fail_rule_t *r = &g.rules[i];
     if (strcmp(r->name, name))
@@ -385,9 +405,9 @@ static bool idle(void) {
 }
 
 /* Reads the knobs; those that shape the devices only while nothing lives on them. */
-static void read_knobs(void) {
+static void read_knobs(bool restart_failures) {
   const char *fail = getenv("FAKECUDA_FAIL");
-  if (strcmp(fail ? fail : "", g.fail_spec) || !g.initialized)
+  if (restart_failures || strcmp(fail ? fail : "", g.fail_spec) || !g.initialized)
     parse_fail_spec(fail);
   parse_others(getenv("FAKECUDA_OTHER_PROCESS"));
   parse_attr_off(getenv("FAKECUDA_ATTR_OFF"));
@@ -789,7 +809,7 @@ static CUresult device_bytes(const char *call, uint64_t va, uint64_t n, fstream_
 
 EXPORT CUresult cuInit(unsigned flags) {
   pthread_mutex_lock(&g.lock);
-  read_knobs();
+  read_knobs(false);
   CUresult r = injected("cuInit");
   if (r == OK && flags)
     r = misuse(E_INVALID_VALUE, "cuInit", "flags must be 0");
@@ -1918,7 +1938,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **fn, int version,
 
 EXPORT void fakecuda_reload(void) {
   pthread_mutex_lock(&g.lock);
-  read_knobs();
+  read_knobs(true);
   pthread_mutex_unlock(&g.lock);
 }
 
@@ -1939,7 +1959,19 @@ EXPORT unsigned long fakecuda_injected(void) {
 EXPORT void fakecuda_reset_counters(void) {
   pthread_mutex_lock(&g.lock);
   g.misuse = g.injected = 0;
+  g.n_calls = 0;
   pthread_mutex_unlock(&g.lock);
+}
+
+/* How often entry point `name` was called since the counters were reset. */
+EXPORT unsigned long fakecuda_calls(const char *name) {
+  pthread_mutex_lock(&g.lock);
+  unsigned long n = 0;
+  for (size_t i = 0; i < g.n_calls; i++)
+    if (!strcmp(g.calls[i].name, name))
+      n = g.calls[i].n;
+  pthread_mutex_unlock(&g.lock);
+  return n;
 }
 
 /* Counts (and, when `report`, logs) what is still alive. */
@@ -1995,7 +2027,7 @@ EXPORT int fakecuda_process_usage(int d, unsigned long long *total, unsigned lon
   int ok = d >= 0 && d < MAX_DEVICES;
   if (ok) {
     if (!g.memory)
-      read_knobs();
+      read_knobs(false);
     *total = g.dev[d].total ? g.dev[d].total : g.memory;
     *used = used_bytes(d);
     *mine = g.dev[d].phys_used + (uint64_t)g.dev[d].contexts * g.overhead;
