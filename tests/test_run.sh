@@ -80,10 +80,12 @@ done
 
 # 3. Over the limit: --memory-fraction 0.5 of 2 GiB = 1073741824 bytes. 700000000 fit;
 #    another 400000000 would make 1100000000 > the limit: CUDA_ERROR_OUT_OF_MEMORY (2); then
-#    200000000 still fit (900000000 in use).
+#    200000000 still fit (900000000 in use). Another process (the double's pid 4242) holds
+#    300 MiB: the diagnosis names it.
 dir=$tmp/oom
-"$hbm" run --mode growth --memory-fraction 0.5 --logdir "$dir" -- "$progs/cuda_user" dlsym \
-  alloc 700000000 alloc 400000000 alloc 200000000 >"$dir.out" 2>"$dir.err"
+FAKECUDA_OTHER_PROCESS=4242:300M "$hbm" run --mode growth --memory-fraction 0.5 \
+  --logdir "$dir" -- "$progs/cuda_user" dlsym alloc 700000000 alloc 400000000 \
+  alloc 200000000 >"$dir.out" 2>"$dir.err"
 printf 'alloc 700000000: 0\nalloc 400000000: 2\nalloc 200000000: 0\n' | diff - "$dir.out" ||
   fail "over-limit allocation: wrong results"
 grep -q "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 400000000 bytes." \
@@ -91,9 +93,19 @@ grep -q "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 400000000 by
 grep -q "hbm diagnosis:" "$dir.err" || fail "no diagnosis"
 grep -q "limit: 1073741824 bytes" "$dir.err" || fail "the diagnosis does not give the limit"
 grep -q "cause: in use + request over the limit" "$dir.err" || fail "wrong cause"
+grep -q "pid 4242 holds 300.0MiB" "$dir.err" || fail "the other process is not named"
 grep -q '"requested": 400000000' <<<"$("$hbm" report --json "$dir")" ||
   fail "the OOM is not in the profile"
 ok "an over-limit allocation gets CUDA_ERROR_OUT_OF_MEMORY and the diagnosis"
+
+# 3b. The other process holds 1500 MiB: 2048 - 1500 - 64 (our context) = 484 MiB are free, so
+#     700000000 bytes fail within our limit, and the cause is the other process.
+FAKECUDA_OTHER_PROCESS=4242:1500M "$hbm" run --mode growth --memory-fraction 0.5 \
+  --logdir "$dir" -- "$progs/cuda_user" procaddr alloc 700000000 >"$dir.out" 2>"$dir.err"
+[ "$(cat "$dir.out")" = "alloc 700000000: 2" ] || fail "a full device did not refuse"
+grep -q "cause: other processes hold the device's memory: pid 4242 holds 1.46GiB" "$dir.err" ||
+  { cat "$dir.err"; fail "the cause does not name the other process"; }
+ok "an OOM caused by another process names it and what it holds"
 
 # 4. Two processes on one GPU with half each, at the same time: each holds 700000000, then
 #    asks for 400000000 more (over its half: refused) and 300000000 (within it: served).
