@@ -78,6 +78,16 @@ for way in linked dlsym procaddr; do
   ok "$way: 4 allocations served by hbm, each in the profile with its size"
 done
 
+# 2b. The seeds' variables keep their meaning: XLA_PYTHON_CLIENT_PREALLOCATE=false is hbm's
+#     growth mode, XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 its limit: 0.3 x 2147483648 =
+#     644245094.4, rounded down to 256 bytes = 644244992, what cuMemGetInfo says in total.
+out=$(XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 "$hbm" run \
+  --logdir "$tmp/seeds" -- "$progs/cuda_user" dlsym info 2>"$tmp/seeds.err")
+grep -q "hbm run: mode growth, memory fraction 0.3 (XLA_PYTHON_CLIENT_MEM_FRACTION" \
+  "$tmp/seeds.err" || { cat "$tmp/seeds.err"; fail "the seeds' variables were not read"; }
+[ "$out" = "info free=644244992 total=644244992: 0" ] || fail "seeds' limit: $out"
+ok "the seeds' variables keep their meaning under hbm run"
+
 # 3. Over the limit: --memory-fraction 0.5 of 2 GiB = 1073741824 bytes. 700000000 fit;
 #    another 400000000 would make 1100000000 > the limit: CUDA_ERROR_OUT_OF_MEMORY (2); then
 #    200000000 still fit (900000000 in use). Another process (the double's pid 4242) holds

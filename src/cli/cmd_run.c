@@ -169,13 +169,16 @@ static void set_framework_switches(void) {
   fprintf(stderr, "\n");
 }
 
-/* HBM_RUN_*: hbm's settings for the library (decided here, from the user's variables as they
- * were before the switches). */
-static int pass_settings(const hbm_config_t *cfg, const char *logdir) {
+/* HBM_RUN_*: hbm's settings for the library. The mode is decided here, from the user's
+ * variables as they were before the switches; the fraction is passed only when the flag gave
+ * it (otherwise XLA_PYTHON_CLIENT_MEM_FRACTION, untouched, speaks for itself). */
+static int pass_settings(const run_options_t *o, const hbm_config_t *cfg, const char *logdir) {
   char fraction[32];
   snprintf(fraction, sizeof fraction, "%.6g", cfg->mem_fraction);
   if (setenv("HBM_RUN_MODE", hbm_mode_name(hbm_config_mode(cfg)), 1) ||
-      setenv("HBM_RUN_MEM_FRACTION", fraction, 1) || setenv("HBM_RUN_LOGDIR", logdir, 1))
+      (o->fraction ? setenv("HBM_RUN_MEM_FRACTION", fraction, 1)
+                   : unsetenv("HBM_RUN_MEM_FRACTION")) ||
+      setenv("HBM_RUN_LOGDIR", logdir, 1))
     return cli_fail("run", 1, "setenv: %s", strerror(errno));
   char origin[160];
   fprintf(stderr, "hbm run: mode %s, memory fraction %s (%s), profile in %s\n",
@@ -248,7 +251,7 @@ int hbm_cmd_run(int argc, char **argv) {
       snprintf(logdir + strlen(logdir), sizeof logdir - strlen(logdir), "/%s", o.logdir);
   }
   if ((rc = find_preload(lib, sizeof lib)) || (rc = set_preload(lib)) ||
-      (rc = pass_settings(&cfg, logdir)))
+      (rc = pass_settings(&o, &cfg, logdir)))
     return rc;
   set_framework_switches();
   pid_t pid = -1;
