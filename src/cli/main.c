@@ -20,6 +20,7 @@ static const cli_command_t commands[] = {
     {"plan", hbm_cmd_plan, "plan the memory of an XLA HLO module (peak, E1000 report, remat)"},
     {"view", hbm_cmd_view, "serve the Memory Viewer for a logdir in the browser"},
     {"explain", hbm_cmd_explain, "explain a pasted out-of-memory error (XLA, PyTorch, TF)"},
+    {"run", hbm_cmd_run, "run a program with hbm's allocator, profiler and OOM diagnosis"},
 };
 
 static void print_usage(FILE *out) {

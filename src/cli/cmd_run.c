@@ -1,0 +1,262 @@
+/* cmd_run.c — `hbm run [--mode M] [--logdir DIR] [--memory-fraction F] -- CMD ARGS...`: runs
+ * an unmodified program with hbm's allocator, profiler and OOM diagnosis under it. It loads
+ * libhbm_preload.so into the program (LD_PRELOAD), switches the frameworks to one device
+ * allocation per buffer (so that hbm places every buffer, in hbm's mode), tells the library
+ * hbm's settings by environment (HBM_RUN_*), and exits with the program's status.
+ * docs/run.md says what can and cannot be intercepted. */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PRELOAD_NAME "libhbm_preload.so"
+
+/* What the frameworks are switched to: every buffer its own device allocation. */
+static const struct framework_switch {
+  const char *variable, *value, *framework;
+} switches[] = {
+    {"XLA_PYTHON_CLIENT_ALLOCATOR", "platform", "JAX"},
+    {"TF_GPU_ALLOCATOR", "cuda_malloc_async", "TensorFlow"},
+    {"PYTORCH_NO_CUDA_MEMORY_CACHING", "1", "PyTorch"},
+};
+
+typedef struct run_options {
+  const char *mode;     /* NULL: from the seeds' variables */
+  const char *fraction; /* NULL: from XLA_PYTHON_CLIENT_MEM_FRACTION */
+  const char *logdir;
+  char **command;
+} run_options_t;
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: hbm run [--mode bfc|growth|platform|async|expandable] [--logdir DIR]\n"
+          "               [--memory-fraction F] -- CMD ARGS...\n\n"
+          "Runs CMD with hbm's allocator under it (LD_PRELOAD=" PRELOAD_NAME "): the CUDA\n"
+          "driver's and runtime's allocations are placed by hbm in its mode, within F of the\n"
+          "GPU (each process its own share), profiled into DIR (default /tmp/hbm; see it with\n"
+          "`hbm report DIR`), and an allocation that does not fit gets the framework's out-of-\n"
+          "memory error with hbm's diagnosis on stderr. JAX, TensorFlow and PyTorch are\n"
+          "switched to one allocation per buffer (the variables set are printed). Without\n"
+          "--mode/--memory-fraction the seeds' variables decide (XLA_PYTHON_CLIENT_PREALLOCATE,\n"
+          "XLA_PYTHON_CLIENT_MEM_FRACTION, ...). The exit status is CMD's. docs/run.md lists\n"
+          "what cannot be intercepted. HBM_PRELOAD_LIB overrides where the library is found.\n");
+}
+
+/* 0, or an exit status after printing why. */
+static int parse_options(int argc, char **argv, run_options_t *o) {
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(a, "--")) {
+      i++;
+      break;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      print_usage(stdout);
+      return -1;
+    } else if (!strcmp(a, "--mode") && has_value) {
+      o->mode = argv[++i];
+    } else if (!strcmp(a, "--logdir") && has_value) {
+      o->logdir = argv[++i];
+    } else if (!strcmp(a, "--memory-fraction") && has_value) {
+      o->fraction = argv[++i];
+    } else if (a[0] == '-') {
+      print_usage(stderr);
+      return 2;
+    } else {
+      break; /* the command, without "--" */
+    }
+  }
+  if (i >= argc) {
+    print_usage(stderr);
+    return 2;
+  }
+  o->command = argv + i;
+  return 0;
+}
+
+/* hbm's configuration as the program will see it: the seeds' variables, then the flags. */
+static int effective_config(const run_options_t *o, hbm_config_t *cfg) {
+  if (hbm_config_from_env(cfg) != HBM_OK)
+    return cli_fail("run", 2, "%s", hbm_last_error());
+  if (o->mode) {
+    hbm_mode_t mode;
+    if (hbm_mode_parse(o->mode, &mode) != HBM_OK)
+      return cli_fail("run", 2, "--mode: %s", hbm_last_error());
+    hbm_config_set_mode(cfg, mode, HBM_ORIGIN_FLAG);
+  }
+  if (o->fraction &&
+      hbm_config_set(cfg, "XLA_PYTHON_CLIENT_MEM_FRACTION", o->fraction, HBM_ORIGIN_FLAG) != HBM_OK)
+    return cli_fail("run", 2, "--memory-fraction: %s", hbm_last_error());
+  return 0;
+}
+
+static bool readable(const char *path) { return access(path, R_OK) == 0; }
+
+/* HBM_PRELOAD_LIB, else next to this executable (the build tree), else in ../lib* (an
+ * installed tree). */
+static int find_preload(char *out, size_t cap) {
+  const char *env = getenv("HBM_PRELOAD_LIB");
+  if (env && *env) {
+    if (!readable(env))
+      return cli_fail("run", 1, "HBM_PRELOAD_LIB=%s: %s", env, strerror(errno));
+    snprintf(out, cap, "%s", env);
+    return 0;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+      *slash = '\0';
+    static const char *const places[] = {"", "/../lib", "/../lib64", "/../lib/x86_64-linux-gnu",
+                                         "/../lib/aarch64-linux-gnu"};
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+      char candidate[PATH_MAX + 64];
+      snprintf(candidate, sizeof candidate, "%s%s/" PRELOAD_NAME, exe, places[i]);
+      char *resolved = realpath(candidate, NULL);
+      if (resolved && readable(resolved) && strlen(resolved) < cap) {
+        snprintf(out, cap, "%s", resolved);
+        free(resolved);
+        return 0;
+      }
+      free(resolved);
+    }
+  }
+  return cli_fail("run", 1,
+                  "cannot find " PRELOAD_NAME " next to the hbm executable or in ../lib; "
+                  "set HBM_PRELOAD_LIB to its path");
+}
+
+/* LD_PRELOAD gets the library after what it already holds (sanitizer runtimes must stay
+ * first); the loader splits the list on ':' and ' ', so such paths cannot be preloaded. */
+static int set_preload(const char *lib) {
+  if (strpbrk(lib, ": "))
+    return cli_fail("run", 1, "%s: LD_PRELOAD cannot hold a path with ':' or ' '", lib);
+  const char *old = getenv("LD_PRELOAD");
+  if (old && strstr(old, lib))
+    return 0;
+  size_t len = strlen(lib) + (old ? strlen(old) + 1 : 0) + 1;
+  char *value = malloc(len);
+  if (!value)
+    return cli_fail("run", 1, "out of memory");
+  snprintf(value, len, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", lib);
+  int rc = setenv("LD_PRELOAD", value, 1);
+  free(value);
+  return rc ? cli_fail("run", 1, "setenv: %s", strerror(errno)) : 0;
+}
+
+/* The framework switches, said on stderr with what they replaced. */
+static void set_framework_switches(void) {
+  fprintf(stderr, "hbm run: one device allocation per buffer:");
+  for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
+    const char *old = getenv(switches[i].variable);
+    fprintf(stderr, "%s %s=%s (%s", i ? "," : "", switches[i].variable, switches[i].value,
+            switches[i].framework);
+    if (old && strcmp(old, switches[i].value))
+      fprintf(stderr, "; was %s", old);
+    fprintf(stderr, ")");
+    setenv(switches[i].variable, switches[i].value, 1);
+  }
+  fprintf(stderr, "\n");
+}
+
+/* HBM_RUN_*: hbm's settings for the library. The mode is decided here, from the user's
+ * variables as they were before the switches; the fraction is passed only when the flag gave
+ * it (otherwise XLA_PYTHON_CLIENT_MEM_FRACTION, untouched, speaks for itself). */
+static int pass_settings(const run_options_t *o, const hbm_config_t *cfg, const char *logdir) {
+  char fraction[32];
+  snprintf(fraction, sizeof fraction, "%.6g", cfg->mem_fraction);
+  if (setenv("HBM_RUN_MODE", hbm_mode_name(hbm_config_mode(cfg)), 1) ||
+      (o->fraction ? setenv("HBM_RUN_MEM_FRACTION", fraction, 1)
+                   : unsetenv("HBM_RUN_MEM_FRACTION")) ||
+      setenv("HBM_RUN_LOGDIR", logdir, 1))
+    return cli_fail("run", 1, "setenv: %s", strerror(errno));
+  char origin[160];
+  fprintf(stderr, "hbm run: mode %s, memory fraction %s (%s), profile in %s\n",
+          hbm_mode_name(hbm_config_mode(cfg)), fraction,
+          hbm_config_origin(cfg, HBM_CFG_MEM_FRACTION, origin, sizeof origin), logdir);
+  return 0;
+}
+
+/* The program's exit status, shell style: 128 + N when signal N ended it. */
+static int run_command(char **command, pid_t *pid_out) {
+  struct sigaction ignore = {.sa_handler = SIG_IGN}, old_int, old_quit;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGINT, &ignore, &old_int); /* Ctrl-C is the program's to handle */
+  sigaction(SIGQUIT, &ignore, &old_quit);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGQUIT, &old_quit, NULL);
+    execvp(command[0], command);
+    int err = errno;
+    fprintf(stderr, "hbm run: %s: %s\n", command[0], strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  int status = 0, rc;
+  if (pid < 0) {
+    rc = cli_fail("run", 1, "fork: %s", strerror(errno));
+  } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGQUIT, &old_quit, NULL);
+  *pid_out = pid;
+  return rc;
+}
+
+/* The program's profile, when it allocated device memory (<host>.<pid>.hbmtrace). */
+static void say_where_the_profile_is(const char *logdir, pid_t pid) {
+  hbm_logdir_entry_t entries[64];
+  size_t total = 0;
+  if (hbm_logdir_list(logdir, entries, 64, &total) != HBM_OK)
+    return;
+  char needle[32];
+  snprintf(needle, sizeof needle, ".%ld.hbmtrace", (long)pid);
+  for (size_t i = 0; i < total && i < 64; i++) {
+    if (strstr(entries[i].file, needle)) {
+      fprintf(stderr, "hbm run: profile %s\nhbm run: see it with: hbm report %s\n", entries[i].path,
+              logdir);
+      return;
+    }
+  }
+}
+
+int hbm_cmd_run(int argc, char **argv) {
+  run_options_t o = {.logdir = "/tmp/hbm"};
+  int rc = parse_options(argc, argv, &o);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+  hbm_config_t cfg;
+  if ((rc = effective_config(&o, &cfg)))
+    return rc;
+  char logdir[PATH_MAX], lib[PATH_MAX];
+  if (!realpath(o.logdir, logdir)) { /* absolute, so that the program may chdir */
+    if (o.logdir[0] == '/' || !getcwd(logdir, sizeof logdir) ||
+        strlen(logdir) + strlen(o.logdir) + 2 > sizeof logdir)
+      snprintf(logdir, sizeof logdir, "%s", o.logdir);
+    else
+      snprintf(logdir + strlen(logdir), sizeof logdir - strlen(logdir), "/%s", o.logdir);
+  }
+  if ((rc = find_preload(lib, sizeof lib)) || (rc = set_preload(lib)) ||
+      (rc = pass_settings(&o, &cfg, logdir)))
+    return rc;
+  set_framework_switches();
+  pid_t pid = -1;
+  rc = run_command(o.command, &pid);
+  if (pid > 0)
+    say_where_the_profile_is(logdir, pid);
+  return rc;
+}

@@ -1,0 +1,242 @@
+/* core.c — hbm's allocator behind the hooks: one hbm device per GPU ordinal, opened at the
+ * program's first call with the settings `hbm run` passes by environment (HBM_RUN_MODE,
+ * HBM_RUN_MEM_FRACTION, HBM_RUN_LOGDIR; otherwise the seeds' variables as for any hbm
+ * program), on the CUDA backend. Every block is tagged with its caller (library, symbol,
+ * entry point, stream) so the profile and the OOM diagnosis say who asked. */
+#include "alloc/alloc.h" /* hbm__device_set_oom_buffers */
+#include "preload/preload.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEVICES 64
+
+_Thread_local int preload_inside;
+
+static hbm_device_t *devices[MAX_DEVICES];
+static bool device_failed[MAX_DEVICES];
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- configuration ---- */
+
+/* The seeds' variables, then what `hbm run` decided (its flags and the user's own settings
+ * before it switched the frameworks to per-buffer allocation). */
+static hbm_status_t run_config(int ordinal, hbm_config_t *cfg) {
+  hbm_status_t st = hbm_config_from_env(cfg);
+  if (st != HBM_OK)
+    return st;
+  cfg->device = HBM_DEVICE_CUDA;
+  cfg->origin[HBM_CFG_DEVICE] = HBM_ORIGIN_FLAG;
+  cfg->ordinal = ordinal;
+  cfg->origin[HBM_CFG_ORDINAL] = HBM_ORIGIN_FLAG;
+  const char *mode_text = getenv("HBM_RUN_MODE");
+  if (mode_text && *mode_text) {
+    hbm_mode_t mode;
+    if ((st = hbm_mode_parse(mode_text, &mode)) != HBM_OK)
+      return st;
+    hbm_config_set_mode(cfg, mode, HBM_ORIGIN_FLAG);
+  }
+  const char *fraction = getenv("HBM_RUN_MEM_FRACTION");
+  if (fraction && *fraction &&
+      (st = hbm_config_set(cfg, "XLA_PYTHON_CLIENT_MEM_FRACTION", fraction, HBM_ORIGIN_FLAG)) !=
+          HBM_OK)
+    return st;
+  const char *logdir = getenv("HBM_RUN_LOGDIR");
+  if (logdir && *logdir &&
+      (st = hbm_config_set(cfg, "HBM_PROFILE_DIR", logdir, HBM_ORIGIN_FLAG)) != HBM_OK)
+    return st;
+  return HBM_OK;
+}
+
+static hbm_device_t *open_device(int ordinal) {
+  hbm_config_t cfg;
+  hbm_device_t *dev = NULL;
+  preload_inside++;
+  if (run_config(ordinal, &cfg) == HBM_OK)
+    dev = hbm_open(&cfg);
+  preload_inside--;
+  if (!dev) {
+    fprintf(stderr,
+            "hbm: cannot serve GPU %d's allocations: %s\n"
+            "hbm: they go to the CUDA driver unchanged\n",
+            ordinal, hbm_last_error());
+    return NULL;
+  }
+  hbm__device_set_oom_buffers(dev, true); /* the diagnosis names the largest live buffers */
+  hbm_stats_t stats;
+  char limit[32];
+  hbm_get_stats(dev, &stats);
+  fprintf(stderr, "hbm: %s, mode %s, limit %s%s%s\n", hbm_device_name(dev),
+          hbm_mode_name(hbm_device_mode(dev)),
+          hbm_format_bytes(stats.bytes_limit, limit, sizeof limit),
+          hbm_profiler_path() ? ", profile " : "", hbm_profiler_path() ? hbm_profiler_path() : "");
+  return dev;
+}
+
+hbm_device_t *preload_device(int ordinal) {
+  if (ordinal < 0 || ordinal >= MAX_DEVICES)
+    return NULL;
+  hbm_device_t *dev = __atomic_load_n(&devices[ordinal], __ATOMIC_ACQUIRE);
+  if (dev)
+    return dev;
+  pthread_mutex_lock(&devices_lock);
+  if (!devices[ordinal] && !device_failed[ordinal]) {
+    dev = open_device(ordinal);
+    device_failed[ordinal] = dev == NULL;
+    __atomic_store_n(&devices[ordinal], dev, __ATOMIC_RELEASE);
+  }
+  dev = devices[ordinal];
+  pthread_mutex_unlock(&devices_lock);
+  return dev;
+}
+
+preload_cu_t preload_current_ordinal(int *ordinal) {
+  const preload_driver_t *drv = preload_driver();
+  if (!drv)
+    return PRELOAD_CU_ERROR_NOT_INITIALIZED;
+  int device = 0, count = 0;
+  preload_cu_t r = drv->ctx_get_device(&device);
+  if (r == PRELOAD_CU_SUCCESS)
+    r = drv->device_get_count(&count);
+  for (int i = 0; r == PRELOAD_CU_SUCCESS && i < count; i++) {
+    int d = -1;
+    if (drv->device_get(&d, i) == PRELOAD_CU_SUCCESS && d == device) {
+      *ordinal = i;
+      return PRELOAD_CU_SUCCESS;
+    }
+  }
+  return r != PRELOAD_CU_SUCCESS ? r : PRELOAD_CU_ERROR_UNKNOWN;
+}
+
+/* ---- who called: library and symbol of a return address, cached per address ---- */
+
+typedef struct caller_info {
+  const void *addr;
+  char library[96]; /* basename */
+  char symbol[160];
+  uintptr_t offset; /* in the library */
+} caller_info_t;
+
+#define CALLER_SLOTS 1024
+static caller_info_t callers[CALLER_SLOTS];
+static pthread_mutex_t callers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void describe_caller(const void *addr, caller_info_t *out) {
+  memset(out, 0, sizeof *out);
+  out->addr = addr;
+  Dl_info info;
+  if (!addr || !dladdr(addr, &info)) {
+    snprintf(out->library, sizeof out->library, "?");
+    return;
+  }
+  const char *slash = info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
+  snprintf(out->library, sizeof out->library, "%s",
+           slash            ? slash + 1
+           : info.dli_fname ? info.dli_fname
+                            : "?");
+  out->offset = (uintptr_t)addr - (uintptr_t)info.dli_fbase;
+  if (info.dli_sname)
+    snprintf(out->symbol, sizeof out->symbol, "%s", info.dli_sname);
+}
+
+/* dladdr searches symbol tables: once per call site, then from the cache. */
+static void caller_of(const void *addr, caller_info_t *out) {
+  size_t slot = ((uintptr_t)addr >> 2) * 0x9E3779B97F4A7C15ull >> 54; /* 10 bits */
+  pthread_mutex_lock(&callers_lock);
+  if (callers[slot].addr != addr)
+    describe_caller(addr, &callers[slot]);
+  *out = callers[slot];
+  pthread_mutex_unlock(&callers_lock);
+}
+
+/* ---- allocation ---- */
+
+hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call, void **out) {
+  caller_info_t who;
+  caller_of(call->caller, &who);
+  char source[256];
+  if (call->ordered && call->stream)
+    snprintf(source, sizeof source, "%s on stream %p from %s+0x%zx", call->entry, call->stream,
+             who.library, (size_t)who.offset);
+  else if (call->ordered)
+    snprintf(source, sizeof source, "%s on the default stream from %s+0x%zx", call->entry,
+             who.library, (size_t)who.offset);
+  else
+    snprintf(source, sizeof source, "%s from %s+0x%zx", call->entry, who.library,
+             (size_t)who.offset);
+  hbm_tag_t tag = {
+      .op = who.symbol[0] ? who.symbol : call->entry, .group = who.library, .source = source};
+  preload_inside++;
+  void *p = hbm_alloc_tagged(dev, size, 0, &tag);
+  hbm_status_t st = p ? HBM_OK : hbm_last_status();
+  if (!p && st == HBM_ERR_NO_MEMORY) {
+    char bytes[32];
+    fprintf(stderr, "hbm: %s(%zu bytes = %s) from %s%s%s failed: out of memory\n%s\n", call->entry,
+            size, hbm_format_bytes(size, bytes, sizeof bytes), who.library,
+            who.symbol[0] ? " in " : "", who.symbol, hbm_last_error());
+  } else if (!p) {
+    fprintf(stderr, "hbm: %s(%zu bytes) from %s failed: %s\n", call->entry, size, who.library,
+            hbm_last_error());
+  }
+  preload_inside--;
+  *out = p;
+  return st;
+}
+
+hbm_device_t *preload_owner(const void *ptr) {
+  if (!ptr)
+    return NULL;
+  for (int i = 0; i < MAX_DEVICES; i++) {
+    hbm_device_t *dev = __atomic_load_n(&devices[i], __ATOMIC_ACQUIRE);
+    if (!dev)
+      continue;
+    preload_inside++;
+    size_t size = hbm_block_size(dev, ptr);
+    preload_inside--;
+    if (size)
+      return dev;
+  }
+  return NULL;
+}
+
+hbm_status_t preload_free(hbm_device_t *dev, void *ptr, const preload_call_t *call) {
+  const preload_driver_t *drv = preload_driver();
+  preload_inside++;
+  /* The block may still be read or written by work in flight: cuMemFree waits for the
+   * context, cuMemFreeAsync orders the free after the stream's work. hbm may hand the block
+   * out again at once, so wait here for what the driver would have waited for. */
+  if (drv && !call->synced) {
+    if (call->ordered && drv->stream_synchronize)
+      drv->stream_synchronize(call->stream);
+    else if (!call->ordered && drv->ctx_synchronize)
+      drv->ctx_synchronize();
+  }
+  hbm_status_t st = hbm_free(dev, ptr);
+  preload_inside--;
+  return st;
+}
+
+hbm_status_t preload_mem_info(hbm_device_t *dev, size_t *free_bytes, size_t *total) {
+  hbm_stats_t s;
+  uint64_t dev_total = 0, dev_free = 0;
+  preload_inside++;
+  hbm_status_t st = hbm_get_stats(dev, &s);
+  if (st == HBM_OK)
+    st = hbm_device_memory(dev, &dev_total, &dev_free);
+  preload_inside--;
+  if (st != HBM_OK)
+    return st;
+  /* What hbm would still hand out: the limit less what is in use, but no more than its
+   * free reserved memory plus what the device itself has free. */
+  uint64_t room = s.bytes_limit > s.bytes_in_use ? s.bytes_limit - s.bytes_in_use : 0;
+  uint64_t reserved_free =
+      s.bytes_reserved > s.bytes_in_use ? s.bytes_reserved - s.bytes_in_use : 0;
+  if (room > reserved_free + dev_free)
+    room = reserved_free + dev_free;
+  *free_bytes = (size_t)room;
+  *total = (size_t)s.bytes_limit;
+  return HBM_OK;
+}
