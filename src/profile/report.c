@@ -465,6 +465,10 @@ static json_t *space_json(const hbm_profile_t *p, int space) {
       "output_bytes", (json_int_t)s->output_bytes, "temporary_bytes",
       (json_int_t)s->temporary_bytes, "heap_bytes", (json_int_t)s->heap_bytes, "n_buffers",
       (json_int_t)s->n_buffers);
+  if (o && !s->peak_reserved_bytes) { /* no reservation events: unknown, as the text says */
+    json_object_set_new(o, "peak_reserved_bytes", json_null());
+    json_object_set_new(o, "reserved_at_peak", json_null());
+  }
   size_t n;
   const int64_t *idx = hbm_analysis_buffers_at_peak_by_size(a, &n);
   json_t *buffers = json_array(), *ooms = json_array();
@@ -526,10 +530,10 @@ hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
   if (primary)
     json_object_update(root, primary);
   else /* no memory space at all: the keys are still there */
-    json_object_update_new(root, json_pack("{s:I, s:I, s:I, s:I, s:[], s:[]}", "peak_bytes",
+    json_object_update_new(root, json_pack("{s:I, s:I, s:n, s:I, s:[], s:[]}", "peak_bytes",
                                            (json_int_t)0, "peak_step", (json_int_t)-1,
-                                           "peak_reserved_bytes", (json_int_t)0, "limit_bytes",
-                                           (json_int_t)0, "buffers_at_peak", "oom_events"));
+                                           "peak_reserved_bytes", "limit_bytes", (json_int_t)0,
+                                           "buffers_at_peak", "oom_events"));
   json_object_set_new(root, "spaces", spaces);
   char *text = s == HBM_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(root);

@@ -484,15 +484,14 @@ static const char *marker_kind_name(hbm_marker_kind_t k) {
 
 #define MARKERS_MAX 2000
 
-/* Markers for the timelines: step ends are left out (a begin marks the same boundary) and
- * at most MARKERS_MAX are sent (a long run has one per training step). */
+/* Markers for the timelines, step ends included (`hbm report` lists them, and the page names
+ * "end of step 1" where it begins the next): at most MARKERS_MAX (a long run has two per
+ * training step). */
 static json_t *json_markers(const hbm_profile_t *p) {
   json_t *markers = json_array();
   for (size_t i = 0; i < hbm_profile_marker_count(p) && json_array_size(markers) < MARKERS_MAX;
        i++) {
     const hbm_marker_t *m = hbm_profile_marker(p, i);
-    if (m->kind == HBM_MARKER_STEP_END)
-      continue;
     json_t *o = json_object();
     set_new(o, "step", json_integer(m->step));
     set_new(o, "kind", json_string(marker_kind_name(m->kind)));
