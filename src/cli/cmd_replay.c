@@ -207,9 +207,10 @@ int hbm_cmd_replay(int argc, char **argv) {
   if (rc)
     return rc < 0 ? 0 : rc;
   hbm_alloc_log_t log;
-  if (hbm_alloc_log_read(o.path, o.lenient, &log) != HBM_OK)
-    return cli_fail("replay", 1, "%s%s", hbm_last_error(),
-                    o.lenient ? "" : " (--lenient skips such lines)");
+  if (hbm_alloc_log_read(o.path, o.lenient, &log) != HBM_OK) /* --lenient helps bad lines only */
+    return cli_fail(
+        "replay", 1, "%s%s", hbm_last_error(),
+        o.lenient || hbm_last_status() != HBM_ERR_PARSE ? "" : " (--lenient skips such lines)");
   bool progress = wants_progress(&o, &log);
   if (progress)
     o.replay.progress = draw_progress;
