@@ -8,7 +8,7 @@
 set -euo pipefail
 hbm=$1 src=$2 build=$3
 
-skip() { echo "viewer_browser: skipped ($1)"; exit 0; }
+skip() { echo "viewer_browser: skipped ($1)"; exit 77; }
 [[ "${HBM_SKIP_BROWSER:-0}" == 1 ]] && skip "HBM_SKIP_BROWSER=1"
 chromium=${HBM_CHROMIUM:-/usr/bin/chromium}
 [[ -x $chromium ]] || skip "no Chromium at $chromium: scripts/install-deps.sh --test installs it"
