@@ -2,7 +2,8 @@
  * not suggest --lenient; `hbm plan` errors carry the `hbm plan:` prefix; a ')' missing at the
  * end of a line is reported on that line; `hbm help plan` is plan's help; HBM_PROFILE_DIR is
  * where `hbm demo` and `hbm plan` write unless --logdir says otherwise, and a bad one is named;
- * the demo gives its profile's path once. */
+ * the demo gives its profile's path once; the planner names every buffer larger than the device
+ * and says which peak its rematerialization line gives. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,30 @@ static void bad_profile_dir_is_named(void **state) {
   assert_non_null(strstr(hbm_last_error(), "HBM_PROFILE_DIR=/proc/nope-hbm: "));
 }
 
+/* examples/seed_oom.hlo on 16 GiB: XLA refuses %xor_convert_fusion (100 GiB) first, but
+ * %normal_fusion and %dot.1 (200 GiB each, bf16[327680,327680] = 327680 * 327680 * 2 bytes)
+ * do not fit either: the diagnosis names all three. */
+static void every_oversized_buffer_named(void **state) {
+  (void)state;
+  char *out;
+  assert_int_equal(hbm(&out, "plan '%s/examples/seed_oom.hlo' --memory 16GiB", HBM_SOURCE_DIR), 2);
+  assert_non_null(strstr(out, "3 buffers are each larger than the whole device of 16.00G"));
+  assert_non_null(strstr(out, "      200.00G %normal_fusion = "));
+  assert_non_null(strstr(out, "      200.00G %dot.1 = "));
+  assert_non_null(strstr(out, "      100.00G %xor_convert_fusion = "));
+  free(out);
+}
+
+static void remat_says_which_peak(void **state) {
+  (void)state;
+  char *out;
+  assert_int_equal(
+      hbm(&out, "plan '%s/tests/data/hlo/remat.hlo' --memory 10MiB --remat", HBM_SOURCE_DIR), 0);
+  assert_non_null(strstr(out, "peak of the buffers live at once "));
+  assert_non_null(strstr(out, "the total usage below adds the heap's fragmentation"));
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(replay_of_a_missing_file),
@@ -157,6 +182,8 @@ int main(void) {
       cmocka_unit_test(help_of_a_command),
       cmocka_unit_test(demo_logdir_from_the_variable),
       cmocka_unit_test(bad_profile_dir_is_named),
+      cmocka_unit_test(every_oversized_buffer_named),
+      cmocka_unit_test(remat_says_which_peak),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
