@@ -133,7 +133,7 @@ static uint64_t used_bytes(const hbm_profile_t *p, const int64_t *idx, size_t n)
 
 static bool range_band(layout_builder_t *lb, uint64_t base, uint64_t end, size_t count) {
   char label[64];
-  snprintf(label, sizeof label, "0x%" PRIx64, base);
+  snprintf(label, sizeof label, "addresses from 0x%" PRIx64, base);
   return add_band(lb, "range", label, base, end - base, count);
 }
 

@@ -375,16 +375,27 @@ export class AllocView {
       const half = ctx.measureText(text).width / 2;
       ctx.fillText(text, Math.min(x, this.width - half - 2), this.height - 8);
     }
-    const ys = niceBytesStep(v.y1 - v.y0, this.plotH() / 50);
+    // Offsets inside each band, from its own bottom ("+0" where it starts), a tick every
+    // 50 pixels or so; labels that would touch the previous one are left out.
     ctx.textAlign = 'right';
-    for (let o = Math.ceil(v.y0 / ys) * ys; o <= v.y1; o += ys) {
-      const y = this.Y(o);
-      ctx.beginPath();
-      ctx.moveTo(M.left - 4, y);
-      ctx.lineTo(M.left, y);
-      ctx.stroke();
-      const band = this.bandAt(o);
-      ctx.fillText(formatOffset(band ? o - band.row : o, ys), M.left - 6, y + 4);
+    const bands = this.bands && this.bands.length ? this.bands : [{ row: 0, size: this.extent }];
+    const perPixel = (v.y1 - v.y0) / this.plotH();
+    let lastY = Infinity;
+    for (const b of bands) {
+      const lo = Math.max(v.y0, b.row), hi = Math.min(v.y1, b.row + b.size);
+      if (hi <= lo) continue;
+      const ys = niceBytesStep(Math.max(1, (v.y1 - v.y0)), this.plotH() / 50);
+      if (b.size / perPixel < 14 && b.row < v.y0) continue; // too thin to label
+      for (let o = Math.ceil((lo - b.row) / ys) * ys; b.row + o <= hi; o += ys) {
+        const y = this.Y(b.row + o);
+        if (lastY - y < 14) continue;
+        ctx.beginPath();
+        ctx.moveTo(M.left - 4, y);
+        ctx.lineTo(M.left, y);
+        ctx.stroke();
+        ctx.fillText(formatOffset(o, ys), M.left - 6, y + 4);
+        lastY = y;
+      }
     }
     ctx.textAlign = 'left';
     ctx.strokeRect(M.left + 0.5, M.top + 0.5, this.plotW() - 1, this.plotH() - 1);

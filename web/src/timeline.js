@@ -299,13 +299,14 @@ export class Timeline {
 
   // Training-step boundaries and annotations as faint lines with their names, when at most
   // MAX_MARKERS are in view (zoom in to see them on a long run). Markers at the same step
-  // share one line and one label ("end of step 1 · step 2"). The labels drawn are kept in
-  // this.labels for tests.
+  // share one line and one label ("end of step 1 · step 2"). The labels (this.markerTexts)
+  // and those drawn without overlapping (this.labels) are kept for tests.
   drawMarkers(u, ctx) {
     const MAX_MARKERS = 40;
     const [from, to] = this.range || [0, 0];
     const visible = (this.markers || []).filter((m) => m.step >= from && m.step < to);
     this.labels = [];
+    this.markerTexts = [];
     if (!visible.length || visible.length > MAX_MARKERS) return;
     const atStep = new Map();
     for (const m of visible) {
@@ -313,6 +314,7 @@ export class Timeline {
       if (!atStep.has(m.step)) atStep.set(m.step, []);
       if (text) atStep.get(m.step).push(text);
     }
+    this.markerTexts = [...atStep].map(([step, texts]) => ({ step, text: texts.join(' · ') }));
     const { top, height } = u.bbox;
     ctx.strokeStyle = 'rgba(95,99,104,0.35)';
     ctx.fillStyle = '#5f6368';
