@@ -174,6 +174,40 @@ static void remat_says_which_peak(void **state) {
   free(out);
 }
 
+/* The README's `hbm demo` output is the program's: every line of it but the elided ones
+ * ("...") and the profile's path (a timestamp and a pid) appears in the demo's output, run as
+ * a new user runs it (no HBM_SIM_NAME), with the README's logdir replaced by the test's. */
+static void readme_demo_output_matches(void **state) {
+  (void)state;
+  char *readme = th_read(HBM_SOURCE_DIR "/README.md", NULL), *out, logdir[4200];
+  assert_non_null(readme);
+  const char *start = strstr(readme, "```\n$ build/hbm demo\n");
+  assert_non_null(start);
+  start += strlen("```\n$ build/hbm demo\n");
+  const char *end = strstr(start, "```");
+  assert_non_null(end);
+  snprintf(logdir, sizeof logdir, "%s/readme", th_dir);
+  assert_int_equal(hbm(&out, "-u HBM_SIM_NAME @demo --logdir '%s'", logdir), 1);
+  size_t checked = 0;
+  for (const char *line = start; line < end;) {
+    const char *nl = strchr(line, '\n');
+    char want[1024];
+    snprintf(want, sizeof want, "%.*s", (int)(nl - line), line);
+    line = nl + 1;
+    char *tmp = strstr(want, "hbm report /tmp/hbm");
+    if (tmp)
+      snprintf(tmp, sizeof want - (size_t)(tmp - want), "hbm report %s", logdir);
+    if (!want[0] || strstr(want, "...") || !strncmp(want, "Profile: ", 9))
+      continue;
+    if (!strstr(out, want))
+      fail_msg("README line not in the demo's output:\n%s\n--- output:\n%s", want, out);
+    checked++;
+  }
+  assert_true(checked >= 15);
+  free(out);
+  free(readme);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(replay_of_a_missing_file),
@@ -184,6 +218,7 @@ int main(void) {
       cmocka_unit_test(bad_profile_dir_is_named),
       cmocka_unit_test(every_oversized_buffer_named),
       cmocka_unit_test(remat_says_which_peak),
+      cmocka_unit_test(readme_demo_output_matches),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
