@@ -309,9 +309,9 @@ static void remat_report(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   char a[32], b[32], c[32];
   hbm_strbuf_printf(
       sb,
-      "Rematerialization: %zu instruction%s recomputed; peak of the buffers live at once "
-      "%s -> %s (the total usage below adds the heap's fragmentation and reserved memory); "
-      "extra work about %llu element-wise operations and %s read and written.\n",
+      "Rematerialization: %zu instruction%s recomputed; peak %s -> %s (the buffers live at "
+      "once; the total usage below adds the heap's fragmentation and reserved memory); extra "
+      "work about %llu element-wise operations and %s read and written.\n",
       plan->n_remats, plan->n_remats == 1 ? "" : "s",
       hbm__xla_bytes(s->peak_before_remat, a, sizeof a), hbm__xla_bytes(s->peak_bytes, b, sizeof b),
       (unsigned long long)s->remat_extra_flops, hbm__xla_bytes(s->remat_extra_bytes, c, sizeof c));

@@ -344,7 +344,8 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
   if (!a)
     return hbm_last_status();
   const hbm_space_info_t *info = hbm_profile_space(p, space);
-  fprintf(out, "\n== %s on %s ==\n", info->name,
+  fprintf(out, "\n== %s on %s ==\n",
+          strcmp(info->name, "unknown") ? info->name : "memory of unknown type",
           info->device && *info->device ? info->device : "-");
   write_numbers(out, p, hbm_analysis_summary(a));
   draw_chart(out, p, a, width);
