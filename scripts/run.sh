@@ -1,29 +1,20 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds hbm, shows the device configuration, runs the
-# seed's OOM program with profiling on, prints the report of that profile, plans the seed's
-# program as XLA HLO, then serves the Memory Viewer on http://127.0.0.1:6006 (Ctrl-C stops).
-# Usage: scripts/run.sh [--no-serve]
+# The main job: installs what is missing, builds hbm, then scripts/main-job.sh — the device
+# configuration, the seed's HLO plan (compile time), the seed's OOM demo with profiling on
+# (run time) and its report — and serves the Memory Viewer on http://127.0.0.1:6006, which
+# opens on the demo's OOM (Ctrl-C stops).
+# Usage: scripts/run.sh [--no-serve]   (the logdir: $HBM_PROFILE_DIR, else /tmp/hbm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/web-deps.sh
 scripts/build.sh build >/dev/null
 hbm=build/hbm
-logdir=${HBM_DEMO_LOGDIR:-/tmp/hbm}
+logdir=${HBM_PROFILE_DIR:-/tmp/hbm}
 
-echo "== hbm info"
-$hbm info
-echo
-echo "== hbm demo --logdir $logdir   (the seed's program: expected to run out of memory)"
-$hbm demo --logdir "$logdir" || true
-echo
-echo "== hbm report $logdir"
-$hbm report "$logdir"
-echo
-echo "== hbm plan examples/seed_oom.hlo --memory 16GiB --logdir $logdir"
-$hbm plan examples/seed_oom.hlo --memory 16GiB --logdir "$logdir" || true
+scripts/main-job.sh "$hbm" "$logdir"
 if [[ "${1:-}" != "--no-serve" ]]; then
   echo
-  echo "== hbm view --logdir $logdir --port 6006"
+  echo "== hbm view --logdir $logdir --port 6006   (opens on the demo's OOM; the plan is the other run)"
   exec $hbm view --logdir "$logdir" --port 6006
 fi

@@ -49,6 +49,8 @@ static const char *expect_oom(hbm_device_t *dev, uint64_t size, const char *caus
   snprintf(first, sizeof first,
            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate %llu bytes.\n",
            (unsigned long long)size);
+  if (strstr(cause, "preallocation")) /* the line gives the preallocation's size instead */
+    snprintf(first, sizeof first, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ");
   if (strncmp(text, first, strlen(first)) != 0)
     fail_msg("first line should be '%s' in:\n%s", first, text);
   const char *parts[] = {
@@ -199,6 +201,11 @@ static void preallocation_blocked_by_another_device(void **state) {
   hbm_device_t *second = open_cfg(&cfg);
   assert_non_null(hbm_alloc(first, 1000, 0));
   const char *text = expect_oom(second, 1000, "preallocation failed");
+  /* the preallocation (48 MiB = 50331648 bytes) is what failed, not the 1000 bytes */
+  assert_contains(text, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 50331648 "
+                        "bytes.\n");
+  assert_contains(text, "request: the preallocation of 48.00MiB, made at this device's first "
+                        "allocation (1000 bytes)");
   assert_contains(text, "the limit of 48.00MiB (XLA_PYTHON_CLIENT_MEM_FRACTION=0.75 of "
                         "64.00MiB) could not be taken from the device");
   assert_contains(text, "16.00MiB free of 64.00MiB");

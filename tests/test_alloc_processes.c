@@ -139,8 +139,11 @@ static void third_process_is_told_about_the_others(void **state) {
   assert_null(hbm_alloc(dev, 1000, 0));
   const char *text = hbm_last_error();
   print_message("%s\n", text);
-  assert_contains(text, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1000 "
+  /* the preallocation (0.5 of 2 GiB) failed, not the 1000 bytes that asked for it first */
+  assert_contains(text, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 "
                         "bytes.\n");
+  assert_contains(text, "request: the preallocation of 1.00GiB, made at this device's first "
+                        "allocation (1000 bytes)");
   assert_contains(text, "  cause: other processes hold the device's memory: ");
   char pid_a[64], pid_b[64];
   snprintf(pid_a, sizeof pid_a, "pid %d holds 1.00GiB", (int)a.pid);

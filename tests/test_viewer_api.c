@@ -355,7 +355,16 @@ static void test_oom_events(void **state) {
   assert_int_equal(json_array_size(json_object_get(root, "markers")), 0); /* not asked for */
   json_decref(root);
   root = getf(200, "/api/oom?run=%s&profile=%s&markers=1", VF_RUN_TRAIN, train);
-  assert_true(json_array_size(json_object_get(root, "markers")) > 0);
+  json_t *markers = json_object_get(root, "markers");
+  assert_true(json_array_size(markers) > 0);
+  size_t begins = 0, ends = 0; /* the fixture marks the begin and the end of each iteration */
+  for (size_t i = 0; i < json_array_size(markers); i++) {
+    const char *kind = jstr(json_array_get(markers, i), "kind");
+    begins += !strcmp(kind, "step_begin");
+    ends += !strcmp(kind, "step_end");
+  }
+  assert_true(begins > 0);
+  assert_int_equal(ends, begins);
   json_decref(root);
   root = getf(200, "/api/oom?run=%s&profile=%s&space=1", VF_RUN_TRAIN, train);
   assert_int_equal(json_array_size(json_object_get(root, "events")), 0); /* not on Host */
@@ -482,6 +491,30 @@ static void test_new_run_and_changed_file(void **state) {
   json_decref(second);
 }
 
+/* An RMM log records no reserved memory and no memory type: both are unknown on the page, as
+ * in `hbm report` ("peak reserved unknown"), never "0 B" or "HBM". */
+static void test_rmm_log_reserved_unknown(void **state) {
+  char dir[4200], *csv = th_read(HBM_SOURCE_DIR "/tests/data/profile/small.csv", NULL);
+  assert_non_null(csv);
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2025_12_30_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/small.csv", dir);
+  assert_int_equal(th_write(path, csv, strlen(csv)), 0);
+  free(csv);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  json_t *s = get("/api/summary?run=2025_12_30_00_00_00&profile=small.csv", 200);
+  assert_true(json_is_false(json_object_get(s, "reserved_known")));
+  assert_true(json_is_null(json_object_get(s, "peak_reserved_bytes")));
+  assert_true(json_is_null(json_object_get(s, "reserved_at_peak")));
+  assert_string_equal(jstr(s, "space_name"), "unknown");
+  assert_int_equal(jint(s, "peak_bytes"), 800); /* in use: 100, 400, 300, 800, 800, 500, 0 */
+  json_decref(s);
+  json_t *t = get("/api/timeline?run=2025_12_30_00_00_00&profile=small.csv", 200);
+  assert_true(json_is_null(json_object_get(t, "reserved")));
+  json_decref(t);
+}
+
 static void test_cache_keeps_at_most_its_limit(void **state) {
   char dir[4200], file[64];
   snprintf(dir, sizeof dir, "%s/plugins/profile/2025_12_31_00_00_00", logdir);
@@ -566,6 +599,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_corrupt_and_truncated_profiles),
       cmocka_unit_test(test_symlink_out_of_logdir_is_refused),
       cmocka_unit_test(test_new_run_and_changed_file),
+      cmocka_unit_test(test_rmm_log_reserved_unknown),
       cmocka_unit_test(test_cache_keeps_at_most_its_limit),
       cmocka_unit_test(test_missing_logdir),
       cmocka_unit_test(test_empty_logdir),

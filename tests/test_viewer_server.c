@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char *logdir;
@@ -52,7 +54,10 @@ static char *http_get(int to_port, const char *path, const char *host) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+  /* bounded: a server that does not answer within 5 s fails the test instead of hanging it */
+  struct timeval limit = {.tv_sec = 5};
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0 ||
+      connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
     if (fd >= 0)
       close(fd);
     return NULL;
@@ -146,6 +151,33 @@ static void test_several_clients_at_once(void **state) {
   assert_int_equal(ok, 8 * 12);
 }
 
+/* 140 connections that send half a request and then nothing (more than the 128 threads the
+ * server once had): the page is still answered at once, not after they time out. */
+static void test_idle_connections_do_not_starve(void **state) {
+  enum { IDLE = 140 };
+  int idle[IDLE];
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const char *half = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"; /* no blank line: unfinished */
+  for (int i = 0; i < IDLE; i++) {
+    idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(idle[i] >= 0);
+    assert_int_equal(connect(idle[i], (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(write(idle[i], half, strlen(half)), (ssize_t)strlen(half));
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  char *answer = get_local("/");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  print_message("page answered in %.3f s beside %d idle connections\n", s, IDLE);
+  for (int i = 0; i < IDLE; i++)
+    close(idle[i]);
+}
+
 static void test_foreign_host_refused(void **state) {
   char *answer = http_get(port, "/api/runs", "attacker.example");
   assert_non_null(answer);
@@ -228,6 +260,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_answers_json_and_page),
       cmocka_unit_test(test_several_clients_at_once),
+      cmocka_unit_test(test_idle_connections_do_not_starve),
       cmocka_unit_test(test_foreign_host_refused),
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_cli_errors),

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # viewer_browser.sh — the Memory Viewer in headless Chromium (ctest entry). Writes the fixture
-# logdir (test_viewer_api --write-fixtures), starts `hbm view` on a free port of 127.0.0.1 for
-# it and another for an empty logdir, runs tests/browser/viewer.test.mjs (playwright-core),
+# logdir (test_viewer_api --write-fixtures) and the logdir of the main job's steps
+# (scripts/main-job.sh, as scripts/run.sh runs them: the seed's plan, then its OOM demo),
+# starts `hbm view` on a free port of 127.0.0.1 for each and another for an empty logdir,
+# runs tests/browser/viewer.test.mjs (playwright-core),
 # stops both servers with SIGINT and checks they exit 0. Screenshots: <build>/artifacts/viewer/.
 # Usage: viewer_browser.sh HBM_BINARY SOURCE_DIR BUILD_DIR
 # HBM_SKIP_BROWSER=1 skips it (the sanitizer builds do: Chromium is not what they test).
+# A skip exits 77 (ctest's SKIP_RETURN_CODE): counted as skipped, not passed.
 set -euo pipefail
 hbm=$1 src=$2 build=$3
 
-skip() { echo "viewer_browser: skipped ($1)"; exit 77; } # 77: ctest counts it as skipped
+skip() { echo "viewer_browser: skipped ($1)"; exit 77; }
 [[ "${HBM_SKIP_BROWSER:-0}" == 1 ]] && skip "HBM_SKIP_BROWSER=1"
 chromium=${HBM_CHROMIUM:-/usr/bin/chromium}
 [[ -x $chromium ]] || skip "no Chromium at $chromium: scripts/install-deps.sh --test installs it"
@@ -23,7 +26,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hbm-viewer-browser-XXXXXX")
 artifacts=$build/artifacts/viewer
-mkdir -p "$artifacts" "$work/logdir" "$work/empty"
+mkdir -p "$artifacts" "$work/logdir" "$work/empty" "$work/mainjob"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
@@ -32,6 +35,9 @@ cleanup() {
 trap cleanup EXIT
 
 "$fixtures" --write-fixtures "$work/logdir" 3000
+# The main job's steps, as scripts/run.sh runs them (a failure here fails the test).
+bash "$src/scripts/main-job.sh" "$hbm" "$work/mainjob" >"$artifacts/main-job.log" 2>&1 ||
+  { echo "viewer_browser: scripts/main-job.sh failed:"; tail -20 "$artifacts/main-job.log"; exit 1; }
 
 # Starts `hbm view` on port 0 (the kernel picks a free one); sets $url from what it prints.
 serve() {
@@ -49,17 +55,20 @@ serve "$work/logdir" "$work/serve.log"
 main_url=$url main_pid=${pids[0]}
 serve "$work/empty" "$work/serve-empty.log"
 empty_url=$url empty_pid=${pids[1]}
+serve "$work/mainjob" "$work/serve-mainjob.log"
+mainjob_url=$url mainjob_pid=${pids[2]}
 
 status=0
 node "$src/tests/browser/viewer.test.mjs" --url "$main_url" --empty-url "$empty_url" \
   --logdir "$work/logdir" --empty-logdir "$work/empty" --artifacts "$artifacts" \
+  --mainjob-url "$mainjob_url" --mainjob-logdir "$work/mainjob" \
   --hbm "$hbm" --chromium "$chromium" --profiledir "$work/chromium-profile" || status=$?
 
 # PyTorch memory snapshots (tests/browser/torch.test.mjs), in a logdir of their own.
 mkdir -p "$work/torch/plugins/profile/run1"
 cp "$src"/tests/data/torch/{small,two_devices}.pickle "$work/torch/plugins/profile/run1/"
 serve "$work/torch" "$work/serve-torch.log"
-torch_pid=${pids[2]}
+torch_pid=${pids[-1]}
 node "$src/tests/browser/torch.test.mjs" --url "$url" --logdir "$work/torch" --hbm "$hbm" \
   --artifacts "$artifacts" --chromium "$chromium" --profiledir "$work/chromium-torch" || status=$?
 # A real XProf profile (tests/browser/xplane.test.mjs): JAX's own when the venv has JAX.
@@ -76,7 +85,7 @@ if ls "$xp"/plugins/profile/*/*.xplane.pb >/dev/null 2>&1; then
 fi
 
 # Ctrl-C stops the servers cleanly.
-for pid in "$main_pid" "$empty_pid" "$torch_pid"; do
+for pid in "$main_pid" "$empty_pid" "$mainjob_pid" "$torch_pid"; do
   kill -INT "$pid"
   rc=0
   wait "$pid" || rc=$?

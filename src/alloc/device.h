@@ -106,6 +106,9 @@ void hbm__device_close(hbm__device_t *d);
 
 /* The backends' constructors (device_sim.c, device_cuda.c). */
 hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out);
+/* The default sim device (HBM_SIM_NAME not set): private to the process; a named one is shared
+ * with every process that uses the name. */
+bool hbm__sim_is_private(const hbm_config_t *cfg);
 hbm_status_t hbm__cuda_open(const hbm_config_t *cfg, hbm__device_t **out);
 
 /* Wrappers that keep d->held exact; strategies call these, not d->ops directly. */

@@ -288,11 +288,25 @@ static const hbm__device_ops_t sim_ops = {
     .holders = sim_holders,
 };
 
+bool hbm__sim_is_private(const hbm_config_t *cfg) {
+  hbm_config_t d;
+  hbm_config_default(&d);
+  return cfg->origin[HBM_CFG_SIM_NAME] == HBM_ORIGIN_DEFAULT &&
+         strncmp(cfg->sim_name, d.sim_name, sizeof d.sim_name) == 0;
+}
+
 hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out) {
   sim_device_t *s = calloc(1, sizeof *s);
   if (!s)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory opening a sim device");
-  hbm_status_t st = hbm__ledger_open(cfg->sim_name, cfg->sim_memory, &s->ledger);
+  /* Sharing is what a user asks for by naming the device: the default one is this process's
+   * alone (its devices share it), so two unrelated runs never change each other's results. */
+  char ledger[96];
+  if (hbm__sim_is_private(cfg))
+    snprintf(ledger, sizeof ledger, "%s.pid%d", cfg->sim_name, (int)getpid());
+  else
+    snprintf(ledger, sizeof ledger, "%s", cfg->sim_name);
+  hbm_status_t st = hbm__ledger_open(ledger, cfg->sim_memory, &s->ledger);
   if (st != HBM_OK) {
     free(s);
     return st;

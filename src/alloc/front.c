@@ -120,6 +120,11 @@ static hbm_status_t start_profile(const hbm_config_t *cfg) {
     hbm__error_clear();
     return HBM_OK;
   }
+  if (st != HBM_OK) { /* say which setting asked for the directory */
+    char *why = hbm__strdup(hbm_last_error());
+    st = hbm__error(st, "HBM_PROFILE_DIR=%s: %s", cfg->profile_dir, why ? why : "");
+    free(why);
+  }
   return st;
 }
 

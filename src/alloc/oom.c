@@ -308,7 +308,10 @@ static void write_facts(hbm_strbuf_t *sb, const oom_facts_t *f) {
   hbm_strbuf_printf(sb, "  device: %s", dev->phys->name);
   if (dev->phys->kind == HBM_DEVICE_SIM) {
     hbm_strbuf_puts(sb, " (simulated: ");
-    put_setting(sb, cfg, HBM_CFG_SIM_NAME);
+    if (hbm__sim_is_private(cfg))
+      hbm_strbuf_puts(sb, "private to this process, HBM_SIM_NAME not set");
+    else
+      put_setting(sb, cfg, HBM_CFG_SIM_NAME);
     hbm_strbuf_puts(sb, ", ");
     put_setting(sb, cfg, HBM_CFG_SIM_MEMORY);
     hbm_strbuf_puts(sb, ")");
@@ -374,6 +377,11 @@ static void write_live_buffers(hbm_strbuf_t *sb, hbm_device_t *dev) {
   size_t shown = n < LISTED_BUFFERS ? n : LISTED_BUFFERS;
   uint64_t in_use, live_count, peak;
   hbm__device_usage(dev, &in_use, &live_count, &peak);
+  if (n == 0) {
+    hbm_strbuf_puts(sb, "Peak buffers: none live\n");
+    free(live);
+    return;
+  }
   hbm_strbuf_printf(sb, "Peak buffers: the %zu largest of %zu live buffers (%s in use):\n", shown,
                     n, fmt(in_use, a));
   for (size_t i = 0; i < shown; i++) {
@@ -426,10 +434,20 @@ hbm_status_t hbm__oom_report(hbm_device_t *dev, uint64_t size, uint64_t alignmen
   gather(&f, dev, size, why);
   hbm_strbuf_t sb;
   hbm_strbuf_init(&sb);
+  /* A failed preallocation is the allocation that failed: its size, not the first request's
+   * (which only triggered it), goes in XLA's line. */
+  bool prealloc = why->kind == HBM__FAIL_PREALLOC && why->device_request > 0;
   hbm_strbuf_printf(&sb,
                     "RESOURCE_EXHAUSTED: Out of memory while trying to allocate %llu "
                     "bytes.\nhbm diagnosis:\n",
-                    (unsigned long long)size);
+                    (unsigned long long)(prealloc ? why->device_request : size));
+  if (prealloc) {
+    char a[32];
+    hbm_strbuf_printf(&sb,
+                      "  request: the preallocation of %s, made at this device's first "
+                      "allocation (%llu bytes)\n",
+                      fmt(why->device_request, a), (unsigned long long)size);
+  }
   write_facts(&sb, &f);
   write_cause(&sb, &f);
   const char *profile = hbm_profiler_path();

@@ -49,8 +49,8 @@ static const hbm_variable_t variables[] = {
      "a size from 1MiB to 1024TiB such as 16GiB, 80GB or 1073741824", "16GiB",
      "total memory of the simulated device"},
     {"HBM_SIM_NAME", HBM_CFG_SIM_NAME, "1 to 63 letters, digits, '.', '_' or '-'", "sim0",
-     "name of the simulated device; processes using the same name share it (each sees what "
-     "the others hold as not free)"},
+     "name of the simulated device; processes that set the same name share it (each sees "
+     "what the others hold as not free); unset, the device is private to the process"},
     {"HBM_EXPANDABLE", HBM_CFG_EXPANDABLE, bool_values, "false",
      "expandable mode: one virtual range, physical memory mapped in 2 MiB granules on demand "
      "and unmapped when free (works with the default allocator)"},

@@ -257,18 +257,7 @@ static hbm_status_t runs_on(replay_t *rp, hbm_mode_t mode, uint64_t memory, bool
   return st;
 }
 
-static uint64_t peak_of_ops(const replay_t *rp) {
-  uint64_t *sizes = calloc(rp->n_slots + 1, sizeof *sizes), live = 0, peak = 0;
-  if (!sizes)
-    return 0;
-  for (size_t i = 0; i < rp->n_ops; i++) {
-    const replay_op_t *op = &rp->ops[i];
-    live = op->size ? live + (sizes[op->slot] = op->size) : live - sizes[op->slot];
-    peak = live > peak ? live : peak;
-  }
-  free(sizes);
-  return peak;
-}
+static hbm_status_t analysed_peak(const hbm_alloc_log_t *log, uint64_t *peak);
 
 /* Gallops up from the first size that could hold the peak, then bisects between the last
  * size that failed and the first that worked. */
@@ -304,9 +293,12 @@ hbm_status_t hbm_replay_min_memory(const hbm_alloc_log_t *log, hbm_mode_t mode, 
   if (!log || !out || (unsigned)mode >= HBM_MODE_COUNT)
     return hbm__error(HBM_ERR_INVALID, "hbm_replay_min_memory: bad argument");
   replay_t rp = {.log = log};
+  uint64_t peak = 0; /* where the search starts: the log's peak, from the analysis module */
   hbm_status_t st = resolve(&rp);
   if (st == HBM_OK)
-    st = search_min_memory(&rp, mode, peak_of_ops(&rp), out);
+    st = analysed_peak(log, &peak);
+  if (st == HBM_OK)
+    st = search_min_memory(&rp, mode, peak, out);
   replay_free(&rp);
   return st;
 }

@@ -18,6 +18,9 @@ int hbm_cmd_run(int argc, char **argv);
 
 /* Prints "hbm <cmd>: <message>" to stderr and returns exit status `code`. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The logdir a command uses when no --logdir is given: $HBM_PROFILE_DIR (NULL when unset or
+ * empty). Everywhere: --logdir over the variable, the variable over the default. */
+const char *cli_env_logdir(void);
 /* Parses a size flag value; on error prints the message and returns non-zero. */
 int cli_parse_size(const char *cmd, const char *flag, const char *text, uint64_t *out);
 /* The profile files PATH stands for (cmd_report.c): the file itself, or the newest run's

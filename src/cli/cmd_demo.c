@@ -1,4 +1,5 @@
 /* cmd_demo.c — `hbm demo [--logdir DIR]`: the seed's program, on the simulated device.
+ * The profile goes to DIR: --logdir, else HBM_PROFILE_DIR, else /tmp/hbm.
  * With the profiler on, a small "model" trains for two steps — tagged parameters, optimizer
  * state, activations and temporaries inside annotation scopes — and then the seed's
  * `random.normal(..., (327680, 327680), dtype=bfloat16)` asks for 214748364800 bytes on a
@@ -90,8 +91,9 @@ static int train_step(hbm_device_t *dev, int64_t step) {
   return failed;
 }
 
-/* The seed's `random.normal(..., (327680, 327680), dtype=bfloat16)`: 1 when it fails. */
-static int allocate_the_seeds_array(hbm_device_t *dev) {
+/* The seed's `random.normal(..., (327680, 327680), dtype=bfloat16)`: 1 when it fails.
+ * *told: the OOM text already gave the profile's path and the command to read it. */
+static int allocate_the_seeds_array(hbm_device_t *dev, bool *told) {
   char peak[32];
   hbm_stats_t stats;
   hbm_get_stats(dev, &stats);
@@ -108,16 +110,18 @@ static int allocate_the_seeds_array(hbm_device_t *dev) {
   }
   fflush(stdout);
   fprintf(stderr, "%s\n", hbm_last_error());
+  *told = strstr(hbm_last_error(), "\nSee it with: ") != NULL;
   return 1;
 }
 
 static void print_usage(FILE *out) {
-  fprintf(out, "usage: hbm demo [--logdir DIR] [--serve] [--port N]   (default DIR: /tmp/hbm)\n\n"
+  fprintf(out, "usage: hbm demo [--logdir DIR] [--serve] [--port N]\n\n"
                "Runs the seed's program on the simulated device with the profiler on: a small\n"
                "model, then a bf16[327680,327680] array (214748364800 bytes) that does not fit\n"
                "in 16 GiB. Prints the RESOURCE_EXHAUSTED error and its diagnosis; exit status 1.\n"
                "--serve then serves the profile in the Memory Viewer on 127.0.0.1:PORT (default\n"
-               "6006) until Ctrl-C, as `hbm view --logdir DIR` does.\n");
+               "6006) until Ctrl-C, as `hbm view --logdir DIR` does.\n\n"
+               "DIR: --logdir, else $HBM_PROFILE_DIR, else /tmp/hbm.\n");
 }
 
 /* --serve: the demo's logdir in the Memory Viewer; the server's exit status. */
@@ -134,25 +138,40 @@ static int serve_logdir(const char *logdir, int port) {
 #endif
 }
 
-/* The configuration: the environment's, on the sim device unless HBM_DEVICE names one. */
-static int demo_config(hbm_config_t *cfg) {
+/* The configuration: the environment's, on the sim device unless HBM_DEVICE names one.
+ * *logdir: --logdir when given, else HBM_PROFILE_DIR, else /tmp/hbm (copied to dir). */
+static int demo_config(hbm_config_t *cfg, const char **logdir, const char **source, char *dir,
+                       size_t cap) {
   if (hbm_config_from_env(cfg) != HBM_OK)
     return cli_fail("demo", 2, "%s", hbm_last_error());
   if (cfg->origin[HBM_CFG_DEVICE] == HBM_ORIGIN_DEFAULT) {
     cfg->device = HBM_DEVICE_SIM;
     cfg->origin[HBM_CFG_DEVICE] = HBM_ORIGIN_FLAG;
   }
-  cfg->profile_dir[0] = '\0'; /* started here, on --logdir */
+  if (*logdir) {
+    *source = "--logdir";
+  } else if (cfg->profile_dir[0]) {
+    snprintf(dir, cap, "%s", cfg->profile_dir);
+    *logdir = dir;
+    *source = "HBM_PROFILE_DIR";
+  } else {
+    *logdir = "/tmp/hbm";
+  }
+  cfg->profile_dir[0] = '\0'; /* started here, on *logdir */
   return 0;
 }
 
-static bool start_profiler(const char *logdir) {
+/* `source` names where the directory came from ("--logdir", "HBM_PROFILE_DIR", NULL). */
+static bool start_profiler(const char *logdir, const char *source) {
   if (hbm_profiler_start(logdir) == HBM_OK)
     return true;
   if (hbm_last_status() == HBM_ERR_UNAVAILABLE)
     printf("note: no profile will be written: %s\n", hbm_last_error());
+  else if (source)
+    fprintf(stderr, "hbm demo: cannot write the profile to %s=%s: %s\n", source, logdir,
+            hbm_last_error());
   else
-    fprintf(stderr, "hbm demo: cannot start the profiler: %s\n", hbm_last_error());
+    fprintf(stderr, "hbm demo: cannot write the profile to %s: %s\n", logdir, hbm_last_error());
   return false;
 }
 
@@ -165,6 +184,7 @@ static int run_model(hbm_device_t *dev, void **held, size_t *n_held) {
     held[(*n_held)++] = alloc_tagged(dev, &mu, "adam/mu/");
     held[(*n_held)++] = alloc_tagged(dev, &nu, "adam/nu/");
   }
+  fflush(stdout); /* the error below comes after what was printed */
   for (size_t i = 0; i < *n_held; i++)
     if (!held[i])
       return cli_fail("demo", 1, "%s", hbm_last_error());
@@ -175,7 +195,8 @@ static int run_model(hbm_device_t *dev, void **held, size_t *n_held) {
 }
 
 int hbm_cmd_demo(int argc, char **argv) {
-  const char *logdir = "/tmp/hbm";
+  const char *logdir = NULL, *source = NULL;
+  char dir[1024];
   bool serve = false;
   int port = 6006;
   for (int i = 1; i < argc; i++) {
@@ -198,10 +219,10 @@ int hbm_cmd_demo(int argc, char **argv) {
     }
   }
   hbm_config_t cfg;
-  int rc = demo_config(&cfg);
+  int rc = demo_config(&cfg, &logdir, &source, dir, sizeof dir);
   if (rc)
     return rc;
-  bool profiling = start_profiler(logdir);
+  bool profiling = start_profiler(logdir, source);
   hbm_device_t *dev = hbm_open(&cfg);
   if (!dev) {
     if (profiling)
@@ -219,9 +240,10 @@ int hbm_cmd_demo(int argc, char **argv) {
          hbm_format_bytes(stats.bytes_limit, limit, sizeof limit));
   void *held[3 * HBM_ARRAY_LEN(parameters)] = {0};
   size_t n_held = 0;
+  bool told = false;
   rc = run_model(dev, held, &n_held);
   if (rc == 0)
-    rc = allocate_the_seeds_array(dev);
+    rc = allocate_the_seeds_array(dev, &told);
   const char *path = profiling ? hbm_profiler_path() : NULL;
   char saved[4096] = "";
   if (path)
@@ -229,7 +251,7 @@ int hbm_cmd_demo(int argc, char **argv) {
   for (size_t i = 0; i < n_held; i++)
     hbm_free(dev, held[i]);
   hbm_close(dev);
-  if (profiling && hbm_profiler_stop() == HBM_OK && saved[0])
-    printf("\nprofile: %s\nsee it with: hbm report %s\n", saved, logdir);
+  if (profiling && hbm_profiler_stop() == HBM_OK && saved[0] && !told)
+    printf("\nProfile: %s\nSee it with: hbm report %s\n", saved, logdir);
   return serve ? serve_logdir(logdir, port) : rc;
 }

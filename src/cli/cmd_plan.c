@@ -27,7 +27,8 @@ static void usage(FILE *out) {
       "  --backend B       gpu, cpu, tpu or none: whose buffer assignment to reproduce\n"
       "                    (default: from the file name and the module)\n"
       "  --json            print the plan as JSON\n"
-      "  --logdir DIR      save the plan as a profile under DIR/plugins/profile/<run>/\n\n"
+      "  --logdir DIR      save the plan as a profile under DIR/plugins/profile/<run>/\n"
+      "                    (default: $HBM_PROFILE_DIR when set; else not saved)\n\n"
       "Exit status: 0 fits, 2 does not fit --memory, 1 the module could not be read.\n");
 }
 
@@ -153,11 +154,11 @@ int hbm_cmd_plan(int argc, char **argv) {
   }
   if (opt.remat && !opt.memory)
     return cli_fail("plan", 2, "--remat needs --memory SIZE: the limit to fit under");
+  if (!logdir)
+    logdir = cli_env_logdir();
   hbm_plan_t *plan = hbm_plan_file(module, &opt);
-  if (!plan) {
-    fprintf(stderr, "%s\n", hbm_last_error());
-    return 1;
-  }
+  if (!plan)
+    return cli_fail("plan", 1, "%s", hbm_last_error());
   int rc = 0;
   if ((json ? hbm_plan_report_json(plan, stdout) : hbm_plan_report_text(plan, stdout)) != HBM_OK)
     rc = cli_fail("plan", 1, "%s", hbm_last_error());

@@ -277,9 +277,11 @@ int hbm_cmd_replay(int argc, char **argv) {
   if (rc)
     return rc < 0 ? 0 : rc;
   hbm_alloc_log_t log;
-  if (read_input(&o, &log) != HBM_OK)
+  if (read_input(&o, &log) != HBM_OK) /* --lenient helps with bad lines only */
     return cli_fail("replay", 1, "%s%s", hbm_last_error(),
-                    o.lenient || o.torch ? "" : " (--lenient skips such lines)");
+                    o.lenient || o.torch || hbm_last_status() != HBM_ERR_PARSE
+                        ? ""
+                        : " (--lenient skips such lines)");
   bool progress = wants_progress(&o, &log);
   if (progress)
     o.replay.progress = draw_progress;

@@ -52,7 +52,8 @@ static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm report PATH [--json] [--space NAME] [--width N]\n\n"
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
-          "log, HLO text or an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt).\n\n"
+          "log, HLO text or an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt);\n"
+          "without PATH, $HBM_PROFILE_DIR.\n\n"
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
           "                limit_bytes, buffers_at_peak, oom_events, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
@@ -132,6 +133,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
       return 2;
     }
   }
+  if (!o->path)
+    o->path = cli_env_logdir();
   if (!o->path) {
     print_usage(stderr);
     return 2;

@@ -12,11 +12,12 @@
 #endif
 
 static void view_usage(FILE *out) {
-  fprintf(out, "usage: hbm view --logdir DIR [--port 6006] [--host 127.0.0.1]\n\n"
+  fprintf(out, "usage: hbm view [--logdir DIR] [--port 6006] [--host 127.0.0.1]\n\n"
                "Serves the Memory Viewer for the profiles under DIR/plugins/profile/<run>/ (as\n"
                "`xprof --logdir DIR --port 6006` does) and prints the URL to open. Runs written\n"
                "while it serves appear without a restart. Listens on loopback unless --host says\n"
-               "otherwise (--host 0.0.0.0: every interface). Ctrl-C stops it.\n");
+               "otherwise (--host 0.0.0.0: every interface). Ctrl-C stops it.\n\n"
+               "DIR: --logdir, else $HBM_PROFILE_DIR.\n");
 }
 
 /* "--flag value" or "--flag=value"; advances *i past what it used. */
@@ -58,9 +59,11 @@ int hbm_cmd_view(int argc, char **argv) {
     }
   }
   int port;
+  if (!logdir)
+    logdir = cli_env_logdir();
   if (!logdir) {
     view_usage(stderr);
-    return cli_fail("view", 2, "--logdir DIR is required");
+    return cli_fail("view", 2, "--logdir DIR is required (or HBM_PROFILE_DIR)");
   }
   if (parse_port(port_text, &port) != 0)
     return cli_fail("view", 2, "--port %s: expected a TCP port number (0-65535)", port_text);

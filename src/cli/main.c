@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct cli_command {
@@ -26,7 +27,8 @@ static const cli_command_t commands[] = {
 static void print_usage(FILE *out) {
   fprintf(out, "hbm %s — accelerator memory: allocator, profiler, viewer, planner\n\n",
           HBM_VERSION);
-  fprintf(out, "usage: hbm <command> [options]   (hbm <command> --help for its options)\n\n");
+  fprintf(out, "usage: hbm <command> [options]   (hbm help <command>, or hbm <command> --help,\n"
+               "                                  for its options)\n\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -41,6 +43,11 @@ int cli_fail(const char *cmd, int code, const char *fmt, ...) {
   return code;
 }
 
+const char *cli_env_logdir(void) {
+  const char *dir = getenv("HBM_PROFILE_DIR");
+  return dir && *dir ? dir : NULL;
+}
+
 int cli_parse_size(const char *cmd, const char *flag, const char *text, uint64_t *out) {
   if (hbm_parse_size(text, flag, out) != HBM_OK) {
     cli_fail(cmd, 2, "%s", hbm_last_error());
@@ -50,6 +57,14 @@ int cli_parse_size(const char *cmd, const char *flag, const char *text, uint64_t
 }
 
 int main(int argc, char **argv) {
+  if (argc >= 3 && !strcmp(argv[1], "help")) { /* `hbm help plan`: plan's own help */
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+      if (!strcmp(argv[2], commands[i].name))
+        return commands[i].run(2, (char *[]){argv[2], "--help", NULL});
+    fprintf(stderr, "hbm: unknown command '%s'\n\n", argv[2]);
+    print_usage(stderr);
+    return 2;
+  }
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
       !strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);

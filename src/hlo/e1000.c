@@ -216,9 +216,47 @@ static void diagnose_peak(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   }
 }
 
+/* Every buffer larger than the whole device, largest first (XLA names only the first it
+ * refused, plan->oversized); false when there is only that one. */
+static bool diagnose_oversized(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
+  char a[32], b[32];
+  int64_t n = hbm_profile_buffer_count(plan->profile), count = 0;
+  for (int64_t i = 0; i < n; i++)
+    count += hbm_profile_buffer(plan->profile, i)->size > plan->opt.memory;
+  if (count < 2)
+    return false;
+  hbm_strbuf_printf(sb,
+                    "  - %lld buffers are each larger than the whole device of %s: no schedule, "
+                    "rematerialization or defragmentation can fit them. Shard them across "
+                    "devices, or make them smaller (a smaller batch, sequence or model "
+                    "dimension; a narrower type):\n",
+                    (long long)count, hbm__xla_bytes(plan->opt.memory, a, sizeof a));
+  uint64_t below = UINT64_MAX; /* list by size, largest first, in profile order within a size */
+  for (int64_t listed = 0; listed < count;) {
+    uint64_t size = 0;
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t z = hbm_profile_buffer(plan->profile, i)->size;
+      if (z > plan->opt.memory && z < below && z > size)
+        size = z;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      const hbm_buffer_t *buf = hbm_profile_buffer(plan->profile, i);
+      if (buf->size != size)
+        continue;
+      hbm_strbuf_printf(sb, "      %s %s\n", hbm__xla_bytes(buf->size, b, sizeof b),
+                        buf->label ? buf->label : (buf->op ? buf->op : "?"));
+      listed++;
+    }
+    below = size;
+  }
+  return true;
+}
+
 static void diagnose_fit(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   const hbm_plan_summary_t *s = &plan->summary;
   char a[32], b[32], c[32];
+  if (plan->oversized >= 0 && diagnose_oversized(plan, sb))
+    return;
   if (plan->oversized >= 0) {
     const hbm_buffer_t *buf = hbm_profile_buffer(plan->profile, plan->oversized);
     hbm_strbuf_printf(sb,
@@ -271,7 +309,8 @@ static void remat_report(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   char a[32], b[32], c[32];
   hbm_strbuf_printf(
       sb,
-      "Rematerialization: %zu instruction%s recomputed; peak %s -> %s; extra "
+      "Rematerialization: %zu instruction%s recomputed; peak %s -> %s (the buffers live at "
+      "once; the total usage below adds the heap's fragmentation and reserved memory); extra "
       "work about %llu element-wise operations and %s read and written.\n",
       plan->n_remats, plan->n_remats == 1 ? "" : "s",
       hbm__xla_bytes(s->peak_before_remat, a, sizeof a), hbm__xla_bytes(s->peak_bytes, b, sizeof b),

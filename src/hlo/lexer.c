@@ -101,6 +101,17 @@ bool hbm__hlo_lex_expected(hlo_lexer_t *lx, const char *what) {
   if (n == 0)
     return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found byte 0x%02x", what,
                                  (unsigned char)lx->text[lx->pos]);
+  /* What is missing at the end of a line (a ')') is reported there, not at the next line's
+   * first token. */
+  size_t end = lx->pos;
+  bool next_line = false;
+  while (end > 0 && lx->text[end - 1] && strchr(" \t\r\n", lx->text[end - 1]))
+    next_line |= lx->text[--end] == '\n';
+  if (next_line)
+    return hbm__hlo_lex_error_at(lx, end,
+                                 "expected %s at the end of the line, found '%s' on "
+                                 "the next line",
+                                 what, found);
   return hbm__hlo_lex_error_at(lx, lx->pos, "expected %s, found '%s'", what, found);
 }
 

@@ -391,7 +391,9 @@ hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *
   hbm_status_t s = hbm_profile_set_meta(p, "format", "RMM allocation log (CSV)");
   if (s == HBM_OK && name)
     s = hbm_profile_set_meta(p, "source_path", name);
-  if (s == HBM_OK && hbm_profile_add_space(p, "HBM", "log", 0, 0) < 0)
+  /* The CSV does not say which memory it logged (RMM logs device memory, but logs of CPU
+   * allocators are written in the same format): the memory type is "unknown", not "HBM". */
+  if (s == HBM_OK && hbm_profile_add_space(p, "unknown", "log", 0, 0) < 0)
     s = hbm_last_status();
   int64_t t0 = log->n_events ? log->events[0].time_ns : 0;
   for (size_t i = 0; i < log->n_events && s == HBM_OK; i++)

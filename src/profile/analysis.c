@@ -8,7 +8,15 @@
  * so a million-event profile is analysed in milliseconds and each query afterwards only reads
  * arrays. Runtime profiles take reserved memory from their reservation events; plans take it
  * as the heap's high-water mark (indefinite buffers + the highest temp offset in use so far),
- * which is XLA's "heap size with fragmentation". */
+ * which is XLA's "heap size with fragmentation".
+ *
+ * Two sums elsewhere look like peaks and are not this one: the planner's heap simulation
+ * (src/hlo/heap_sim.c) computes the temp heap's size (the highest offset + size its best fit
+ * placed, a quantity of the placement, not of the profile) and the live temporaries' maximum
+ * (temp_peak, temporaries only) on its own buffer records while it places them and inside the
+ * rematerialization loop, before any profile exists; the profile it then builds is analysed
+ * here, and every peak the planner reports comes from this module. `hbm replay` takes the
+ * log's peak from here too (src/alloc/replay.c, analysed_peak). */
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>

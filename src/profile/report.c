@@ -344,7 +344,8 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
   if (!a)
     return hbm_last_status();
   const hbm_space_info_t *info = hbm_profile_space(p, space);
-  fprintf(out, "\n== %s on %s ==\n", info->name,
+  fprintf(out, "\n== %s on %s ==\n",
+          strcmp(info->name, "unknown") ? info->name : "memory of unknown type",
           info->device && *info->device ? info->device : "-");
   write_numbers(out, p, hbm_analysis_summary(a));
   draw_chart(out, p, a, width);
@@ -465,6 +466,10 @@ static json_t *space_json(const hbm_profile_t *p, int space) {
       "output_bytes", (json_int_t)s->output_bytes, "temporary_bytes",
       (json_int_t)s->temporary_bytes, "heap_bytes", (json_int_t)s->heap_bytes, "n_buffers",
       (json_int_t)s->n_buffers);
+  if (o && !s->peak_reserved_bytes) { /* no reservation events: unknown, as the text says */
+    json_object_set_new(o, "peak_reserved_bytes", json_null());
+    json_object_set_new(o, "reserved_at_peak", json_null());
+  }
   size_t n;
   const int64_t *idx = hbm_analysis_buffers_at_peak_by_size(a, &n);
   json_t *buffers = json_array(), *ooms = json_array();
@@ -526,10 +531,10 @@ hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
   if (primary)
     json_object_update(root, primary);
   else /* no memory space at all: the keys are still there */
-    json_object_update_new(root, json_pack("{s:I, s:I, s:I, s:I, s:[], s:[]}", "peak_bytes",
+    json_object_update_new(root, json_pack("{s:I, s:I, s:n, s:I, s:[], s:[]}", "peak_bytes",
                                            (json_int_t)0, "peak_step", (json_int_t)-1,
-                                           "peak_reserved_bytes", (json_int_t)0, "limit_bytes",
-                                           (json_int_t)0, "buffers_at_peak", "oom_events"));
+                                           "peak_reserved_bytes", "limit_bytes", (json_int_t)0,
+                                           "buffers_at_peak", "oom_events"));
   json_object_set_new(root, "spaces", spaces);
   char *text = s == HBM_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(root);

@@ -365,8 +365,12 @@ json_t *hbm__json_summary(const hbm__target_t *t) {
   set_new(o, "output_bytes", hbm__json_u64(s->output_bytes));
   set_new(o, "temporary_bytes", hbm__json_u64(s->temporary_bytes));
   set_new(o, "heap_bytes", hbm__json_u64(s->heap_bytes));
-  set_new(o, "peak_reserved_bytes", hbm__json_u64(s->peak_reserved_bytes));
-  set_new(o, "reserved_at_peak", hbm__json_u64(s->reserved_at_peak));
+  /* A profile without reservation events (an RMM log, a plan) does not know its reserved
+   * memory: null, as `hbm report` says "unknown", never 0. */
+  bool reserved_known = s->peak_reserved_bytes > 0;
+  set_new(o, "reserved_known", json_boolean(reserved_known));
+  set_new(o, "peak_reserved_bytes", reserved_known ? hbm__json_u64(s->peak_reserved_bytes) : NULL);
+  set_new(o, "reserved_at_peak", reserved_known ? hbm__json_u64(s->reserved_at_peak) : NULL);
   set_new(o, "limit_bytes", hbm__json_u64(s->limit_bytes));
   set_new(o, "fragmentation_at_peak", json_real(s->fragmentation_at_peak));
   set_new(o, "largest_free_at_peak", hbm__json_u64(s->largest_free_at_peak));
@@ -431,6 +435,7 @@ static json_t *op_index(hbm_u64map_t *seen, json_t *ops, const char *s) {
 static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, size_t n,
                              int64_t from, int64_t to) {
   bool runtime = hbm_profile_kind(t->profile) == HBM_PROFILE_RUNTIME;
+  bool reserved_known = t->summary->peak_reserved_bytes > 0; /* else "reserved": null */
   json_t *steps = json_array(), *bytes = json_array(), *unpadded = json_array();
   json_t *reserved = json_array(), *times = json_array(), *opi = json_array();
   json_t *ops = json_array(), *events = json_array();
@@ -440,7 +445,8 @@ static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, 
     json_array_append_new(steps, json_integer(pts[i].step));
     json_array_append_new(bytes, hbm__json_u64(pts[i].bytes));
     json_array_append_new(unpadded, hbm__json_u64(pts[i].unpadded));
-    json_array_append_new(reserved, hbm__json_u64(pts[i].reserved));
+    if (reserved_known)
+      json_array_append_new(reserved, hbm__json_u64(pts[i].reserved));
     json_array_append_new(times, json_integer(hbm_profile_step_time(t->profile, pts[i].step)));
     int event;
     json_array_append_new(opi, op_index(&seen, ops, step_op(t, pts[i].step, &event)));
@@ -457,6 +463,10 @@ static json_t *timeline_json(hbm__target_t *t, const hbm_timeline_point_t *pts, 
   set_new(o, "step", steps);
   set_new(o, "bytes", bytes);
   set_new(o, "unpadded", unpadded);
+  if (!reserved_known) {
+    json_decref(reserved);
+    reserved = NULL;
+  }
   set_new(o, "reserved", reserved);
   set_new(o, "time_ns", times);
   set_new(o, "op", opi);

@@ -42,8 +42,8 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
   const hbm_buffer_t *b = hbm_profile_buffer(p, index);
   if (!b)
     return NULL;
-  uint64_t base, top;
-  hbm__loaded_extent(t->entry, b->space, &base, &top);
+  const hbm__layout_t *layout = hbm__loaded_layout(t->entry, b->space);
+  const hbm__band_t *band = layout ? hbm__layout_band_at(layout, t->entry->rows[index]) : NULL;
   const hbm_space_info_t *space = hbm_profile_space(p, b->space);
   json_t *o = json_object();
   set_new(o, "id", json_integer(index));
@@ -68,7 +68,11 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
   set_new(o, "start_label", json_step_label(p, b->start));
   set_new(o, "end_label", json_step_label(p, b->end));
   set_new(o, "address", json_hex(b->address));
-  set_new(o, "offset", hbm__json_u64(b->address - base));
+  /* plan: the offset in its allocation (the temp heap or its own); runtime: in its range */
+  set_new(o, "offset",
+          hbm__json_u64(band && b->address >= band->base ? b->address - band->base : b->address));
+  set_new(o, "row", hbm__json_u64(layout ? t->entry->rows[index] : 0));
+  set_new(o, "band", band ? hbm__json_text(band->label) : json_null());
   set_new(o, "indefinite", json_boolean(b->flags & HBM_BUF_INDEFINITE));
   set_new(o, "live_out", json_boolean(b->flags & HBM_BUF_LIVE_OUT));
   set_new(o, "space", json_integer(b->space));
@@ -290,6 +294,7 @@ static void heap_offer(rect_heap_t *h, int64_t idx, uint64_t size) {
 
 typedef struct alloc_args {
   hbm__window_t w;
+  const uint64_t *row; /* each buffer's row in the layout */
   int64_t limit, cols, rows;
   const char *q; /* op substring (case-insensitive), NULL for all */
 } alloc_args_t;
@@ -305,15 +310,17 @@ static bool op_matches(const char *op, const char *q, hbm_u64map_t *seen) {
   return match != 0;
 }
 
-static bool rect_passes(const hbm_buffer_t *b, const alloc_args_t *a, hbm_u64map_t *seen) {
-  uint64_t off = b->address - a->w.base;
+static bool rect_passes(const hbm_buffer_t *b, int64_t index, const alloc_args_t *a,
+                        hbm_u64map_t *seen) {
+  uint64_t off = a->row[index];
   if (off + b->size <= a->w.lo || off >= a->w.hi)
     return false;
   return !a->q || op_matches(b->op, a->q, seen);
 }
 
 /* Rectangles columns, with op names given once in "ops" and referred to by index. */
-static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n, uint64_t base) {
+static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
+                          const uint64_t *row) {
   json_t *ids = json_array(), *offs = json_array(), *sizes = json_array();
   json_t *starts = json_array(), *ends = json_array(), *cats = json_array();
   json_t *opi = json_array(), *ops = json_array();
@@ -330,7 +337,7 @@ static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n, 
       hbm_u64map_put(&seen, (uint64_t)(uintptr_t)b->op, k);
     }
     json_array_append_new(ids, json_integer(idx[i]));
-    json_array_append_new(offs, hbm__json_u64(b->address - base));
+    json_array_append_new(offs, hbm__json_u64(row[idx[i]]));
     json_array_append_new(sizes, hbm__json_u64(b->size));
     json_array_append_new(starts, json_integer(b->start));
     json_array_append_new(ends, json_integer(b->end));
@@ -365,10 +372,13 @@ static int cmp_by_size_desc(const void *a, const void *b, void *ctx) {
 static bool read_alloc_args(const hbm__query_t *q, hbm__target_t *t, alloc_args_t *a,
                             hbm__response_t *r) {
   int64_t n_steps = t->summary->n_steps, lo, hi;
-  uint64_t base, top;
-  hbm__loaded_extent(t->entry, t->space, &base, &top);
-  uint64_t extent = top - base;
+  const hbm__layout_t *layout = hbm__loaded_layout(t->entry, t->space);
   memset(a, 0, sizeof *a);
+  if (!layout) {
+    hbm__respond_error(r, 500, "out of host memory");
+    return false;
+  }
+  uint64_t extent = layout->height;
   if (!hbm__query_int(q, "from", 0, 0, n_steps, &a->w.from, r) ||
       !hbm__query_int(q, "to", n_steps, 0, n_steps, &a->w.to, r) ||
       !hbm__query_int(q, "limit", RECTS_DEFAULT, 0, RECTS_MAX, &a->limit, r) ||
@@ -384,7 +394,7 @@ static bool read_alloc_args(const hbm__query_t *q, hbm__target_t *t, alloc_args_
   }
   a->w.lo = (uint64_t)lo;
   a->w.hi = (uint64_t)hi;
-  a->w.base = base;
+  a->row = t->entry->rows;
   const char *text = hbm__query_get(q, "q");
   a->q = text && *text ? text : NULL;
   return true;
@@ -396,25 +406,25 @@ static json_t *allocations_json(hbm__target_t *t, const alloc_args_t *a, int64_t
   for (size_t i = 0; i < n_passed; i++)
     bytes += hbm_profile_buffer(t->profile, passed[i])->size;
   qsort_r(heap->idx, heap->n, sizeof *heap->idx, cmp_by_size_desc, (void *)t->profile);
-  uint64_t base, top;
-  hbm__loaded_extent(t->entry, t->space, &base, &top);
+  const hbm__layout_t *layout = hbm__loaded_layout(t->entry, t->space);
   json_t *root = json_object();
   set_new(root, "from", json_integer(a->w.from));
   set_new(root, "to", json_integer(a->w.to));
   set_new(root, "lo", hbm__json_u64(a->w.lo));
   set_new(root, "hi", hbm__json_u64(a->w.hi));
   set_new(root, "n_steps", json_integer(t->summary->n_steps));
-  set_new(root, "base", json_hex(base));
-  set_new(root, "extent", hbm__json_u64(top - base));
+  set_new(root, "extent", hbm__json_u64(layout->height));
+  set_new(root, "bands", hbm__json_bands(layout));
   set_new(root, "in_window", json_integer((json_int_t)in_window));
   set_new(root, "matched", json_integer((json_int_t)n_passed));
   set_new(root, "matched_bytes", hbm__json_u64(bytes));
   set_new(root, "shown", json_integer((json_int_t)heap->n));
   set_new(root, "q", a->q ? hbm__json_text(a->q) : json_null());
-  set_new(root, "rects", json_rects(t->profile, heap->idx, heap->n, base));
+  set_new(root, "rects", json_rects(t->profile, heap->idx, heap->n, a->row));
   set_new(root, "density",
           a->cols && a->rows && n_passed > heap->n
-              ? hbm__json_density(t->profile, passed, n_passed, &a->w, (int)a->cols, (int)a->rows)
+              ? hbm__json_density(t->profile, a->row, passed, n_passed, &a->w, (int)a->cols,
+                                  (int)a->rows)
               : json_null());
   return root;
 }
@@ -448,7 +458,7 @@ void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response
     size_t passed = 0; /* the buffers that pass move to the front of `all` */
     for (size_t i = 0; i < total; i++) {
       const hbm_buffer_t *b = hbm_profile_buffer(t.profile, all[i]);
-      if (!b || !rect_passes(b, &a, &op_matches))
+      if (!b || !rect_passes(b, all[i], &a, &op_matches))
         continue;
       all[passed++] = all[i];
       heap_offer(&heap, all[i], b->size);
@@ -474,15 +484,14 @@ static const char *marker_kind_name(hbm_marker_kind_t k) {
 
 #define MARKERS_MAX 2000
 
-/* Markers for the timelines: step ends are left out (a begin marks the same boundary) and
- * at most MARKERS_MAX are sent (a long run has one per training step). */
+/* Markers for the timelines, step ends included (`hbm report` lists them, and the page names
+ * "end of step 1" where it begins the next): at most MARKERS_MAX (a long run has two per
+ * training step). */
 static json_t *json_markers(const hbm_profile_t *p) {
   json_t *markers = json_array();
   for (size_t i = 0; i < hbm_profile_marker_count(p) && json_array_size(markers) < MARKERS_MAX;
        i++) {
     const hbm_marker_t *m = hbm_profile_marker(p, i);
-    if (m->kind == HBM_MARKER_STEP_END)
-      continue;
     json_t *o = json_object();
     set_new(o, "step", json_integer(m->step));
     set_new(o, "kind", json_string(marker_kind_name(m->kind)));

@@ -137,7 +137,10 @@ static json_t *json_metric_deltas(const hbm_summary_t *a, const hbm_summary_t *b
   set_new(d, "output_bytes", json_delta(a->output_bytes, b->output_bytes));
   set_new(d, "temporary_bytes", json_delta(a->temporary_bytes, b->temporary_bytes));
   set_new(d, "heap_bytes", json_delta(a->heap_bytes, b->heap_bytes));
-  set_new(d, "peak_reserved_bytes", json_delta(a->peak_reserved_bytes, b->peak_reserved_bytes));
+  set_new(d, "peak_reserved_bytes",
+          a->peak_reserved_bytes && b->peak_reserved_bytes
+              ? json_delta(a->peak_reserved_bytes, b->peak_reserved_bytes)
+              : NULL); /* unknown on one side */
   set_new(d, "n_buffers_at_peak", json_delta(a->n_buffers_at_peak, b->n_buffers_at_peak));
   return d;
 }

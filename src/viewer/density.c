@@ -140,7 +140,7 @@ static unsigned char *encode_cells(grid_t *g) {
   return cells;
 }
 
-json_t *hbm__json_density(const hbm_profile_t *p, const int64_t *idx, size_t n,
+json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int64_t *idx, size_t n,
                           const hbm__window_t *w, int cols, int rows) {
   if (cols <= 0 || rows <= 0 || w->to <= w->from || w->hi <= w->lo)
     return json_null();
@@ -154,7 +154,7 @@ json_t *hbm__json_density(const hbm_profile_t *p, const int64_t *idx, size_t n,
   for (size_t i = 0; i < n; i++) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, idx[i]);
     span_t x, y;
-    double off = (double)(b->address - w->base);
+    double off = (double)row[idx[i]];
     /* rows count up from the lowest address, as the canvas draws them */
     if (!cell_span((double)(b->start - w->from) * sx, (double)(b->end - w->from) * sx, cols, &x) ||
         !cell_span((off - (double)w->lo) * sy, (off + (double)b->size - (double)w->lo) * sy, rows,

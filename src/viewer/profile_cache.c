@@ -5,9 +5,10 @@
  * (symlinks) are dropped from the listing. A profile is loaded on first use (outside the lock,
  * other requests for the same file wait for it), reloaded when its size, mtime or inode
  * changes (a file still being written at most every HBM__LISTING_MS), and what is derived from
- * it is computed once: the analyses (one hbm_analyze per memory space), address extents, the
- * buffer of each step, and the answers already given (routes.c). At most HBM__CACHE_MAX
- * profiles stay loaded; the least recently used one that no request holds is dropped first. */
+ * it is computed once: the analyses (one hbm_analyze per memory space), the allocation timeline's
+ * layout (layout.c), the buffer of each step, and the answers already given (routes.c). At most
+ * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is dropped
+ * first. */
 #include "viewer/viewer.h"
 
 #include <stdlib.h>
@@ -41,8 +42,10 @@ static void entry_free(hbm__loaded_t *e) {
   for (int i = 0; e->analyses && i < e->n_spaces; i++)
     hbm_analysis_free(e->analyses[i]);
   free(e->analyses);
-  free(e->space_base);
-  free(e->space_top);
+  for (int i = 0; e->layouts && i < e->n_spaces; i++)
+    free(e->layouts[i].bands);
+  free(e->layouts);
+  free(e->rows);
   free(e->step_buffer);
   free(e->step_is_free);
   hbm_profile_free(e->profile);
@@ -392,43 +395,38 @@ const hbm_analysis_t *hbm__loaded_analysis(hbm__loaded_t *e, int space) {
   return a;
 }
 
-static void compute_extents_locked(hbm__loaded_t *e) {
-  int n = e->n_spaces > 0 ? e->n_spaces : 1;
-  e->space_base = calloc((size_t)n, sizeof *e->space_base);
-  e->space_top = calloc((size_t)n, sizeof *e->space_top);
-  if (!e->space_base || !e->space_top)
-    return;
-  bool *seen = calloc((size_t)n, sizeof *seen);
-  if (!seen)
-    return;
+static void compute_layouts_locked(hbm__loaded_t *e) {
   int64_t count = hbm_profile_buffer_count(e->profile);
-  for (int64_t i = 0; i < count; i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(e->profile, i);
-    if (!b || b->space < 0 || b->space >= e->n_spaces)
-      continue;
-    uint64_t end = b->address + b->size;
-    if (!seen[b->space] || b->address < e->space_base[b->space])
-      e->space_base[b->space] = b->address;
-    if (!seen[b->space] || end > e->space_top[b->space])
-      e->space_top[b->space] = end;
-    seen[b->space] = true;
+  e->rows = calloc(count > 0 ? (size_t)count : 1, sizeof *e->rows);
+  e->layouts = calloc(e->n_spaces > 0 ? (size_t)e->n_spaces : 1, sizeof *e->layouts);
+  bool ok = e->rows && e->layouts;
+  for (int s = 0; ok && s < e->n_spaces; s++)
+    ok = hbm__layout_build(e->profile, s, e->rows, &e->layouts[s]);
+  if (!ok) {
+    for (int s = 0; e->layouts && s < e->n_spaces; s++)
+      free(e->layouts[s].bands);
+    free(e->layouts);
+    free(e->rows);
+    e->layouts = NULL;
+    e->rows = NULL;
   }
-  free(seen);
-  e->extents_ready = true;
+  e->layout_ready = ok;
 }
 
-void hbm__loaded_extent(hbm__loaded_t *e, int space, uint64_t *base, uint64_t *top) {
-  *base = *top = 0;
+const hbm__layout_t *hbm__loaded_layout(hbm__loaded_t *e, int space) {
   if (!e->profile || space < 0 || space >= e->n_spaces)
-    return;
+    return NULL;
   pthread_mutex_lock(&e->lock);
-  if (!e->extents_ready && !e->space_base)
-    compute_extents_locked(e);
-  if (e->extents_ready) {
-    *base = e->space_base[space];
-    *top = e->space_top[space];
-  }
+  if (!e->layout_ready)
+    compute_layouts_locked(e);
+  const hbm__layout_t *l = e->layout_ready ? &e->layouts[space] : NULL;
   pthread_mutex_unlock(&e->lock);
+  return l;
+}
+
+uint64_t hbm__loaded_row(hbm__loaded_t *e, int64_t buffer) {
+  const hbm_buffer_t *b = e->profile ? hbm_profile_buffer(e->profile, buffer) : NULL;
+  return b && hbm__loaded_layout(e, b->space) ? e->rows[buffer] : 0;
 }
 
 /* Which buffer each step is about: a runtime profile has no step labels, so the op shown at a

@@ -1,5 +1,8 @@
-/* server.c — the HTTP side of `hbm view`, on libmicrohttpd: a thread per connection (so a
- * long profile load in one tab never stalls another browser), the listening socket opened
+/* server.c — the HTTP side of `hbm view`, on libmicrohttpd: epoll with a pool of worker
+ * threads, so idle connections cost a file descriptor, not a thread (a browser's spare
+ * connections, or 140 that never finish their request, cannot starve the page), and a short
+ * timeout closes the idle ones; several workers keep a long profile load in one tab from
+ * stalling another; the listening socket opened
  * here so "port in use" is reported as such, loopback-only Host names when bound to loopback
  * (a web page elsewhere cannot read the profiles through DNS rebinding), and a clean stop on
  * SIGINT/SIGTERM. Requests are answered by hbm__viewer_handle (routes.c). */
@@ -16,6 +19,13 @@
 #include <unistd.h>
 
 #include <microhttpd.h>
+
+/* Workers: requests answered at once (a profile's first load takes one for its duration). */
+#define HBM__SERVER_THREADS 8
+/* Open connections at most; idle ones cost a descriptor each, and are closed after
+ * HBM__SERVER_IDLE_S seconds without a byte (a browser reconnects at once when it needs to). */
+#define HBM__SERVER_CONNECTIONS 1000
+#define HBM__SERVER_IDLE_S 15
 
 typedef struct hbm__server {
   hbm__viewer_t *viewer;
@@ -207,12 +217,14 @@ hbm__server_t *hbm__server_start(hbm__viewer_t *v, const char *host, int port, F
     return NULL;
   }
   s->port = bound_port(fd);
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
   if (family == AF_INET6)
     flags |= MHD_USE_IPv6;
-  s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
-                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)128,
-                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+  s->daemon =
+      MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HBM__SERVER_THREADS,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)HBM__SERVER_CONNECTIONS,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HBM__SERVER_IDLE_S, MHD_OPTION_END);
   if (!s->daemon) {
     close(fd);
     free(s);
@@ -227,7 +239,7 @@ int hbm__server_port(const hbm__server_t *s) { return s->port; }
 void hbm__server_stop(hbm__server_t *s) {
   if (!s)
     return;
-  MHD_stop_daemon(s->daemon); /* waits for the connection threads */
+  MHD_stop_daemon(s->daemon); /* waits for the worker threads */
   free(s);
 }
 

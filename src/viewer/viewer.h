@@ -109,10 +109,10 @@ typedef struct hbm__loaded {
   /* Derived data, computed on first use under `lock`. */
   pthread_mutex_t lock;
   int n_spaces;
-  hbm_analysis_t **analyses; /* per space */
-  uint64_t *space_base;      /* per space: lowest buffer address */
-  uint64_t *space_top;       /* per space: highest address + size */
-  bool extents_ready;
+  hbm_analysis_t **analyses;   /* per space */
+  struct hbm__layout *layouts; /* per space: the allocation timeline's bands (layout.c) */
+  uint64_t *rows;              /* per buffer: its row in its space's layout */
+  bool layout_ready;
   int64_t *step_buffer; /* per step: the buffer born there, else the one freed there */
   int8_t *step_is_free; /* per step: 1 when step_buffer[] died there */
   /* Answers already given about this version of the file, by canonical request. */
@@ -164,8 +164,10 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
 void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e);
 /* The analysis of one space of a loaded entry (computed once); NULL with an error. */
 const hbm_analysis_t *hbm__loaded_analysis(hbm__loaded_t *e, int space);
-/* Lowest address and highest end of the buffers of a space (0, 0 when it has none). */
-void hbm__loaded_extent(hbm__loaded_t *e, int space, uint64_t *base, uint64_t *top);
+/* The allocation timeline's layout of a space (NULL when out of memory or no such space), and
+ * the row of one buffer in its space's layout (0 when unknown). */
+const struct hbm__layout *hbm__loaded_layout(hbm__loaded_t *e, int space);
+uint64_t hbm__loaded_row(hbm__loaded_t *e, int64_t buffer);
 /* The buffer that a step allocated (or, when it allocated none, freed), -1 if none. */
 int64_t hbm__loaded_step_buffer(hbm__loaded_t *e, int64_t step, bool *is_free);
 
@@ -231,15 +233,38 @@ void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t);
 bool hbm__query_int(const hbm__query_t *q, const char *key, int64_t def, int64_t min, int64_t max,
                     int64_t *out, hbm__response_t *r);
 
-/* A window of the allocation timeline: steps [from, to) × offsets [lo, hi) above base. */
+/* ---- the allocation timeline's layout (layout.c) ---- */
+
+/* One band of the allocation timeline: an allocation (plan) or a used address range (runtime)
+ * drawn in rows [row, row + size); a buffer of it at address a is at row + (a - base). */
+typedef struct hbm__band {
+  char kind[16]; /* "heap", "allocations" (a plan's own allocations, stacked), "range" */
+  char label[96];
+  uint64_t base, row, size;
+  size_t count; /* buffers in it */
+} hbm__band_t;
+
+typedef struct hbm__layout {
+  hbm__band_t *bands; /* by row, from 0 */
+  size_t n_bands;
+  uint64_t height; /* rows in all: the sum of the bands */
+} hbm__layout_t;
+
+/* Fills row[i] for each buffer i of `space` and the bands; false when out of memory. */
+bool hbm__layout_build(const hbm_profile_t *p, int space, uint64_t *row, hbm__layout_t *out);
+const hbm__band_t *hbm__layout_band_at(const hbm__layout_t *l, uint64_t row);
+json_t *hbm__json_bands(const hbm__layout_t *l);
+
+/* A window of the allocation timeline: steps [from, to) × rows [lo, hi) of the layout. */
 typedef struct hbm__window {
   int64_t from, to;
-  uint64_t lo, hi, base;
+  uint64_t lo, hi;
 } hbm__window_t;
 
-/* The overview raster of the buffers idx[0..n) over w (density.c): {cols, rows, cells}, cells
- * base64 of one byte per cell, row 0 at the lowest offset: category * 42 + coverage (0..41). */
-json_t *hbm__json_density(const hbm_profile_t *p, const int64_t *idx, size_t n,
+/* The overview raster of the buffers idx[0..n) over w (density.c), row[] giving each buffer's
+ * row: {cols, rows, cells}, cells base64 of one byte per cell, row 0 at the lowest row:
+ * category * 42 + coverage (0..41). */
+json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int64_t *idx, size_t n,
                           const hbm__window_t *w, int cols, int rows);
 
 /* JSON helpers shared by the endpoints. */

@@ -2,7 +2,13 @@
 // playwright-core from web/node_modules), against `hbm view` serving the fixture logdir of
 // tests/test_viewer_api.c. Run by tests/viewer_browser.sh, which starts and stops the servers.
 //
-// Checks: the default view opens the largest module; the peak shown equals `hbm report
+// Checks, on the logdir of the main job's steps (scripts/main-job.sh, as scripts/run.sh runs
+// them: the seed's plan, then its OOM demo): the page opens on the demo's run with its OOM in
+// the first screen, the peak `hbm report LOGDIR --json` gives, the step labels as `hbm report`
+// lists the markers ("step 1", "end of step 1 · step 2", never "step 1 1"), whole-number step
+// ticks, the demo's buffers not squeezed into the top of the allocation timeline; and on the
+// plan (and the fixture plans) that no buffer is drawn over another and the y-axis covers the
+// peak. Then, on the fixture logdir: the default view opens the largest module; the peak shown equals `hbm report
 // --json`'s peak_bytes (the API's summary when hbm report cannot read the file); hovering a
 // bar shows its card; switching run and memory type; searching an op in the allocation
 // timeline; OOM markers with their diagnosis; corrupt and truncated profiles; the comparison;
@@ -10,7 +16,7 @@
 // its own server. Screenshots go to --artifacts.
 import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -82,6 +88,109 @@ async function shot(page, name, selector) {
   }
 }
 
+// Pairs of rectangles of the allocation timeline that overlap in both steps and rows: one
+// would hide the other. `rects` is the page's own data (views.alloc.rects.rects).
+function hiddenPairs(rects) {
+  const out = [];
+  const n = rects.id.length;
+  for (let i = 0; i < n; i++) {
+    for (let j = i + 1; j < n; j++) {
+      const steps = rects.start[i] < rects.end[j] && rects.start[j] < rects.end[i];
+      const rows = rects.offset[i] < rects.offset[j] + rects.size[j] && rects.offset[j] < rects.offset[i] + rects.size[i];
+      if (steps && rows) out.push([rects.id[i], rects.id[j]]);
+    }
+  }
+  return out;
+}
+
+// The whole-number check of the x ticks uPlot computed (its axis splits).
+async function xTicks(page) {
+  return page.evaluate(() => {
+    const u = window.hbmViewer.views.timeline.plot;
+    return (u.axes[0]._splits || []).slice();
+  });
+}
+
+// The allocation timeline of the profile on screen: no buffer hidden by another, every
+// buffer drawn one by one (a plan is small), and the stack as tall as the peak.
+async function checkNothingHidden(page, what) {
+  const alloc = await page.evaluate(() => {
+    const a = window.hbmViewer.views.alloc;
+    return { rects: a.rects.rects, shown: a.rects.shown, matched: a.rects.matched, extent: a.rects.extent, bands: a.bands };
+  });
+  const peak = await page.evaluate(() => window.hbmViewer.state.summary.peak_bytes);
+  check(alloc.shown === alloc.matched, `${what}: every buffer is drawn (${alloc.shown})`);
+  const hidden = hiddenPairs(alloc.rects);
+  check(hidden.length === 0, `${what}: no buffer of the plan is hidden by another (${hidden.length ? JSON.stringify(hidden.slice(0, 5)) : 'none'})`);
+  check(alloc.extent >= peak, `${what}: the allocation timeline's height (${alloc.extent}) covers the peak (${peak})`);
+  return alloc;
+}
+
+async function mainJob(context) {
+  const logdir = args['mainjob-logdir'];
+  const runs = readdirSync(path.join(logdir, 'plugins/profile')).sort();
+  const demoRun = runs.find((r) => readdirSync(path.join(logdir, 'plugins/profile', r)).some((f) => !f.startsWith('jit_oom')));
+  const planRun = runs.find((r) => r !== demoRun);
+  check(runs.length === 2 && demoRun && planRun, `the main job wrote a plan and a demo run (${runs.join(', ')})`);
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(args['mainjob-url']);
+  await waitLoads(page, 0);
+  check(await page.locator('#run-select').inputValue() === demoRun, `the page opens on the demo's run (${demoRun}), not the plan's`);
+  const report = JSON.parse(execFileSync(args.hbm, ['report', '--json', logdir], { encoding: 'utf8' }));
+  const shown = Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
+  check(shown === report.peak_bytes, `the peak shown (${shown}) is hbm report ${logdir}'s (${report.peak_bytes})`);
+  const oom = page.locator('#oom-panel');
+  check(await oom.isVisible(), 'the demo\'s OOM is shown');
+  const box = await oom.boundingBox();
+  check(box && box.y < 1000, `the OOM is in the first screen (at y=${box && Math.round(box.y)})`);
+  const oomText = await page.locator('#oom-list').textContent();
+  check(oomText.includes('RESOURCE_EXHAUSTED: Out of memory while trying to allocate 214748364800 bytes.'), 'it is the seed\'s 214748364800-byte OOM');
+  check(oomText.includes('cause: request larger than the device'), 'with its cause');
+  await shot(page, 'demo_overview');
+
+  // Step labels: the markers `hbm report` lists, each once, a step's end and the next begin
+  // on one line.
+  const markers = report.markers.map((m) => m.text);
+  console.log(`# hbm report's markers: ${JSON.stringify(markers)}`);
+  await page.waitForFunction(() => (window.hbmViewer.views.timeline.markerTexts || []).length > 0, null, { timeout: 5000 });
+  const texts = (await page.evaluate(() => window.hbmViewer.views.timeline.markerTexts)).map((m) => m.text);
+  console.log(`# step labels on the page: ${JSON.stringify(texts)}`);
+  check(texts.includes('step 1') && texts.includes('end of step 1 · step 2') && texts.includes('end of step 2'), 'the step labels read "step 1", "end of step 1 · step 2", "end of step 2"');
+  check(!texts.some((t) => /\bstep (\d+) \1\b/.test(t)), 'no label repeats its step number ("step 1 1")');
+  const onPage = texts.join(' · ').split(' · ');
+  check(markers.every((m) => onPage.includes(m)), 'every marker hbm report lists is on the page, "end of step" ones included');
+  const ticks = await xTicks(page);
+  check(ticks.length > 0 && ticks.every((t) => Number.isInteger(t)), `the step axis has whole-number ticks (${ticks.join(', ')})`);
+
+  // The allocation timeline of the demo: the 16 KiB biases far below the rest no longer push
+  // the large buffers into the top of the panel.
+  const demoAlloc = await page.evaluate(() => {
+    const a = window.hbmViewer.views.alloc;
+    const r = a.rects.rects;
+    let lowestBig = Infinity;
+    for (let i = 0; i < r.id.length; i++) if (r.size[i] >= 1 << 20) lowestBig = Math.min(lowestBig, r.offset[i]);
+    return { lowestBig, extent: a.rects.extent };
+  });
+  check(demoAlloc.lowestBig < 0.05 * demoAlloc.extent, `the demo's large buffers start near the bottom of the allocation timeline (${(100 * demoAlloc.lowestBig / demoAlloc.extent).toFixed(2)}% up)`);
+  await page.locator('#alloc-canvas').scrollIntoViewIfNeeded();
+  await shot(page, 'demo_alloc', '#alloc-panel');
+
+  // The plan: every allocation in its own band.
+  const before = await loads(page);
+  await page.selectOption('#run-select', planRun);
+  await waitLoads(page, before);
+  await checkNothingHidden(page, 'the seed\'s plan');
+  const planTicks = await xTicks(page);
+  check(planTicks.every((t) => Number.isInteger(t)), `the plan's program-order axis has whole-number ticks (${planTicks.join(', ')})`);
+  await page.locator('#alloc-canvas').scrollIntoViewIfNeeded();
+  await shot(page, 'plan_alloc', '#alloc-panel');
+  await shot(page, 'plan_seed_overview');
+  check(errors.length === 0, `no errors on the main job's pages (${errors.join('; ') || 'none'})`);
+  await page.close();
+}
+
 async function main() {
   mkdirSync(args.artifacts, { recursive: true });
   // A fresh profile directory each run (playwright passes it as --user-data-dir).
@@ -93,6 +202,7 @@ async function main() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
   try {
+    await mainJob(context);
     const page = await context.newPage();
     const foreign = [];
     const errors = [];
@@ -117,6 +227,7 @@ async function main() {
     check(reported == null || reported === summary.peak_bytes, 'hbm report and the API agree on the peak');
     check((await page.locator('#stat-padding .value').textContent()) !== '0 B', 'padding overhead is shown');
     await shot(page, 'plan_overview');
+    await checkNothingHidden(page, 'the fixture plan');
 
     // 2. Hover the largest bar of "by size": its card.
     const bySize = await apiJson(args.url, 'buffers_at_peak', { run: RUN_PLANS, profile: PLAN_A, order: 'size' });

@@ -3,6 +3,10 @@
 // (a few thousand), so a profile of a million events pans and zooms at canvas speed: the last
 // rectangles are redrawn at once and the window's own arrive a moment later. Search by op name
 // highlights the matches; OOM events are red markers whose diagnosis shows on hover and click.
+// Up is not the raw address but a row of the server's layout (src/viewer/layout.c): each
+// allocation of a plan (the temp heap, every argument, output, constant) in a band of its own,
+// and a runtime profile's never-used address gaps cut out; bands are separated by lines and
+// named, and the axis gives offsets inside each band.
 import { formatBytes, formatOffset, escapeHtml, categoryColor, CATEGORIES } from './format.js';
 
 const HEIGHT = 380;
@@ -123,6 +127,7 @@ export class AllocView {
     if (first) {
       this.extent = Math.max(1, data.extent) * 1.03; // headroom above the highest buffer
       this.view.y1 = this.extent;
+      this.bands = data.bands || [];
     }
     this.rects = data;
     this.lastFetchMs = performance.now() - t0;
@@ -191,6 +196,7 @@ export class AllocView {
       this.drawDensity(ctx, this.matches, 1, [255, 109, 0]);
       this.drawRects(ctx, this.matches, 1, '#ff6d00');
     }
+    this.drawBands(ctx);
     this.drawLines(ctx);
     ctx.restore();
     this.drawAxes(ctx);
@@ -268,6 +274,47 @@ export class AllocView {
     ctx.globalAlpha = 1;
   }
 
+  // The band of a row (bands are sorted by row).
+  bandAt(row) {
+    const b = this.bands || [];
+    let lo = 0, hi = b.length;
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >> 1;
+      if (b[mid].row <= row) lo = mid; else hi = mid;
+    }
+    return b[lo] || null;
+  }
+
+  // A line between two bands, and each band's name where it is tall enough to read.
+  drawBands(ctx) {
+    const bands = this.bands || [];
+    if (bands.length < 2) return;
+    ctx.font = '11px sans-serif';
+    ctx.textAlign = 'right';
+    for (const b of bands) {
+      const y0 = this.Y(b.row), y1 = this.Y(b.row + b.size);
+      if (y0 < M.top || y1 > M.top + this.plotH() + 0.5) continue; // (partly) out of view
+      ctx.strokeStyle = '#5f6368';
+      ctx.setLineDash([6, 3]);
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(M.left, Math.round(y0) + 0.5);
+      ctx.lineTo(M.left + this.plotW(), Math.round(y0) + 0.5);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      if (y0 - y1 >= 13) {
+        const text = `${b.label} · ${formatBytes(b.size)}`;
+        const w = ctx.measureText(text).width;
+        const x = M.left + this.plotW() - 4;
+        ctx.fillStyle = 'rgba(255,255,255,0.8)';
+        ctx.fillRect(x - w - 3, y0 - 14, w + 6, 13);
+        ctx.fillStyle = '#3c4043';
+        ctx.fillText(text, x, y0 - 4);
+      }
+    }
+    ctx.textAlign = 'left';
+  }
+
   drawLines(ctx) {
     const s = this.summary;
     const top = M.top, bottom = M.top + this.plotH();
@@ -316,7 +363,7 @@ export class AllocView {
     ctx.strokeStyle = '#dadce0';
     ctx.font = '11px sans-serif';
     ctx.lineWidth = 1;
-    const xs = niceStep(v.x1 - v.x0, this.plotW() / 90);
+    const xs = Math.max(1, niceStep(v.x1 - v.x0, this.plotW() / 90)); // steps are whole
     ctx.textAlign = 'center';
     for (let s = Math.ceil(v.x0 / xs) * xs; s <= v.x1; s += xs) {
       const x = this.X(s);
@@ -328,15 +375,27 @@ export class AllocView {
       const half = ctx.measureText(text).width / 2;
       ctx.fillText(text, Math.min(x, this.width - half - 2), this.height - 8);
     }
-    const ys = niceBytesStep(v.y1 - v.y0, this.plotH() / 50);
+    // Offsets inside each band, from its own bottom ("+0" where it starts), a tick every
+    // 50 pixels or so; labels that would touch the previous one are left out.
     ctx.textAlign = 'right';
-    for (let o = Math.ceil(v.y0 / ys) * ys; o <= v.y1; o += ys) {
-      const y = this.Y(o);
-      ctx.beginPath();
-      ctx.moveTo(M.left - 4, y);
-      ctx.lineTo(M.left, y);
-      ctx.stroke();
-      ctx.fillText(formatOffset(o, ys), M.left - 6, y + 4);
+    const bands = this.bands && this.bands.length ? this.bands : [{ row: 0, size: this.extent }];
+    const perPixel = (v.y1 - v.y0) / this.plotH();
+    let lastY = Infinity;
+    for (const b of bands) {
+      const lo = Math.max(v.y0, b.row), hi = Math.min(v.y1, b.row + b.size);
+      if (hi <= lo) continue;
+      const ys = niceBytesStep(Math.max(1, (v.y1 - v.y0)), this.plotH() / 50);
+      if (b.size / perPixel < 14 && b.row < v.y0) continue; // too thin to label
+      for (let o = Math.ceil((lo - b.row) / ys) * ys; b.row + o <= hi; o += ys) {
+        const y = this.Y(b.row + o);
+        if (lastY - y < 14) continue;
+        ctx.beginPath();
+        ctx.moveTo(M.left - 4, y);
+        ctx.lineTo(M.left, y);
+        ctx.stroke();
+        ctx.fillText(formatOffset(o, ys), M.left - 6, y + 4);
+        lastY = y;
+      }
     }
     ctx.textAlign = 'left';
     ctx.strokeRect(M.left + 0.5, M.top + 0.5, this.plotW() - 1, this.plotH() - 1);
@@ -423,7 +482,9 @@ export class AllocView {
     } else if (px >= M.left && py >= M.top && py <= M.top + this.plotH()) {
       const hit = this.hitRect(px, py);
       if (hit) {
-        html = `<b>${escapeHtml(hit.op || '(untagged)')}</b><br>${formatBytes(hit.size)} · ${escapeHtml(hit.category)}<br>steps ${hit.start} → ${hit.end} · offset +${formatBytes(hit.offset)}`;
+        const band = this.bandAt(hit.offset);
+        const where = band ? `${escapeHtml(band.label)} +${formatBytes(hit.offset - band.row)}` : `+${formatBytes(hit.offset)}`;
+        html = `<b>${escapeHtml(hit.op || '(untagged)')}</b><br>${formatBytes(hit.size)} · ${escapeHtml(hit.category)}<br>steps ${hit.start} → ${hit.end} · ${where}`;
       }
     }
     if (!html) {

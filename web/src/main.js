@@ -293,10 +293,11 @@ async function selectSpace(space) {
   renderCard($('buffer-card'), null);
   renderOoms(oom);
   const runtime = state.info.kind === 'runtime';
-  $('reserved-toggle').hidden = !runtime;
+  const reserved = runtime && summary.reserved_known; // an RMM log records none: no line
+  $('reserved-toggle').hidden = !reserved;
   await Promise.all([
     views.timeline.show(summary, state.info.kind, timelineData).then(() => {
-      $('show-reserved').checked = runtime && views.timeline.showReserved;
+      $('show-reserved').checked = reserved && views.timeline.showReserved;
     }),
     views.alloc.show(summary, state.info.kind, oom.events, allocData),
   ]);
@@ -392,7 +393,13 @@ function renderLegend() {
   }
   $('legend').innerHTML = items.map(([color, name, bytes, count]) =>
     `<span class="item"><span class="swatch" style="background:${color}"></span>${escapeHtml(name)} <b>${formatBytes(bytes)}</b>${count ? ` (${count})` : ''}</span>`).join('')
-    + '<span class="item muted"><span class="swatch pad-swatch"></span>light cap = padding</span>';
+    + (anyPadding(state.bars) ? '<span class="item muted"><span class="swatch pad-swatch"></span>light cap = padding</span>' : '');
+}
+
+// Whether any buffer shown has padding: when none has, "By padding size" would repeat
+// "By size" bar for bar, so it is left out with a line that says why.
+function anyPadding(bars) {
+  return bars.size.some((b) => b.size > b.unpadded) || (bars.size.rest && bars.size.rest.size > bars.size.rest.unpadded);
 }
 
 function renderBars() {
@@ -400,7 +407,10 @@ function renderBars() {
   const color = colorFunction();
   const log = $('log-scale').checked;
   const merge = $('merge-small').checked;
-  for (const order of ['program', 'size', 'padding']) {
+  const padded = anyPadding(state.bars);
+  $('padding-charts').hidden = !padded;
+  $('padding-none').hidden = padded;
+  for (const order of padded ? ['program', 'size', 'padding'] : ['program', 'size']) {
     const items = merge ? mergeSmall(state.bars[order]) : state.bars[order];
     views.bars[order].show(items, color, log);
     $(`rest-${order}`).textContent = restNote(order, state.bars[order].rest);
@@ -477,6 +487,16 @@ async function showAllocCard(id) {
   }
 }
 
+// An OOM is what a user opens a profile about: the panel sits under the header numbers, each
+// event with its error and diagnosis up to the cause; the list of live buffers folds away.
+function oomMessageHtml(message) {
+  const lines = (message || '').split('\n');
+  const cut = lines.findIndex((l) => /^(Peak buffers|\s*Buffer 1:)/.test(l));
+  if (cut <= 0) return `<pre>${escapeHtml(message || '')}</pre>`;
+  return `<pre>${escapeHtml(lines.slice(0, cut).join('\n'))}</pre>
+    <details><summary>${escapeHtml(lines[cut].trim())}</summary><pre>${escapeHtml(lines.slice(cut + 1).join('\n'))}</pre></details>`;
+}
+
 function renderOoms(oom) {
   const panel = $('oom-panel');
   panel.hidden = !oom.events.length;
@@ -485,7 +505,7 @@ function renderOoms(oom) {
     <div class="oom-event" id="oom-${i}" data-step="${e.step}">
       <div><b class="oom">OOM at ${unit} ${formatCount(e.step)}</b>: requested ${formatBytes(e.requested)},
       ${formatBytes(e.bytes_in_use)} in use${oom.limit_bytes ? ` of ${formatBytes(oom.limit_bytes)}` : ''}</div>
-      <pre>${escapeHtml(e.message || '')}</pre>
+      ${oomMessageHtml(e.message)}
       <button type="button" class="oom-live" data-step="${e.step}">Buffers live here</button></div>`).join('');
   document.querySelectorAll('.oom-live').forEach((b) => b.addEventListener('click', () => {
     showBuffersAt(Number(b.dataset.step));

@@ -4,11 +4,32 @@
 // carries the exact value for tests and scripts.
 import { formatBytes, formatCount, formatPercent, escapeHtml } from './format.js';
 
-function stat(id, label, bytes, sub, extraClass = '') {
+// bytes null: not known (shown as `unknown`, or as `none` text when given).
+function stat(id, label, bytes, sub, extraClass = '', unknownText = '—') {
   return `<div class="stat ${extraClass}" id="${id}">
     <div class="label">${label}</div>
-    <div class="value" data-bytes="${bytes ?? ''}">${bytes == null ? '—' : formatBytes(bytes)}</div>
+    <div class="value" data-bytes="${bytes ?? ''}">${bytes == null ? unknownText : formatBytes(bytes)}</div>
     ${sub ? `<div class="sub">${sub}</div>` : ''}</div>`;
+}
+
+// The other categories at the peak by name and share ("parameter 471.1 MiB (95.4%)"), largest
+// first: what the rest of the peak is, not one unexplained sum.
+function otherCategories(s, except) {
+  return Object.entries(s.category_bytes)
+    .filter(([name, bytes]) => name !== except && bytes > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, bytes]) => `${escapeHtml(name)} ${formatBytes(bytes)} (${formatPercent(s.peak_bytes ? bytes / s.peak_bytes : 0)})`)
+    .join(' · ');
+}
+
+// Peak reserved of a runtime profile; an RMM log has no reservation events: unknown, as in
+// `hbm report`, never "0 B".
+function reservedStat(s) {
+  if (!s.reserved_known) {
+    return stat('stat-frag', 'Peak reserved', null, 'not recorded: the profile has no reservation events', '', 'unknown');
+  }
+  const frag = s.fragmentation_at_peak >= 0 && s.fragmentation_at_peak <= 1 ? ` · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}` : '';
+  return stat('stat-frag', 'Peak reserved', s.peak_reserved_bytes, `reserved at the peak: ${formatBytes(s.reserved_at_peak)}${frag}`);
 }
 
 export function summaryHtml(s, info) {
@@ -23,16 +44,18 @@ export function summaryHtml(s, info) {
     : 'nothing allocated';
   const parts = [
     stat('stat-peak', 'Peak memory allocation', s.peak_bytes,
-      `${where}<br>without padding: <span id="peak-unpadded">${formatBytes(s.peak_unpadded_bytes)}</span>`, over ? 'alert' : 'main'),
-    stat('stat-frag', runtime ? 'Peak reserved' : 'With fragmentation', runtime ? s.peak_reserved_bytes : s.heap_bytes,
-      runtime ? `reserved at the peak: ${formatBytes(s.reserved_at_peak)}${s.fragmentation_at_peak >= 0 && s.fragmentation_at_peak <= 1 ? ` · free-space fragmentation ${formatPercent(s.fragmentation_at_peak)}` : ''}`
-        : `${formatPercent(heapFrag)} fragmentation`),
-    stat('stat-padding', 'Padding overhead', s.padding_bytes, `${formatPercent(padShare)} of the peak`, padShare > 0.2 ? 'warn' : ''),
+      s.padding_bytes ? `${where}<br>without padding: <span id="peak-unpadded">${formatBytes(s.peak_unpadded_bytes)}</span>` : where,
+      over ? 'alert' : 'main'),
+    runtime ? reservedStat(s) : stat('stat-frag', 'With fragmentation', s.heap_bytes, `${formatPercent(heapFrag)} fragmentation`),
+    s.padding_bytes
+      ? stat('stat-padding', 'Padding overhead', s.padding_bytes, `${formatPercent(padShare)} of the peak`, padShare > 0.2 ? 'warn' : '')
+      : stat('stat-padding', 'Padding overhead', 0, 'no buffer at the peak is padded'),
     stat('stat-args', 'Arguments (program inputs)', s.argument_bytes, `outputs: ${formatBytes(s.output_bytes)}`),
     // A runtime profile has no whole-program buffers, so "peak − indefinite" would count the
     // weights as temporaries: show the temporary category there (both come from the analysis).
     runtime
-      ? stat('stat-temps', 'Temporaries', s.category_bytes.temporary || 0, `at the peak; other categories: ${formatBytes(s.peak_bytes - (s.category_bytes.temporary || 0))}`)
+      ? stat('stat-temps', 'Temporaries', s.category_bytes.temporary || 0,
+        `${formatPercent(s.peak_bytes ? (s.category_bytes.temporary || 0) / s.peak_bytes : 0)} of the peak${otherCategories(s, 'temporary') ? `; the rest: ${otherCategories(s, 'temporary')}` : ''}`)
       : stat('stat-temps', 'Temporaries', s.temporary_bytes, `live for the whole program: ${formatBytes(s.indefinite_bytes)}`),
     stat('stat-limit', 'Limit', s.limit_bytes || null,
       `${escapeHtml(s.device || info.meta?.device || '')}${limitShare != null ? ` · peak is ${formatPercent(limitShare)}` : ''}`, over ? 'alert' : ''),

@@ -1,5 +1,6 @@
 // timeline.js — "Memory allocation over program order": the memory in use at each step (size
-// and unpadded size; reserved memory as a second line for runtime profiles), drawn with uPlot.
+// and unpadded size; reserved memory as a second line for runtime profiles that recorded it —
+// an RMM log did not, and a line at 0 would say it had none), drawn with uPlot.
 // The server downsamples to about one point per pixel keeping each bucket's maximum, so the
 // exact peak is always drawn; zooming (drag or wheel) asks the server for the visible window
 // again, so detail appears as one zooms in.
@@ -7,6 +8,21 @@ import uPlot from 'uplot';
 import { formatBytes, formatTime, escapeHtml, BYTE_INCRS } from './format.js';
 
 const HEIGHT = 280;
+// Steps and events are whole numbers: ticks 1, 2, 5, 10, 20, 50... apart, never 0.2.
+const STEP_INCRS = Array.from({ length: 48 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
+
+// The name of a marker as `hbm report` prints it, without repeating the step's number
+// ("step 1", not "step 1 1"); a step's end reads "end of step 1".
+export function markerLabel(m) {
+  const number = m.value != null ? String(m.value) : '';
+  if (m.kind === 'step_begin' || m.kind === 'step_end') {
+    let text = m.text || 'step';
+    if (number && !new RegExp(`(^|\\D)${number}$`).test(text)) text = `${text} ${number}`;
+    if (m.kind === 'step_end' && !/^end\b/.test(text)) text = `end of ${text}`;
+    return text;
+  }
+  return m.text || '';
+}
 
 export class Timeline {
   // fetchWindow(from, to, points) -> Promise<timeline JSON>; onPick(step) on a click
@@ -35,16 +51,17 @@ export class Timeline {
     this.summary = summary;
     this.kind = kind;
     this.nSteps = summary.n_steps;
+    this.hasReserved = kind === 'runtime' && !!summary.reserved_known;
     // Reserved memory far above the peak (a preallocated pool) would flatten the curve that
     // matters: then the line starts hidden (the header still gives the number).
     this.showReserved = summary.peak_reserved_bytes <= 3 * summary.peak_bytes;
     await this.load(0, this.nSteps, true, data);
-    if (this.plot && kind === 'runtime') this.plot.setSeries(3, { show: this.showReserved });
+    if (this.plot && this.hasReserved) this.plot.setSeries(3, { show: this.showReserved });
   }
 
   setReservedShown(show) {
     this.showReserved = show;
-    if (this.plot && this.kind === 'runtime') this.plot.setSeries(3, { show });
+    if (this.plot && this.hasReserved) this.plot.setSeries(3, { show });
   }
 
   width() {
@@ -62,20 +79,21 @@ export class Timeline {
     this.data = data;
     this.range = [from, to];
     // A new profile of another kind has other series: build anew; else new data will do.
-    if (!this.plot || (rebuild && this.builtKind !== this.kind)) this.build();
+    const shape = `${this.kind}/${this.hasReserved}`; // which series there are
+    if (!this.plot || (rebuild && this.builtKind !== shape)) this.build();
     else this.update();
   }
 
   seriesData() {
     const d = this.data;
     const cols = [d.step, d.bytes, d.unpadded];
-    if (this.kind === 'runtime') cols.push(d.reserved);
+    if (this.hasReserved) cols.push(d.reserved);
     return cols;
   }
 
   build() {
     if (this.plot) this.plot.destroy();
-    this.builtKind = this.kind;
+    this.builtKind = `${this.kind}/${this.hasReserved}`;
     this.el.innerHTML = '';
     const runtime = this.kind === 'runtime';
     const series = [
@@ -83,14 +101,14 @@ export class Timeline {
       { label: 'Size', stroke: '#1a73e8', fill: 'rgba(26,115,232,0.10)', width: 1.5 },
       { label: 'Unpadded size', stroke: '#188038', width: 1.2 },
     ];
-    if (runtime) series.push({ label: 'Reserved', stroke: '#9334e6', width: 1.2 });
+    if (this.hasReserved) series.push({ label: 'Reserved', stroke: '#9334e6', width: 1.2 });
     const opts = {
       width: this.width(),
       height: HEIGHT,
       legend: { show: false },
       scales: { x: { time: false, range: () => this.xRange() }, y: { range: (u, lo, hi) => this.yRange(hi) } },
       axes: [
-        { label: runtime ? 'allocator event' : 'program order (HLO sequence)', size: 40 },
+        { label: runtime ? 'allocator event' : 'program order (HLO sequence)', size: 40, incrs: STEP_INCRS },
         { values: (u, ticks) => ticks.map(formatBytes), incrs: BYTE_INCRS, size: 80, label: 'memory' },
       ],
       series,
@@ -201,9 +219,8 @@ export class Timeline {
       `size <b>${formatBytes(d.bytes[i])}</b>`,
       `unpadded ${formatBytes(d.unpadded[i])}`,
     ];
-    if (this.kind === 'runtime') {
-      parts.push(`reserved ${formatBytes(d.reserved[i])}`, formatTime(d.time_ns[i]));
-    }
+    if (this.hasReserved) parts.push(`reserved ${formatBytes(d.reserved[i])}`);
+    if (this.kind === 'runtime') parts.push(formatTime(d.time_ns[i]));
     this.hoverEl.innerHTML = parts.filter(Boolean).join(' · ');
     this.hoverEl.dataset.step = d.step[i];
     this.hoverEl.dataset.op = op || '';
@@ -281,28 +298,40 @@ export class Timeline {
   }
 
   // Training-step boundaries and annotations as faint lines with their names, when at most
-  // MAX_MARKERS are in view (zoom in to see them on a long run).
+  // MAX_MARKERS are in view (zoom in to see them on a long run). Markers at the same step
+  // share one line and one label ("end of step 1 · step 2"). The labels (this.markerTexts)
+  // and those drawn without overlapping (this.labels) are kept for tests.
   drawMarkers(u, ctx) {
     const MAX_MARKERS = 40;
     const [from, to] = this.range || [0, 0];
     const visible = (this.markers || []).filter((m) => m.step >= from && m.step < to);
+    this.labels = [];
+    this.markerTexts = [];
     if (!visible.length || visible.length > MAX_MARKERS) return;
+    const atStep = new Map();
+    for (const m of visible) {
+      const text = markerLabel(m);
+      if (!atStep.has(m.step)) atStep.set(m.step, []);
+      if (text) atStep.get(m.step).push(text);
+    }
+    this.markerTexts = [...atStep].map(([step, texts]) => ({ step, text: texts.join(' · ') }));
     const { top, height } = u.bbox;
     ctx.strokeStyle = 'rgba(95,99,104,0.35)';
     ctx.fillStyle = '#5f6368';
     ctx.lineWidth = 1;
     ctx.font = `${10 * devicePixelRatio}px sans-serif`;
     let labelEnd = -Infinity; // labels that would overlap the previous one are left out
-    for (const m of visible) {
-      const x = Math.round(u.valToPos(m.step, 'x', true)) + 0.5;
+    for (const [step, texts] of atStep) {
+      const x = Math.round(u.valToPos(step, 'x', true)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(x, top);
       ctx.lineTo(x, top + height);
       ctx.stroke();
-      const text = m.kind === 'step_begin' ? `${m.text || 'step'} ${m.value}` : m.text;
+      const text = texts.join(' · ');
       if (text && x + 3 > labelEnd) {
         ctx.fillText(text, x + 3, top + height - 4 * devicePixelRatio);
         labelEnd = x + 3 + ctx.measureText(text).width + 6;
+        this.labels.push({ step, text });
       }
     }
   }

@@ -1,0 +1,120 @@
+/* test_viewer_layout.c — the allocation timeline's layout (src/viewer/layout.c): every
+ * allocation of a plan in its own rows, so no buffer is drawn over another, the stack as tall
+ * as XLA's total; a runtime profile's never-used address gaps cut out, so a small buffer far
+ * below the others does not squeeze them into the top of the panel. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "viewer/viewer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024ull * 1024 * 1024)
+#define MIB (1024ull * 1024)
+
+/* Fails when two buffers of `space` overlap in both steps and rows: one would hide the other. */
+static void assert_nothing_hidden(const hbm_profile_t *p, int space, const uint64_t *row) {
+  int64_t n = hbm_profile_buffer_count(p);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) {
+      const hbm_buffer_t *a = hbm_profile_buffer(p, i), *b = hbm_profile_buffer(p, j);
+      if (a->space != space || b->space != space)
+        continue;
+      bool steps = a->start < b->end && b->start < a->end;
+      bool rows = row[i] < row[j] + b->size && row[j] < row[i] + a->size;
+      if (steps && rows)
+        fail_msg("buffers %lld (%s) and %lld (%s) overlap", (long long)i, a->op ? a->op : "-",
+                 (long long)j, b->op ? b->op : "-");
+    }
+}
+
+/* examples/seed_oom.hlo: XLA's report for it (docs in the file, README) says "Total hbm usage
+ * >= 500.00G": HLO temp 300 GiB (the 200 GiB %normal_fusion at offset 0 and the 100 GiB
+ * %xor_convert_fusion at 200 GiB), the 200 GiB output %dot.1 and the 1 KiB (tiled u32[2])
+ * constant, each in an allocation of its own at offset 0. */
+static void test_seed_plan_allocations_stacked(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_load(HBM_SOURCE_DIR "/examples/seed_oom.hlo");
+  assert_non_null(p);
+  uint64_t *row = calloc((size_t)hbm_profile_buffer_count(p), sizeof *row);
+  hbm__layout_t l;
+  assert_true(hbm__layout_build(p, 0, row, &l));
+  assert_true(l.height == 300 * GIB + 200 * GIB + 1024);
+  assert_int_equal(l.n_bands, 3); /* temp heap, outputs, constants */
+  assert_string_equal(l.bands[0].kind, "heap");
+  assert_true(l.bands[0].size == 300 * GIB);
+  assert_true(l.bands[1].row == 300 * GIB && l.bands[1].size == 200 * GIB);
+  assert_true(l.bands[2].row == 500 * GIB && l.bands[2].size == 1024);
+  assert_nothing_hidden(p, 0, row);
+  hbm_analysis_t *a = hbm_analyze(p, 0);
+  assert_true(hbm_analysis_summary(a)->peak_bytes <= l.height); /* the axis covers the peak */
+  hbm_analysis_free(a);
+  assert_ptr_equal(hbm__layout_band_at(&l, 0), &l.bands[0]);
+  assert_ptr_equal(hbm__layout_band_at(&l, 300 * GIB), &l.bands[1]);
+  assert_ptr_equal(hbm__layout_band_at(&l, 500 * GIB + 5), &l.bands[2]);
+  free(l.bands);
+  free(row);
+  hbm_profile_free(p);
+}
+
+/* hbm demo's shape: a 16 KiB bias 11 GiB below two 125 MiB buffers (another part of the
+ * allocator's pool). Used bytes: 16 KiB + 250 MiB; the 11 GiB gap is cut out. */
+static void test_runtime_gap_cut_out(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, "gap");
+  int space = hbm_profile_add_space(p, "HBM", "sim0", 0, 12 * GIB);
+  uint64_t low = 0x7f0000000000ull, high = low + 11 * GIB;
+  int64_t s0 = hbm_profile_add_step(p, 0, NULL);
+  hbm_profile_alloc_at(p, s0, space, low, 16384, NULL);
+  int64_t s1 = hbm_profile_add_step(p, 10, NULL);
+  hbm_profile_alloc_at(p, s1, space, high, 125 * MIB, NULL);
+  int64_t s2 = hbm_profile_add_step(p, 20, NULL);
+  hbm_profile_alloc_at(p, s2, space, high + 125 * MIB, 125 * MIB, NULL);
+  int64_t s3 = hbm_profile_add_step(p, 30, NULL);
+  assert_int_equal(hbm_profile_free_at(p, s3, space, high), HBM_OK);
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  uint64_t row[3];
+  hbm__layout_t l;
+  assert_true(hbm__layout_build(p, space, row, &l));
+  assert_int_equal(l.n_bands, 2);
+  assert_true(l.height == 16384 + 250 * MIB);
+  assert_true(row[0] == 0 && row[1] == 16384 && row[2] == 16384 + 125 * MIB);
+  /* the big buffers fill all but 16 KiB of the height: far from the top 5% */
+  assert_true((double)(row[2] + 125 * MIB - row[1]) / (double)l.height > 0.99);
+  assert_nothing_hidden(p, space, row);
+  free(l.bands);
+  hbm_profile_free(p);
+}
+
+/* A gap smaller than 1 MiB (and than 1/32 of what is used) is fragmentation, and stays. */
+static void test_runtime_small_gap_kept(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, "small-gap");
+  int space = hbm_profile_add_space(p, "HBM", "sim0", 0, 0);
+  int64_t s0 = hbm_profile_add_step(p, 0, NULL);
+  hbm_profile_alloc_at(p, s0, space, 4096, 1000, NULL);
+  hbm_profile_alloc_at(p, s0, space, 4096 + 65536, 1000, NULL);
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  uint64_t row[2];
+  hbm__layout_t l;
+  assert_true(hbm__layout_build(p, space, row, &l));
+  assert_int_equal(l.n_bands, 1);
+  assert_true(row[0] == 0 && row[1] == 65536 && l.height == 65536 + 1000);
+  free(l.bands);
+  hbm_profile_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_seed_plan_allocations_stacked),
+      cmocka_unit_test(test_runtime_gap_cut_out),
+      cmocka_unit_test(test_runtime_small_gap_kept),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
