@@ -109,20 +109,26 @@ static void layout_plan(layout_builder_t *lb) {
 
 /* ---- runtime profiles ---- */
 
-static int cmp_address(const void *a, const void *b, void *ctx) {
-  const hbm_buffer_t *x = hbm_profile_buffer(ctx, *(const int64_t *)a);
-  const hbm_buffer_t *y = hbm_profile_buffer(ctx, *(const int64_t *)b);
+/* A buffer by address: sorted as plain pairs, without a lookup per comparison (500k buffers
+ * of a 1M-event profile sort in a few tens of milliseconds). */
+typedef struct by_address {
+  uint64_t address, size;
+  int64_t index;
+} by_address_t;
+
+static int cmp_address(const void *a, const void *b) {
+  const by_address_t *x = a, *y = b;
   if (x->address != y->address)
     return x->address < y->address ? -1 : 1;
-  return *(const int64_t *)a < *(const int64_t *)b ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* The bytes covered by the union of the buffers' address ranges (idx sorted by address). */
-static uint64_t used_bytes(const hbm_profile_t *p, const int64_t *idx, size_t n) {
+/* The bytes covered by the union of the buffers' address ranges (sorted by address). */
+static uint64_t used_bytes(const by_address_t *bufs, size_t n) {
   uint64_t used = 0, end = 0;
   for (size_t i = 0; i < n; i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(p, idx[i]);
-    uint64_t lo = b->address > end ? b->address : end, hi = b->address + b->size;
+    uint64_t lo = bufs[i].address > end ? bufs[i].address : end;
+    uint64_t hi = bufs[i].address + bufs[i].size;
     if (hi > lo)
       used += hi - lo;
     if (hi > end)
@@ -140,35 +146,37 @@ static bool range_band(layout_builder_t *lb, uint64_t base, uint64_t end, size_t
 static bool layout_runtime(layout_builder_t *lb) {
   size_t n = 0;
   int64_t total = hbm_profile_buffer_count(lb->p);
-  int64_t *idx = malloc((total > 0 ? (size_t)total : 1) * sizeof *idx);
-  if (!idx)
+  by_address_t *bufs = malloc((total > 0 ? (size_t)total : 1) * sizeof *bufs);
+  if (!bufs)
     return false;
-  for (int64_t i = 0; i < total; i++)
-    if (in_space(hbm_profile_buffer(lb->p, i), lb->space))
-      idx[n++] = i;
-  qsort_r(idx, n, sizeof *idx, cmp_address, (void *)lb->p);
-  uint64_t gap = used_bytes(lb->p, idx, n) / 32;
+  for (int64_t i = 0; i < total; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(lb->p, i);
+    if (in_space(b, lb->space))
+      bufs[n++] = (by_address_t){b->address, b->size, i};
+  }
+  qsort(bufs, n, sizeof *bufs, cmp_address);
+  uint64_t gap = used_bytes(bufs, n) / 32;
   if (gap < HBM__GAP_MIN)
     gap = HBM__GAP_MIN;
   bool ok = true;
   uint64_t base = 0, end = 0;
   size_t count = 0;
   for (size_t i = 0; i < n && ok; i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(lb->p, idx[i]);
+    const by_address_t *b = &bufs[i];
     if (count && b->address > end && b->address - end > gap) {
       ok = range_band(lb, base, end, count);
       count = 0;
     }
     if (!count)
       base = end = b->address;
-    lb->row[idx[i]] = lb->top + (b->address - base);
+    lb->row[b->index] = lb->top + (b->address - base);
     if (b->address + b->size > end)
       end = b->address + b->size;
     count++;
   }
   if (ok && count)
     ok = range_band(lb, base, end, count);
-  free(idx);
+  free(bufs);
   return ok;
 }
 
