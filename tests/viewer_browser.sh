@@ -35,6 +35,9 @@ cleanup() {
 trap cleanup EXIT
 
 "$fixtures" --write-fixtures "$work/logdir" 3000
+# An RMM log (no reserved memory, no memory type recorded) in an older run of its own.
+mkdir -p "$work/logdir/plugins/profile/2025_12_30_00_00_00"
+cp "$src/tests/data/profile/small.csv" "$work/logdir/plugins/profile/2025_12_30_00_00_00/"
 # The main job's steps, as scripts/run.sh runs them (a failure here fails the test).
 bash "$src/scripts/main-job.sh" "$hbm" "$work/mainjob" >"$artifacts/main-job.log" 2>&1 ||
   { echo "viewer_browser: scripts/main-job.sh failed:"; tail -20 "$artifacts/main-job.log"; exit 1; }

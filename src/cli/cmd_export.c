@@ -8,12 +8,14 @@
 #include <string.h>
 
 static void print_usage(FILE *out) {
-  fprintf(out, "usage: hbm export PATH [--format chrome] [-o FILE]\n\n"
-               "Writes the profile at PATH (a logdir, a run, a profile file, an RMM CSV log, an\n"
-               "HLO/XLA dump) as Chrome trace / Perfetto JSON: memory counters, one slice per\n"
-               "buffer, OOMs and markers. Open it at https://ui.perfetto.dev.\n\n"
-               "  --format chrome  the only format so far (the default)\n"
-               "  -o FILE          write to FILE instead of stdout\n");
+  fprintf(
+      out,
+      "usage: hbm export PATH [--format chrome] [-o FILE]\n\n"
+      "Writes the profile at PATH (a logdir, a run, a profile file, an RMM CSV log, an\n"
+      "HLO/XLA dump; default: $HBM_PROFILE_DIR) as Chrome trace / Perfetto JSON: memory\n"
+      "counters, one slice per buffer, OOMs and markers. Open it at https://ui.perfetto.dev.\n\n"
+      "  --format chrome  the only format so far (the default)\n"
+      "  -o FILE          write to FILE instead of stdout\n");
 }
 
 static int export_to(const char *path, const char *output) {
@@ -50,6 +52,8 @@ int hbm_cmd_export(int argc, char **argv) {
       return 2;
     }
   }
+  if (!path)
+    path = cli_env_logdir();
   if (!path) {
     print_usage(stderr);
     return 2;

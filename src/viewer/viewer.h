@@ -238,7 +238,8 @@ bool hbm__query_int(const hbm__query_t *q, const char *key, int64_t def, int64_t
 /* One band of the allocation timeline: an allocation (plan) or a used address range (runtime)
  * drawn in rows [row, row + size); a buffer of it at address a is at row + (a - base). */
 typedef struct hbm__band {
-  char kind[16]; /* "heap", "allocations" (a plan's own allocations, stacked), "range" */
+  char kind[16]; /* "heap", "allocations" (a plan's own allocations, stacked), "aliases"
+                    (values drawn apart from one whose bytes they share), "range" */
   char label[96];
   uint64_t base, row, size;
   size_t count; /* buffers in it */

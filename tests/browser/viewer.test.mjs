@@ -33,6 +33,7 @@ const args = parseArgs(process.argv);
 const RUN_PLANS = '2026_01_02_10_00_00';
 const RUN_TRAIN = '2026_01_01_09_00_00';
 const RUN_BROKEN = '2026_01_01_08_00_00';
+const RUN_RMM = '2025_12_30_00_00_00'; // tests/data/profile/small.csv, added by viewer_browser.sh
 const PLAN_A = 'module_0001.jit_train_step.hbmtrace';
 const PLAN_B = 'module_0002.jit_eval_step.hbmtrace';
 const TRAIN = 'testhost.4242.hbmtrace';
@@ -338,6 +339,17 @@ async function main() {
     await waitLoads(page, before);
     check(await page.locator('#banner').isVisible(), 'a truncated profile shows the loss in a banner');
     await shot(page, 'truncated');
+
+    // 7b. An RMM log: what it does not record is unknown, not 0 B and not HBM.
+    before = await loads(page);
+    await page.selectOption('#run-select', RUN_RMM);
+    await waitLoads(page, before);
+    check((await page.locator('#stat-frag .value').textContent()).trim() === 'unknown', 'an RMM log\'s peak reserved is "unknown"');
+    check(await page.locator('#reserved-toggle').isHidden(), 'and there is no reserved line to show');
+    check(await page.evaluate(() => !window.hbmViewer.views.timeline.hasReserved), 'the timeline draws no reserved series');
+    check((await page.locator('#space-select option').first().textContent()).startsWith('unknown'), 'its memory type is "unknown", not HBM');
+    check(await page.locator('#padding-charts').isHidden() && await page.locator('#padding-none').isVisible(), '"By padding size" is left out when nothing is padded, with a line saying why');
+    await shot(page, 'rmm_log');
 
     check(foreign.length === 0, `the page loads nothing from the network (${foreign.join(', ') || 'none'})`);
     check(errors.length === 0, `no errors in the page (${errors.join('; ') || 'none'})`);

@@ -14,6 +14,7 @@ const METRICS = [
 ];
 
 function deltaCell(delta) {
+  if (delta == null) return '<td class="num muted">—</td>'; // unknown on one side (reserved of an RMM log)
   const cls = delta > 0 ? 'up' : delta < 0 ? 'down' : '';
   return `<td class="num ${cls}">${formatDelta(delta)}</td>`;
 }
@@ -22,7 +23,7 @@ export function renderCompare(titleEl, bodyEl, data) {
   const { a, b, delta, ops } = data;
   titleEl.textContent = `Comparison: ${a.run}/${a.profile} (A) vs ${b.run}/${b.profile} (B)`;
   const rows = METRICS.map(([key, label]) => `<tr><th>${label}</th>
-    <td class="num">${formatBytes(a[key])}</td><td class="num">${formatBytes(b[key])}</td>${deltaCell(delta[key])}</tr>`);
+    <td class="num">${a[key] == null ? 'unknown' : formatBytes(a[key])}</td><td class="num">${b[key] == null ? 'unknown' : formatBytes(b[key])}</td>${deltaCell(delta[key])}</tr>`);
   rows.push(`<tr><th>Buffers live at the peak</th><td class="num">${formatCount(a.n_buffers_at_peak)}</td>
     <td class="num">${formatCount(b.n_buffers_at_peak)}</td><td class="num">${delta.n_buffers_at_peak > 0 ? '+' : ''}${delta.n_buffers_at_peak}</td></tr>`);
   const opRows = ops.map((o) => `<tr><td class="opname">${escapeHtml(o.op)}</td>
