@@ -146,6 +146,19 @@ for way in linked procaddr; do
 done
 ok "8 threads allocating and freeing at once"
 
+# 4c. Two GPUs: a block is placed on the device of the current context. After 4096 bytes on
+#     GPU 0 and 8192 on GPU 1, GPU 1 says 1610612736 - 8192 = 1610604544 free; the profile
+#     has one memory space per GPU.
+out=$(FAKECUDA_DEVICES=2 "$hbm" run --mode platform --logdir "$tmp/gpus" -- "$progs/cuda_user" \
+  procaddr alloc 4096 device 1 alloc 8192 info 2>"$tmp/gpus.err")
+printf '%s\n' "alloc 4096: 0" "device 1: 0" "alloc 8192: 0" \
+  "info free=1610604544 total=1610612736: 0" | diff - <(echo "$out") ||
+  { cat "$tmp/gpus.err"; fail "two GPUs: wrong results"; }
+report=$("$hbm" report "$tmp/gpus") || fail "two GPUs: hbm report failed"
+grep -q "== HBM on cuda:0" <<<"$report" && grep -q "== HBM on cuda:1" <<<"$report" ||
+  fail "two GPUs: not one memory space per GPU"
+ok "two GPUs: each block on the device of the current context"
+
 # 5. The runtime (PyTorch's way with PYTORCH_NO_CUDA_MEMORY_CACHING=1), linked and from a
 #    library opened RTLD_LOCAL. cudaMalloc of 0 bytes is the runtime's own (success, NULL);
 #    cudaMemGetInfo says 1610612736 - (1048576 + 3000) = 1609561160 free; 3000000000 bytes
