@@ -159,6 +159,14 @@ grep -q "== HBM on cuda:0" <<<"$report" && grep -q "== HBM on cuda:1" <<<"$repor
   fail "two GPUs: not one memory space per GPU"
 ok "two GPUs: each block on the device of the current context"
 
+# 4d. No current context: the driver's own answer, CUDA_ERROR_INVALID_CONTEXT (201), for an
+#     allocation and for cuMemGetInfo; after making one current again, served.
+out=$("$hbm" run --mode platform --logdir "$tmp/noctx" -- "$progs/cuda_user" dlsym nocontext 0 \
+  alloc 4096 info device 0 alloc 4096 2>"$tmp/noctx.err")
+printf '%s\n' "nocontext: 0" "alloc 4096: 201" "info free=0 total=0: 201" "device 0: 0" \
+  "alloc 4096: 0" | diff - <(echo "$out") || { cat "$tmp/noctx.err"; fail "no context: wrong results"; }
+ok "without a current context the driver's error, as from the driver"
+
 # 5. The runtime (PyTorch's way with PYTORCH_NO_CUDA_MEMORY_CACHING=1), linked and from a
 #    library opened RTLD_LOCAL. cudaMalloc of 0 bytes is the runtime's own (success, NULL);
 #    cudaMemGetInfo says 1610612736 - (1048576 + 3000) = 1609561160 free; 3000000000 bytes

@@ -11,6 +11,7 @@
  *   touch I      writes a pattern into the I-th allocation with the driver and reads it back
  *   info         cuMemGetInfo_v2
  *   sleep MS     waits (two processes at once)
+ *   nocontext 0  makes no context current (the driver's calls then fail)
  *   device N     makes device N's primary context current (later commands use it)
  *   cxx 0        loads the C++ runtime into the global scope (as any C++ framework has it)
  *   threads N    N threads at once, each 200 cuMemAlloc_v2 + cuMemFree_v2 of sizes 1..64 KiB
@@ -301,6 +302,8 @@ int main(int argc, char **argv) {
       printf("free %zu: %d\n", n, r);
     } else if (!strcmp(cmd, "touch") && n < (size_t)n_blocks && blocks[n]) {
       printf("touch %zu: %d\n", n, touch(&api, blocks[n], stream));
+    } else if (!strcmp(cmd, "nocontext")) {
+      printf("nocontext: %d\n", api.set_current(NULL));
     } else if (!strcmp(cmd, "device")) {
       CUcontext other = NULL;
       int d = 0;
