@@ -106,6 +106,9 @@ grep -q "hbm diagnosis:" "$dir.err" || fail "no diagnosis"
 grep -q "limit: 1073741824 bytes" "$dir.err" || fail "the diagnosis does not give the limit"
 grep -q "cause: in use + request over the limit" "$dir.err" || fail "wrong cause"
 grep -q "pid 4242 holds 300.0MiB" "$dir.err" || fail "the other process is not named"
+# hbm run's summary at the end: 700000000 + 200000000 bytes = 858.3MiB in use at the peak.
+grep -q "hbm run: cuda:0 (FakeCUDA GPU): peak in use 858.3MiB, .*, limit 1.00GiB, 1 OOM(s)" \
+  "$dir.err" || { cat "$dir.err"; fail "no summary after the program"; }
 grep -q '"requested": 400000000' <<<"$("$hbm" report --json "$dir")" ||
   fail "the OOM is not in the profile"
 ok "an over-limit allocation gets CUDA_ERROR_OUT_OF_MEMORY and the diagnosis"

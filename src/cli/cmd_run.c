@@ -237,6 +237,24 @@ static int run_command(char **command, pid_t *pid_out) {
   return rc;
 }
 
+/* One line per GPU of the program's profile: its peaks against the limit, and its OOMs. */
+static void summarize(const char *path) {
+  hbm_profile_t *p = hbm_profile_load(path);
+  for (int space = 0; p && space < hbm_profile_space_count(p); space++) {
+    hbm_analysis_t *a = hbm_analyze(p, space);
+    const hbm_summary_t *s = a ? hbm_analysis_summary(a) : NULL;
+    char peak[32], reserved[32], limit[32];
+    if (s)
+      fprintf(stderr, "hbm run: %s: peak in use %s, peak reserved %s, limit %s, %zu OOM(s)\n",
+              hbm_profile_space(p, space)->device,
+              hbm_format_bytes(s->peak_bytes, peak, sizeof peak),
+              hbm_format_bytes(s->peak_reserved_bytes, reserved, sizeof reserved),
+              hbm_format_bytes(s->limit_bytes, limit, sizeof limit), s->n_oom);
+    hbm_analysis_free(a);
+  }
+  hbm_profile_free(p);
+}
+
 /* The program's profile, when it allocated device memory (<host>.<pid>.hbmtrace). */
 static void say_where_the_profile_is(const char *logdir, pid_t pid) {
   hbm_logdir_entry_t entries[64];
@@ -247,6 +265,7 @@ static void say_where_the_profile_is(const char *logdir, pid_t pid) {
   snprintf(needle, sizeof needle, ".%ld.hbmtrace", (long)pid);
   for (size_t i = 0; i < total && i < 64; i++) {
     if (strstr(entries[i].file, needle)) {
+      summarize(entries[i].path);
       fprintf(stderr, "hbm run: profile %s\nhbm run: see it with: hbm report %s\n", entries[i].path,
               logdir);
       return;
