@@ -190,6 +190,10 @@ for way in linked dlopen; do
   grep -q '"buffers": 2,' <<<"$json" || fail "runtime $way: the profile does not have 2 buffers"
   grep -q '"peak_bytes": 1051576,' <<<"$json" || fail "runtime $way: peak is not 1051576"
   grep -q '"source": "cudaMallocAsync on stream 0x' <<<"$json" || fail "runtime $way: no stream"
+  # Served by the runtime's hooks themselves (which found the runtime's cudaGetDevice, out of
+  # the global scope for "dlopen"), not only at the driver below the runtime.
+  grep -q '"source": "cudaMalloc from cudart_user' <<<"$json" ||
+    fail "runtime $way: cudaMalloc not served at the runtime"
   ok "runtime ($way): cudaMalloc/cudaMallocAsync served by hbm, OOM is cudaErrorMemoryAllocation"
 done
 
