@@ -1,5 +1,7 @@
 /* alloc_helpers.h — for the allocator's tests: configurations of fresh simulated devices,
- * each with a name of its own so that tests running in parallel never share a ledger. */
+ * each with a name of its own so that tests running in parallel never share a ledger.
+ * HBM_TEST_DEVICE=cuda runs them on the CUDA backend instead (ctest does so against the
+ * driver double, tests/fakecuda, whose memory is then set to the device's size). */
 #ifndef HBM_TEST_ALLOC_HELPERS_H
 #define HBM_TEST_ALLOC_HELPERS_H
 
@@ -13,10 +15,18 @@
 #include "alloc/alloc.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 static int th_sim_devices; /* configurations made so far in this test program */
+
+/* The backend the tests run on: sim, or cuda under HBM_TEST_DEVICE=cuda. */
+static inline hbm_device_kind_t th_device_kind(void) {
+  const char *kind = getenv("HBM_TEST_DEVICE");
+  return kind && !strcmp(kind, "cuda") ? HBM_DEVICE_CUDA : HBM_DEVICE_SIM;
+}
 
 /* A sim device of `memory` bytes in `mode`, limit `fraction` of it, named
  * <prefix>-<pid>-<n>. */
@@ -24,8 +34,13 @@ static inline hbm_config_t th_sim_config(const char *prefix, hbm_mode_t mode, ui
                                          double fraction) {
   hbm_config_t cfg;
   hbm_config_default(&cfg);
-  cfg.device = HBM_DEVICE_SIM;
+  cfg.device = th_device_kind();
   cfg.sim_memory = memory;
+  if (cfg.device == HBM_DEVICE_CUDA) { /* the double's size, while nothing lives on it */
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)memory);
+    setenv("FAKECUDA_MEMORY", bytes, 1);
+  }
   cfg.mem_fraction = fraction;
   snprintf(cfg.sim_name, sizeof cfg.sim_name, "%s-%d-%d", prefix, (int)getpid(), ++th_sim_devices);
   if (hbm_config_mode(&cfg) != mode) /* the defaults' settings keep their default origin */

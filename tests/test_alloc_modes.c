@@ -38,7 +38,7 @@ static void bfc_preallocates_at_first_use(void **state) {
   (void)state;
   hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_BFC, 64 * MiB, 0.75);
   assert_int_equal(hbm_device_mode(dev), HBM_MODE_BFC);
-  assert_int_equal(hbm_device_kind(dev), HBM_DEVICE_SIM);
+  assert_int_equal(hbm_device_kind(dev), th_device_kind());
   assert_true(device_free(dev) == 64 * MiB); /* nothing until the first allocation */
   assert_true(th_stats(dev).bytes_reserved == 0);
   void *p = hbm_alloc(dev, 1000, 0);
@@ -141,15 +141,20 @@ static void platform_is_exact_and_returns(void **state) {
 static void async_follows_stream_order(void **state) {
   (void)state;
   hbm_device_t *dev = th_open_sim("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
+  /* On CUDA the driver's pool decides sizes and addresses (it promises none): there, what
+   * hbm's own pool does exactly is not checked, only what any pool must do. */
+  bool own_pool = th_device_kind() == HBM_DEVICE_SIM;
   hbm_stream_t *s1 = hbm_stream_create(dev), *s2 = hbm_stream_create(dev);
   assert_non_null(s1);
   assert_non_null(s2);
   void *a = hbm_alloc_async(dev, MiB, s1);
   assert_non_null(a);
-  assert_true(th_stats(dev).bytes_reserved == 2 * MiB); /* the pool grew by a segment */
+  if (own_pool)
+    assert_true(th_stats(dev).bytes_reserved == 2 * MiB); /* the pool grew by a segment */
   assert_int_equal(hbm_free_async(dev, a, s1), HBM_OK);
   void *b = hbm_alloc_async(dev, MiB, s1);
-  assert_ptr_equal(b, a); /* same stream: reused at once */
+  if (own_pool)
+    assert_ptr_equal(b, a); /* same stream: reused at once */
   assert_int_equal(hbm_free_async(dev, b, s1), HBM_OK);
   assert_true(th_stats(dev).bytes_in_use == 0);
   void *c = hbm_alloc_async(dev, MiB, s2);
@@ -157,27 +162,35 @@ static void async_follows_stream_order(void **state) {
   assert_ptr_not_equal(c, b); /* other stream: not before s1 synchronizes */
   void *c2 = hbm_alloc_async(dev, MiB, s2);
   assert_non_null(c2);
-  assert_true(th_stats(dev).bytes_reserved == 6 * MiB); /* so the pool had to grow */
+  if (own_pool)
+    if (own_pool)
+      assert_true(th_stats(dev).bytes_reserved == 6 * MiB); /* so the pool had to grow */
   assert_int_equal(hbm_stream_synchronize(dev, s1), HBM_OK);
   void *d = hbm_alloc_async(dev, MiB, s2);
-  assert_ptr_equal(d, b); /* now it may */
-  assert_true(th_stats(dev).bytes_reserved == 6 * MiB);
+  if (own_pool)
+    assert_ptr_equal(d, b); /* now it may */
+  if (own_pool)
+    assert_true(th_stats(dev).bytes_reserved == 6 * MiB);
   /* A stream reuses part of a bigger block it freed; the rest stays its own. */
   assert_int_equal(hbm_free_async(dev, c2, s2), HBM_OK);
   void *e = hbm_alloc_async(dev, 256 * KiB, s2);
-  assert_ptr_equal(e, c2);
+  if (own_pool)
+    assert_ptr_equal(e, c2);
   void *f = hbm_alloc_async(dev, 512 * KiB, s2);
-  assert_ptr_equal(f, (char *)c2 + 256 * KiB);
+  if (own_pool)
+    assert_ptr_equal(f, (char *)c2 + 256 * KiB);
   /* A plain hbm_free is synchronous: reusable by every stream. */
   assert_int_equal(hbm_free(dev, c), HBM_OK);
   void *g = hbm_alloc_async(dev, MiB, s1);
-  assert_ptr_equal(g, c);
+  if (own_pool)
+    assert_ptr_equal(g, c);
   /* Destroying a stream releases what waited on it. */
   assert_int_equal(hbm_free_async(dev, g, s1), HBM_OK);
   assert_true(th_stats(dev).bytes_in_use == 256 * KiB + 512 * KiB + MiB);
   assert_int_equal(hbm_stream_destroy(dev, s1), HBM_OK);
   void *h = hbm_alloc_async(dev, MiB, s2);
-  assert_ptr_equal(h, g);
+  if (own_pool)
+    assert_ptr_equal(h, g);
   /* The default stream (NULL) is a stream too. */
   void *i = hbm_alloc_async(dev, 100, NULL);
   assert_non_null(i);
@@ -196,13 +209,18 @@ static void async_preallocation_and_trim(void **state) {
   (void)state;
   hbm_config_t cfg = th_sim_config("tmodes", HBM_MODE_ASYNC, 64 * MiB, 0.5);
   cfg.async_prealloc = 8 * MiB;
+  bool own_pool = th_device_kind() == HBM_DEVICE_SIM; /* as above */
   hbm_device_t *dev = hbm_open(&cfg);
   assert_non_null(dev);
   assert_true(th_stats(dev).bytes_reserved == 0);
   void *p = hbm_alloc(dev, 1000, 0);
-  assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
+  if (own_pool)
+    if (own_pool)
+      assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
   void *q = hbm_alloc(dev, 7 * MiB, 0); /* still inside the preallocation */
-  assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
+  if (own_pool)
+    if (own_pool)
+      assert_true(th_stats(dev).bytes_reserved == 8 * MiB);
   void *r = hbm_alloc(dev, 3 * MiB, 0); /* grows */
   assert_true(th_stats(dev).bytes_reserved > 8 * MiB);
   hbm_free(dev, p);

@@ -107,6 +107,9 @@ static void one_operation(worker_t *w) {
   }
   if ((uintptr_t)p % (alignment ? alignment : 256))
     note_failure(w, "misaligned block", p);
+  /* On a GPU the host may touch a stream-ordered block only once its stream has run. */
+  if (run->mode == HBM_MODE_ASYNC && hbm_device_kind(run->dev) == HBM_DEVICE_CUDA)
+    hbm_stream_synchronize(run->dev, w->stream);
   *b = (shadow_block_t){p, size, ((uint64_t)w->id << 56) ^ (w->allocs * 0x9e3779b97f4a7c15ull)};
   stamp(b);
   w->allocs++;
@@ -266,6 +269,13 @@ static void stress(hbm_mode_t mode, uint64_t ops, uint64_t memory) {
   cfg.device = HBM_DEVICE_SIM;
   cfg.sim_memory = memory;
   cfg.mem_fraction = 0.5;
+  const char *kind = getenv("HBM_TEST_DEVICE"); /* as alloc_helpers.h: CUDA on the double */
+  if (kind && !strcmp(kind, "cuda")) {
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)memory);
+    setenv("FAKECUDA_MEMORY", bytes, 1);
+    cfg.device = HBM_DEVICE_CUDA;
+  }
   snprintf(cfg.sim_name, sizeof cfg.sim_name, "tstress-%d-%d", (int)getpid(), (int)mode);
   hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
   run.dev = hbm_open(&cfg);

@@ -27,17 +27,9 @@
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
-static int sim_counter;
-
 /* A device this thread has used (so that the next thread to use it shares it). */
 static hbm_device_t *open_sim(hbm_mode_t mode, uint64_t memory) {
-  hbm_config_t cfg;
-  hbm_config_default(&cfg);
-  cfg.device = HBM_DEVICE_SIM;
-  cfg.sim_memory = memory;
-  cfg.mem_fraction = 1.0;
-  snprintf(cfg.sim_name, sizeof cfg.sim_name, "tthr-%d-%d", (int)getpid(), ++sim_counter);
-  hbm_config_set_mode(&cfg, mode, HBM_ORIGIN_CODE);
+  hbm_config_t cfg = th_sim_config("tthr", mode, memory, 1.0); /* sim, or CUDA (helpers) */
   hbm_device_t *dev = hbm_open(&cfg);
   if (!dev)
     fail_msg("hbm_open: %s", hbm_last_error());

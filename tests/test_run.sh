@@ -56,12 +56,12 @@ for way in linked dlsym procaddr; do
   prog=$progs/cuda_user
   [ $way = linked ] && prog=$progs/cuda_user_linked
   dir=$tmp/$way
-  "$hbm" run --mode bfc --logdir "$dir" -- "$prog" $way alloc 1048576 async 3000 pool 5000 \
+  "$hbm" run --mode bfc --logdir "$dir" -- "$prog" $way cxx 0 alloc 1048576 async 3000 pool 5000 \
     alloc 77777 touch 0 touch 1 touch 2 touch 3 info free 1 free 0 free 2 free 3 exit 5 \
     >"$dir.out" 2>"$dir.err"
   rc=$?
   [ $rc -eq 5 ] || { cat "$dir.err"; fail "$way: exit status $rc, not the program's 5"; }
-  [ "$(grep -c ': 0$' "$dir.out")" -eq 13 ] || { cat "$dir.out"; fail "$way: a call failed"; }
+  [ "$(grep -c ': 0$' "$dir.out")" -eq 14 ] || { cat "$dir.out"; fail "$way: a call failed"; }
   # cuMemGetInfo: total = hbm's limit; free = the limit less what is in use, 1610612736 -
   # (1048576 + 3000 + 5000 + 77777 = 1134353) = 1609478383.
   grep -q "info free=1609478383 total=1610612736: 0" "$dir.out" ||
@@ -75,7 +75,9 @@ for way in linked dlsym procaddr; do
   grep -q '"peak_reserved_bytes": 1610612736,' <<<"$json" || fail "$way: not hbm's bfc region"
   grep -q '"source": "cuMemAllocAsync on stream 0x' <<<"$json" || fail "$way: no stream"
   grep -q '"group": "cuda_user' <<<"$json" || fail "$way: calling library not recorded"
-  ok "$way: 4 allocations served by hbm, each in the profile with its size"
+  # cuMemAlloc_v2 is called from model::train_step() (_ZN5model10train_stepEv, demangled).
+  grep -q '"op": "model::train_step()"' <<<"$json" || fail "$way: calling function not named"
+  ok "$way: 4 allocations served by hbm, each in the profile with its size and caller"
 done
 
 # 2b. The seeds' variables keep their meaning: XLA_PYTHON_CLIENT_PREALLOCATE=false is hbm's
@@ -104,6 +106,9 @@ grep -q "hbm diagnosis:" "$dir.err" || fail "no diagnosis"
 grep -q "limit: 1073741824 bytes" "$dir.err" || fail "the diagnosis does not give the limit"
 grep -q "cause: in use + request over the limit" "$dir.err" || fail "wrong cause"
 grep -q "pid 4242 holds 300.0MiB" "$dir.err" || fail "the other process is not named"
+# hbm run's summary at the end: 700000000 + 200000000 bytes = 858.3MiB in use at the peak.
+grep -q "hbm run: cuda:0 (FakeCUDA GPU): peak in use 858.3MiB, .*, limit 1.00GiB, 1 OOM(s)" \
+  "$dir.err" || { cat "$dir.err"; fail "no summary after the program"; }
 grep -q '"requested": 400000000' <<<"$("$hbm" report --json "$dir")" ||
   fail "the OOM is not in the profile"
 ok "an over-limit allocation gets CUDA_ERROR_OUT_OF_MEMORY and the diagnosis"
@@ -144,6 +149,27 @@ for way in linked procaddr; do
 done
 ok "8 threads allocating and freeing at once"
 
+# 4c. Two GPUs: a block is placed on the device of the current context. After 4096 bytes on
+#     GPU 0 and 8192 on GPU 1, GPU 1 says 1610612736 - 8192 = 1610604544 free; the profile
+#     has one memory space per GPU.
+out=$(FAKECUDA_DEVICES=2 "$hbm" run --mode platform --logdir "$tmp/gpus" -- "$progs/cuda_user" \
+  procaddr alloc 4096 device 1 alloc 8192 info 2>"$tmp/gpus.err")
+printf '%s\n' "alloc 4096: 0" "device 1: 0" "alloc 8192: 0" \
+  "info free=1610604544 total=1610612736: 0" | diff - <(echo "$out") ||
+  { cat "$tmp/gpus.err"; fail "two GPUs: wrong results"; }
+report=$("$hbm" report "$tmp/gpus") || fail "two GPUs: hbm report failed"
+grep -q "== HBM on cuda:0" <<<"$report" && grep -q "== HBM on cuda:1" <<<"$report" ||
+  fail "two GPUs: not one memory space per GPU"
+ok "two GPUs: each block on the device of the current context"
+
+# 4d. No current context: the driver's own answer, CUDA_ERROR_INVALID_CONTEXT (201), for an
+#     allocation and for cuMemGetInfo; after making one current again, served.
+out=$("$hbm" run --mode platform --logdir "$tmp/noctx" -- "$progs/cuda_user" dlsym nocontext 0 \
+  alloc 4096 info device 0 alloc 4096 2>"$tmp/noctx.err")
+printf '%s\n' "nocontext: 0" "alloc 4096: 201" "info free=0 total=0: 201" "device 0: 0" \
+  "alloc 4096: 0" | diff - <(echo "$out") || { cat "$tmp/noctx.err"; fail "no context: wrong results"; }
+ok "without a current context the driver's error, as from the driver"
+
 # 5. The runtime (PyTorch's way with PYTORCH_NO_CUDA_MEMORY_CACHING=1), linked and from a
 #    library opened RTLD_LOCAL. cudaMalloc of 0 bytes is the runtime's own (success, NULL);
 #    cudaMemGetInfo says 1610612736 - (1048576 + 3000) = 1609561160 free; 3000000000 bytes
@@ -164,6 +190,10 @@ for way in linked dlopen; do
   grep -q '"buffers": 2,' <<<"$json" || fail "runtime $way: the profile does not have 2 buffers"
   grep -q '"peak_bytes": 1051576,' <<<"$json" || fail "runtime $way: peak is not 1051576"
   grep -q '"source": "cudaMallocAsync on stream 0x' <<<"$json" || fail "runtime $way: no stream"
+  # Served by the runtime's hooks themselves (which found the runtime's cudaGetDevice, out of
+  # the global scope for "dlopen"), not only at the driver below the runtime.
+  grep -q '"source": "cudaMalloc from cudart_user' <<<"$json" ||
+    fail "runtime $way: cudaMalloc not served at the runtime"
   ok "runtime ($way): cudaMalloc/cudaMallocAsync served by hbm, OOM is cudaErrorMemoryAllocation"
 done
 

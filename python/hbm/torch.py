@@ -11,9 +11,10 @@ allocator after it). It loads libhbm_preload.so with torch.cuda.memory.CUDAPlugg
 torch.cuda.memory.change_current_allocator. Without code changes, `hbm run -- python
 train.py` does the same for PyTorch, JAX and TensorFlow at once (docs/run.md).
 
-The library is found at $HBM_PRELOAD_LIB, else next to the `hbm` executable on PATH (a build
-tree), else in ../lib* beside it (an installed tree). This module is self-contained: it needs
-nothing from the rest of the hbm package.
+The library is found at $HBM_PRELOAD_LIB, else in this package's directory (a wheel), else in
+the checkout's build/ directory, else next to the `hbm` executable ($HBM_BIN or PATH) or in
+../lib* beside it (an installed tree). This module is self-contained: it needs nothing from
+the rest of the hbm package.
 """
 
 import os
@@ -26,6 +27,17 @@ _LIBRARY = "libhbm_preload.so"
 _PLACES = ("", "../lib", "../lib64", "../lib/x86_64-linux-gnu", "../lib/aarch64-linux-gnu")
 
 
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, _LIBRARY)
+    yield os.path.join(os.path.dirname(os.path.dirname(here)), "build", _LIBRARY)
+    exe = os.environ.get("HBM_BIN") or shutil.which("hbm")
+    if exe:
+        bindir = os.path.dirname(os.path.realpath(exe))
+        for place in _PLACES:
+            yield os.path.normpath(os.path.join(bindir, place, _LIBRARY))
+
+
 def library_path():
     """The path of libhbm_preload.so; FileNotFoundError saying where it looked."""
     env = os.environ.get("HBM_PRELOAD_LIB")
@@ -34,17 +46,13 @@ def library_path():
             raise FileNotFoundError(f"HBM_PRELOAD_LIB={env}: no such file")
         return os.path.abspath(env)
     looked = []
-    exe = shutil.which("hbm")
-    if exe:
-        bindir = os.path.dirname(os.path.realpath(exe))
-        for place in _PLACES:
-            candidate = os.path.normpath(os.path.join(bindir, place, _LIBRARY))
-            looked.append(candidate)
-            if os.path.isfile(candidate):
-                return candidate
+    for candidate in _candidates():
+        looked.append(candidate)
+        if os.path.isfile(candidate):
+            return candidate
     raise FileNotFoundError(
-        f"cannot find {_LIBRARY}: set HBM_PRELOAD_LIB to its path, or put the hbm "
-        f"executable on PATH (looked in: {', '.join(looked) or 'no hbm on PATH'})")
+        f"cannot find {_LIBRARY}: set HBM_PRELOAD_LIB to its path (looked in: "
+        f"{', '.join(looked)})")
 
 
 def _set(name, value):

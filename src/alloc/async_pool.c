@@ -41,6 +41,7 @@ typedef struct async_pool {
   void *native;
   hbm_u64map_t native_live;    /* address → bytes */
   hbm_u64map_t native_aligned; /* address → the driver's pointer, when they differ */
+  hbm_u64map_t native_stream;  /* address → the stream it was allocated on (not NULL) */
   uint64_t native_allocated;
 } async_pool_t;
 
@@ -199,9 +200,12 @@ static hbm_status_t native_alloc(async_pool_t *p, uint64_t size, uint64_t alignm
     return HBM_ERR_NO_MEMORY;
   }
   uint64_t base = (uint64_t)(uintptr_t)ptr, addr = hbm__round_up(base, alignment);
+  void *native = hbm__stream_native(stream);
   if (!hbm_u64map_put(&p->native_live, addr, bytes) ||
-      (addr != base && !hbm_u64map_put(&p->native_aligned, addr, base))) {
+      (addr != base && !hbm_u64map_put(&p->native_aligned, addr, base)) ||
+      (native && !hbm_u64map_put(&p->native_stream, addr, (uint64_t)(uintptr_t)native))) {
     hbm_u64map_remove(&p->native_live, addr, NULL);
+    hbm_u64map_remove(&p->native_aligned, addr, NULL);
     env->device->ops->pool_free(env->device, p->native, ptr, hbm__stream_native(stream));
     why->kind = HBM__FAIL_HOST;
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the async pool");
@@ -255,13 +259,16 @@ static void async_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *
   async_pool_t *p = pool_of(s);
   if (p->native) {
     hbm__device_t *d = s->env.device;
+    uint64_t allocated_on = 0;
     hbm_u64map_remove(&p->native_live, b->addr, NULL);
     hbm_u64map_remove(&p->native_aligned, b->addr, NULL);
+    hbm_u64map_remove(&p->native_stream, b->addr, &allocated_on);
     p->native_allocated -= b->allocated;
-    /* No waiting: the driver orders the free on its stream (a plain one on the device's
-     * own stream), and other streams reuse the memory once it has run. */
-    d->ops->pool_free(d, p->native, (void *)(uintptr_t)(b->addr - b->handle),
-                      hbm__stream_native(stream));
+    /* No waiting: the driver orders the free on its stream, and other streams reuse the
+     * memory once it has run. A plain free goes on the stream the block was allocated on
+     * (after all its work there), or for a plain block on the device's own stream. */
+    void *on = stream ? hbm__stream_native(stream) : (void *)(uintptr_t)allocated_on;
+    d->ops->pool_free(d, p->native, (void *)(uintptr_t)(b->addr - b->handle), on);
     return;
   }
   stream_frees_t *f = ordered ? frees_of(p, hbm__stream_id(stream), true) : NULL;
@@ -357,10 +364,21 @@ static hbm_status_t async_stream_sync(hbm__strategy_t *s, hbm_stream_t *stream) 
   return f ? release_stream_frees(p, f) : HBM_OK;
 }
 
+/* Blocks allocated on a stream that goes away are plain blocks from now on (it was
+ * synchronized before it is destroyed). */
+static void forget_native_stream(async_pool_t *p, void *native) {
+  hbm_u64map_t *m = &p->native_stream;
+  for (size_t i = 0; i < m->cap; i++) /* removing leaves a tombstone: nothing moves */
+    if (m->used[i] == 1 && m->values[i] == (uint64_t)(uintptr_t)native)
+      hbm_u64map_remove(m, m->keys[i], NULL);
+}
+
 static void async_stream_destroy(hbm__strategy_t *s, hbm_stream_t *stream) {
   async_pool_t *p = pool_of(s);
-  if (p->native)
+  if (p->native) {
+    forget_native_stream(p, hbm__stream_native(stream));
     return;
+  }
   stream_frees_t *f = frees_of(p, hbm__stream_id(stream), false);
   if (!f)
     return;
@@ -384,6 +402,7 @@ static void async_destroy(hbm__strategy_t *s) {
     d->ops->pool_destroy(d, p->native);
     hbm_u64map_free(&p->native_live);
     hbm_u64map_free(&p->native_aligned);
+    hbm_u64map_free(&p->native_stream);
   } else {
     hbm__arena_for_each_region(p->arena, release_segment, &s->env);
     hbm__arena_delete(p->arena);
@@ -419,6 +438,7 @@ hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t *
   if (d->ops->pool_create) {
     hbm_u64map_init(&p->native_live);
     hbm_u64map_init(&p->native_aligned);
+    hbm_u64map_init(&p->native_stream);
     st = d->ops->pool_create(d, env->limit, &p->native);
   } else if (!(p->arena = hbm__arena_new(false))) {
     st = HBM_ERR_HOST_MEMORY;

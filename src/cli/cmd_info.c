@@ -3,6 +3,7 @@
  * an hbm program started here would run with: device, mode, limit in bytes, and where each
  * setting came from (a variable of the environment, or the default). Opening a device to
  * read its memory takes nothing from it. */
+#include "alloc/alloc.h" /* what backs each mode on the device (its ops) */
 #include "cli.h"
 
 #include <jansson.h>
@@ -15,9 +16,29 @@ typedef struct device_probe {
   bool available;
   char name[160];
   uint64_t total, free_bytes, limit;
-  char note[512];  /* why it was chosen (auto) */
-  char error[512]; /* why it is not available */
+  char note[512];                   /* why it was chosen (auto) */
+  char error[512];                  /* why it is not available */
+  bool virtual_memory, native_pool; /* what the modes are built on */
 } device_probe_t;
+
+/* What each mode runs on with this device: "growth (reserved range)", "async (cuMemPool)"... */
+static const char *mode_basis(const device_probe_t *d, hbm_mode_t mode) {
+  switch (mode) {
+  case HBM_MODE_BFC: return "one region taken at the first allocation";
+  case HBM_MODE_GROWTH:
+    return d->virtual_memory ? "a reserved range, committed as it grows"
+                             : "doubling regions (no virtual memory)";
+  case HBM_MODE_PLATFORM: return "a region per allocation";
+  case HBM_MODE_ASYNC:
+    return d->native_pool ? "the driver's stream-ordered pool (cuMemPool)"
+                          : "hbm's own stream-ordered pool";
+  case HBM_MODE_EXPANDABLE:
+    return d->virtual_memory ? "granules mapped on demand"
+                             : "growth by regions (no virtual memory)";
+  case HBM_MODE_COUNT: break;
+  }
+  return "";
+}
 
 /* Opens the device cfg names, without profiling and in a mode that takes nothing up front,
  * and reads its memory. */
@@ -42,6 +63,8 @@ static void probe(const hbm_config_t *cfg, hbm_device_kind_t kind, device_probe_
   out->kind = hbm_device_kind(dev) == HBM_DEVICE_CUDA ? "cuda" : "sim";
   snprintf(out->name, sizeof out->name, "%s", hbm_device_name(dev));
   snprintf(out->note, sizeof out->note, "%s", hbm_device_note(dev));
+  out->virtual_memory = dev->phys->ops->va_reserve != NULL;
+  out->native_pool = dev->phys->ops->pool_create != NULL;
   hbm_close(dev);
 }
 
@@ -82,6 +105,9 @@ static void print_text(const hbm_config_t *cfg, const device_probe_t *devices, s
            hbm_format_bytes(chosen->limit, a, sizeof a), cfg->mem_fraction,
            hbm_format_bytes(chosen->total, b, sizeof b));
     printf("  preallocate  %s\n", cfg->preallocate ? "true" : "false");
+    printf("  modes        (on this device)\n");
+    for (int m = 0; m < HBM_MODE_COUNT; m++)
+      printf("    %-11s %s\n", hbm_mode_name((hbm_mode_t)m), mode_basis(chosen, (hbm_mode_t)m));
   }
   printf("\nsettings (where each came from):\n");
   for (int f = 0; f < HBM_CFG_COUNT; f++)
@@ -121,6 +147,13 @@ static int print_json(const hbm_config_t *cfg, const device_probe_t *devices, si
   json_object_set_new(root, "limit_bytes", json_integer((json_int_t)chosen->limit));
   json_object_set_new(root, "preallocate", json_boolean(cfg->preallocate));
   json_object_set_new(root, "mem_fraction", json_real(cfg->mem_fraction));
+  if (chosen->available) {
+    json_t *modes = json_object();
+    for (int m = 0; m < HBM_MODE_COUNT; m++)
+      json_object_set_new(modes, hbm_mode_name((hbm_mode_t)m),
+                          json_string(mode_basis(chosen, (hbm_mode_t)m)));
+    json_object_set_new(root, "modes", modes);
+  }
   json_t *list = json_array();
   for (size_t i = 0; i < n; i++)
     json_array_append_new(list, device_json(&devices[i]));

@@ -7,6 +7,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -100,8 +101,38 @@ static int effective_config(const run_options_t *o, hbm_config_t *cfg) {
 
 static bool readable(const char *path) { return access(path, R_OK) == 0; }
 
-/* HBM_PRELOAD_LIB, else next to this executable (the build tree), else in ../lib* (an
- * installed tree). */
+/* The first of the patterns (relative to this executable's directory) that names a
+ * readable file, resolved, into out; false when none does. */
+static bool find_beside(const char *bindir, char *out, size_t cap) {
+  static const char *const places[] = {
+      "",        /* the build tree */
+      "/../lib", /* installed trees */
+      "/../lib64",
+      "/../lib/*-linux-gnu",
+      "/../lib/python3*/site-packages/hbm", /* a wheel in a venv: inside the package */
+  };
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    char pattern[PATH_MAX + 64];
+    snprintf(pattern, sizeof pattern, "%s%s/" PRELOAD_NAME, bindir, places[i]);
+    glob_t found;
+    bool ok = false;
+    if (glob(pattern, 0, NULL, &found) == 0) {
+      for (size_t k = 0; k < found.gl_pathc && !ok; k++) {
+        char *resolved = realpath(found.gl_pathv[k], NULL);
+        ok = resolved && readable(resolved) && strlen(resolved) < cap;
+        if (ok)
+          snprintf(out, cap, "%s", resolved);
+        free(resolved);
+      }
+      globfree(&found);
+    }
+    if (ok)
+      return true;
+  }
+  return false;
+}
+
+/* HBM_PRELOAD_LIB, else beside this executable (find_beside). */
 static int find_preload(char *out, size_t cap) {
   const char *env = getenv("HBM_PRELOAD_LIB");
   if (env && *env) {
@@ -117,23 +148,12 @@ static int find_preload(char *out, size_t cap) {
     char *slash = strrchr(exe, '/');
     if (slash)
       *slash = '\0';
-    static const char *const places[] = {"", "/../lib", "/../lib64", "/../lib/x86_64-linux-gnu",
-                                         "/../lib/aarch64-linux-gnu"};
-    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-      char candidate[PATH_MAX + 64];
-      snprintf(candidate, sizeof candidate, "%s%s/" PRELOAD_NAME, exe, places[i]);
-      char *resolved = realpath(candidate, NULL);
-      if (resolved && readable(resolved) && strlen(resolved) < cap) {
-        snprintf(out, cap, "%s", resolved);
-        free(resolved);
-        return 0;
-      }
-      free(resolved);
-    }
+    if (find_beside(exe, out, cap))
+      return 0;
   }
   return cli_fail("run", 1,
-                  "cannot find " PRELOAD_NAME " next to the hbm executable or in ../lib; "
-                  "set HBM_PRELOAD_LIB to its path");
+                  "cannot find " PRELOAD_NAME " next to the hbm executable, in ../lib or in "
+                  "the Python package; set HBM_PRELOAD_LIB to its path");
 }
 
 /* LD_PRELOAD gets the library after what it already holds (sanitizer runtimes must stay
@@ -217,6 +237,24 @@ static int run_command(char **command, pid_t *pid_out) {
   return rc;
 }
 
+/* One line per GPU of the program's profile: its peaks against the limit, and its OOMs. */
+static void summarize(const char *path) {
+  hbm_profile_t *p = hbm_profile_load(path);
+  for (int space = 0; p && space < hbm_profile_space_count(p); space++) {
+    hbm_analysis_t *a = hbm_analyze(p, space);
+    const hbm_summary_t *s = a ? hbm_analysis_summary(a) : NULL;
+    char peak[32], reserved[32], limit[32];
+    if (s)
+      fprintf(stderr, "hbm run: %s: peak in use %s, peak reserved %s, limit %s, %zu OOM(s)\n",
+              hbm_profile_space(p, space)->device,
+              hbm_format_bytes(s->peak_bytes, peak, sizeof peak),
+              hbm_format_bytes(s->peak_reserved_bytes, reserved, sizeof reserved),
+              hbm_format_bytes(s->limit_bytes, limit, sizeof limit), s->n_oom);
+    hbm_analysis_free(a);
+  }
+  hbm_profile_free(p);
+}
+
 /* The program's profile, when it allocated device memory (<host>.<pid>.hbmtrace). */
 static void say_where_the_profile_is(const char *logdir, pid_t pid) {
   hbm_logdir_entry_t entries[64];
@@ -227,6 +265,7 @@ static void say_where_the_profile_is(const char *logdir, pid_t pid) {
   snprintf(needle, sizeof needle, ".%ld.hbmtrace", (long)pid);
   for (size_t i = 0; i < total && i < 64; i++) {
     if (strstr(entries[i].file, needle)) {
+      summarize(entries[i].path);
       fprintf(stderr, "hbm run: profile %s\nhbm run: see it with: hbm report %s\n", entries[i].path,
               logdir);
       return;

@@ -124,6 +124,24 @@ typedef struct caller_info {
 static caller_info_t callers[CALLER_SLOTS];
 static pthread_mutex_t callers_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* C++ callers (every framework) have mangled names: demangled with the C++ runtime's
+ * __cxa_demangle when the program has one loaded, else left as they are. */
+static void readable_symbol(const char *name, char *out, size_t cap) {
+  typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+  static demangle_fn demangle;
+  static bool looked;
+  if (!looked) {
+    void *p = preload_real_dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    memcpy(&demangle, &p, sizeof p);
+    looked = true;
+  }
+  int status = -1;
+  char *plain =
+      name[0] == '_' && name[1] == 'Z' && demangle ? demangle(name, NULL, NULL, &status) : NULL;
+  snprintf(out, cap, "%s", plain && status == 0 ? plain : name);
+  free(plain);
+}
+
 static void describe_caller(const void *addr, caller_info_t *out) {
   memset(out, 0, sizeof *out);
   out->addr = addr;
@@ -139,10 +157,11 @@ static void describe_caller(const void *addr, caller_info_t *out) {
                             : "?");
   out->offset = (uintptr_t)addr - (uintptr_t)info.dli_fbase;
   if (info.dli_sname)
-    snprintf(out->symbol, sizeof out->symbol, "%s", info.dli_sname);
+    readable_symbol(info.dli_sname, out->symbol, sizeof out->symbol);
 }
 
-/* dladdr searches symbol tables: once per call site, then from the cache. */
+/* dladdr searches symbol tables: once per call site, then from the cache (callers_lock also
+ * guards readable_symbol's lookup of the demangler). */
 static void caller_of(const void *addr, caller_info_t *out) {
   size_t slot = ((uintptr_t)addr >> 2) * 0x9E3779B97F4A7C15ull >> 54; /* 10 bits */
   pthread_mutex_lock(&callers_lock);

@@ -51,16 +51,17 @@ static preload_cu_t result_of(hbm_status_t st) {
   }
 }
 
-/* One allocation by hbm; *served false when the driver is to do it. */
+/* One allocation by hbm; *served false when the driver is to do it (NULL and size 0 too: the
+ * driver gives its own answer). A served call's result is the one returned. */
 static preload_cu_t serve_alloc(preload_devptr_t *dptr, size_t size, const preload_call_t *call,
                                 bool *served) {
   hbm_device_t *dev;
   *served = false;
   if (!dptr || !size)
-    return PRELOAD_CU_ERROR_INVALID_VALUE; /* as the driver says */
+    return PRELOAD_CU_SUCCESS;
   preload_cu_t r = device_for_call(&dev);
   if (r != PRELOAD_CU_SUCCESS || !dev) {
-    *served = r != PRELOAD_CU_SUCCESS;
+    *served = r != PRELOAD_CU_SUCCESS; /* no context: the driver's error, from here */
     return r;
   }
   *served = true;

@@ -160,34 +160,39 @@ void preload_note_runtime(preload_fn_t fn, void *real) {
     atomic_compare_exchange_strong(&runtime_fns[fn], &expected, real);
 }
 
-typedef struct runtime_search {
-  const char *name;
-  void *found;
-} runtime_search_t;
+/* The loaded libcudart*.so* (their paths), collected first: dlopen is not called while
+ * dl_iterate_phdr holds the loader's list. */
+typedef struct runtime_libs {
+  char paths[4][512];
+  int n;
+} runtime_libs_t;
 
-/* One loaded libcudart*.so* that defines the name. */
-static int search_runtime(struct dl_phdr_info *info, size_t size, void *ctx) {
+static int collect_runtimes(struct dl_phdr_info *info, size_t size, void *ctx) {
   (void)size;
-  runtime_search_t *s = ctx;
+  runtime_libs_t *libs = ctx;
   const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
   const char *base = slash ? slash + 1 : info->dlpi_name;
-  if (!base || strncmp(base, "libcudart", 9) != 0)
-    return 0;
-  void *lib = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (!lib)
-    return 0;
-  s->found = preload_real_dlsym(lib, s->name);
-  dlclose(lib);
-  return s->found != NULL;
+  if (base && !strncmp(base, "libcudart", 9) && libs->n < 4 &&
+      strlen(info->dlpi_name) < sizeof libs->paths[0])
+    strcpy(libs->paths[libs->n++], info->dlpi_name);
+  return 0;
 }
 
 static void *find_runtime_symbol(const char *name) {
   void *p = preload_real_dlsym(RTLD_NEXT, name);
   if (p && !preload_is_own_address(p))
     return p;
-  runtime_search_t s = {name, NULL};
-  dl_iterate_phdr(search_runtime, &s);
-  return s.found;
+  runtime_libs_t libs = {.n = 0};
+  dl_iterate_phdr(collect_runtimes, &libs);
+  p = NULL;
+  for (int i = 0; i < libs.n && !p; i++) {
+    void *lib = dlopen(libs.paths[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (lib) {
+      p = preload_real_dlsym(lib, name);
+      dlclose(lib);
+    }
+  }
+  return p && !preload_is_own_address(p) ? p : NULL;
 }
 
 void *preload_real_runtime(preload_fn_t fn) {

@@ -147,6 +147,7 @@ typedef enum { A_LIVE, A_LIVE_PENDING, A_FREE_PENDING, A_FREE_READY } astate_t;
 /* A linear allocation: cuMemAlloc (pool NULL) or a pool block. */
 typedef struct falloc {
   uint64_t va, size, off;
+  uint64_t bytes; /* asked for (size: whole pages) */
   int device;
   fctx_t *ctx;
   fpool_t *pool;
@@ -434,7 +435,6 @@ static void read_knobs(bool restart_failures) {
   g.granularity = parse_bytes(getenv("FAKECUDA_GRANULARITY"), 2ull << 20);
   g.host_access = env_long("FAKECUDA_HOST_ACCESS", 1) != 0;
   uint64_t memory = parse_bytes(getenv("FAKECUDA_MEMORY"), 2ull << 30);
-  memory = (memory + g.granularity - 1) / g.granularity * g.granularity;
   if (memory != g.memory && g.mapped) { /* reshape: unmap the old devices */
     for (int d = 0; d < MAX_DEVICES; d++) {
       fdevice_t *dev = &g.dev[d];
@@ -488,9 +488,11 @@ static uint64_t free_bytes(int d) {
   return used < g.dev[d].total ? g.dev[d].total - used : 0;
 }
 
-static bool phys_take(int d, uint64_t size, uint64_t align, uint64_t *off) {
+/* Takes `size` bytes of the memfd at an `align`ed offset; the device counts `counted` of
+ * them as used (what was asked for: the pages around it are the double's business). */
+static bool phys_take(int d, uint64_t size, uint64_t counted, uint64_t align, uint64_t *off) {
   fdevice_t *dev = &g.dev[d];
-  if (size > free_bytes(d))
+  if (counted > free_bytes(d))
     return false;
   for (size_t i = 0; i < dev->n_free; i++) {
     range_t *r = &dev->free[i];
@@ -520,18 +522,18 @@ static bool phys_take(int d, uint64_t size, uint64_t align, uint64_t *off) {
       memmove(&dev->free[i], &dev->free[i + 1], (dev->n_free - i - 1) * sizeof *r);
       dev->n_free--;
     }
-    dev->phys_used += size;
+    dev->phys_used += counted;
     *off = start;
     return true;
   }
   return false;
 }
 
-static void phys_give(int d, uint64_t off, uint64_t size) {
+static void phys_give(int d, uint64_t off, uint64_t size, uint64_t counted) {
   fdevice_t *dev = &g.dev[d];
   /* The contents go: a new allocation never sees an old one's data by accident. */
   fallocate(dev->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
-  dev->phys_used -= size;
+  dev->phys_used -= counted;
   size_t i = 0;
   while (i < dev->n_free && dev->free[i].off < off)
     i++;
@@ -593,7 +595,7 @@ static fctx_t *new_context(int device, bool primary) {
 
 static void free_alloc_memory(falloc_t *a) {
   protect(a->va, a->size, 0);
-  phys_give(a->device, a->off, a->size);
+  phys_give(a->device, a->off, a->size, a->bytes);
 }
 
 /* A context's end: what it still owns is a leak; reported, then given back. */
@@ -1073,13 +1075,14 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total) {
   LEAVE(r);
 }
 
-static falloc_t *new_alloc(fctx_t *c, uint64_t size, uint64_t off) {
+static falloc_t *new_alloc(fctx_t *c, uint64_t size, uint64_t bytes, uint64_t off) {
   falloc_t *a = calloc(1, sizeof *a);
   if (!a)
     abort();
   a->device = c->device;
   a->ctx = c;
   a->size = size;
+  a->bytes = bytes;
   a->off = off;
   a->va = (uint64_t)(uintptr_t)g.dev[c->device].window + off;
   VEC_PUSH(g.allocs, a);
@@ -1095,10 +1098,10 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size) {
   if (r == OK && (!ptr || !size))
     r = misuse(E_INVALID_VALUE, "cuMemAlloc_v2", "NULL pointer or size 0");
   uint64_t off;
-  if (r == OK && !phys_take(c->device, round_page(size), PAGE, &off))
+  if (r == OK && !phys_take(c->device, round_page(size), size, PAGE, &off))
     r = E_OUT_OF_MEMORY;
   if (r == OK) {
-    falloc_t *a = new_alloc(c, round_page(size), off);
+    falloc_t *a = new_alloc(c, round_page(size), size, off);
     a->state = A_LIVE;
     protect(a->va, a->size, 3);
     *ptr = a->va;
@@ -1534,9 +1537,9 @@ static CUresult pool_alloc(const char *call, CUdeviceptr *ptr, size_t size, fpoo
   uint64_t need = round_page(size), off;
   falloc_t *a = reusable(pool, need, s);
   if (!a) {
-    if (!phys_take(pool->device, need, PAGE, &off))
+    if (!phys_take(pool->device, need, need, PAGE, &off))
       return E_OUT_OF_MEMORY;
-    a = new_alloc(c, need, off);
+    a = new_alloc(c, need, need, off);
     a->pool = pool;
     pool->reserved += need;
     if (pool->reserved > pool->reserved_high)
@@ -1703,7 +1706,7 @@ EXPORT CUresult cuMemCreate(CUmemHandle *handle, size_t size, const alloc_prop_t
        prop->location.type != 1 || prop->location.id < 0 || prop->location.id >= g.n_devices))
     r = misuse(E_INVALID_VALUE, "cuMemCreate", "bad size or properties");
   uint64_t off;
-  if (r == OK && !phys_take(prop->location.id, size, g.granularity, &off))
+  if (r == OK && !phys_take(prop->location.id, size, size, g.granularity, &off))
     r = E_OUT_OF_MEMORY;
   if (r == OK) {
     fhandle_t *h = calloc(1, sizeof *h);
@@ -1731,7 +1734,7 @@ static void drop_handle_if_unused(fhandle_t *h) {
   size_t i;
   if (!h->released || h->maps || !handle_of(h->id, &i))
     return;
-  phys_give(h->device, h->off, h->size);
+  phys_give(h->device, h->off, h->size, h->size);
   free(h);
   VEC_DEL(g.handles, i);
 }

@@ -11,6 +11,9 @@
  *   touch I      writes a pattern into the I-th allocation with the driver and reads it back
  *   info         cuMemGetInfo_v2
  *   sleep MS     waits (two processes at once)
+ *   nocontext 0  makes no context current (the driver's calls then fail)
+ *   device N     makes device N's primary context current (later commands use it)
+ *   cxx 0        loads the C++ runtime into the global scope (as any C++ framework has it)
  *   threads N    N threads at once, each 200 cuMemAlloc_v2 + cuMemFree_v2 of sizes 1..64 KiB
  *   exit N       exits with status N after freeing everything
  * Each command prints one line ("alloc 1048576: 0"), the driver's result last. */
@@ -166,6 +169,17 @@ static CUdeviceptr blocks[MAX_BLOCKS];
 static int ordered[MAX_BLOCKS];
 static int n_blocks;
 
+/* cuMemAlloc_v2 called from a function with a C++ name, model::train_step() (exported:
+ * the program is linked with -rdynamic), so the profile can name the caller. */
+__attribute__((noinline, visibility("default"))) CUresult
+train_step(const api_t *api, CUdeviceptr *p, size_t n) __asm__("_ZN5model10train_stepEv");
+__attribute__((noinline, visibility("default"))) CUresult train_step(const api_t *api,
+                                                                     CUdeviceptr *p, size_t n) {
+  CUresult r = api->alloc(p, n);
+  __asm__ volatile("" ::: "memory"); /* keeps the call a call, not a tail jump */
+  return r;
+}
+
 static int touch(const api_t *api, CUdeviceptr p, CUstream stream) {
   unsigned char out[4096], in[4096];
   for (size_t i = 0; i < sizeof out; i++)
@@ -274,7 +288,7 @@ int main(int argc, char **argv) {
     size_t n = strtoull(arg, NULL, 10);
     if (!strcmp(cmd, "alloc") || !strcmp(cmd, "async") || !strcmp(cmd, "pool")) {
       CUdeviceptr p = 0;
-      r = !strcmp(cmd, "alloc")   ? api.alloc(&p, n)
+      r = !strcmp(cmd, "alloc")   ? train_step(&api, &p, n)
           : !strcmp(cmd, "async") ? api.alloc_async(&p, n, stream)
                                   : api.alloc_pool(&p, n, pool, stream);
       if (!r && n_blocks < MAX_BLOCKS) {
@@ -288,6 +302,19 @@ int main(int argc, char **argv) {
       printf("free %zu: %d\n", n, r);
     } else if (!strcmp(cmd, "touch") && n < (size_t)n_blocks && blocks[n]) {
       printf("touch %zu: %d\n", n, touch(&api, blocks[n], stream));
+    } else if (!strcmp(cmd, "nocontext")) {
+      printf("nocontext: %d\n", api.set_current(NULL));
+    } else if (!strcmp(cmd, "device")) {
+      CUcontext other = NULL;
+      int d = 0;
+      r = api.device_get(&d, (int)n);
+      if (!r)
+        r = api.retain(&other, d);
+      if (!r)
+        r = api.set_current(other);
+      printf("device %zu: %d\n", n, r);
+    } else if (!strcmp(cmd, "cxx")) {
+      printf("cxx: %d\n", dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL) ? 0 : 1);
     } else if (!strcmp(cmd, "threads")) {
       printf("threads %zu: %d\n", n, run_threads(&api, ctx, (int)n));
     } else if (!strcmp(cmd, "sleep")) {
