@@ -387,6 +387,12 @@ static void logdir_and_cli(void **state) {
   assert_int_equal(th_run(cmd, &out), 0);
   assert_non_null(strstr(out, "\"peak_bytes\": 4560"));
   free(out);
+  /* the run: one report per host, then the summary row (both hosts peak at 4560 B in HBM) */
+  snprintf(cmd, sizeof cmd, "'%s' report '%s' --width 60", HBM_BIN, logdir);
+  assert_int_equal(th_run(cmd, &out), 0);
+  assert_non_null(strstr(out, "=== run 2026_01_01_00_00_00: 2 profiles; the largest peak is"));
+  assert_non_null(strstr(out, ".xplane.pb (HBM of jit_train(7))"));
+  free(out);
   snprintf(cmd, sizeof cmd, "'%s' export '%s/host1.xplane.pb' --format chrome", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);
   assert_non_null(strstr(out, "traceEvents"));
