@@ -334,6 +334,7 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
         best = b;
     }
     uint64_t size = a->size > 0 ? (uint64_t)a->size : 0;
+    size = size < ((uint64_t)1 << 48) ? size : (uint64_t)1 << 48;
     *total += size;
     lbuf_t none = {0};
     char name[48];
@@ -361,11 +362,16 @@ static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *h
 
 /* Memory `holder` (a canonical buffer) comes to life, shown as buffer b: the one allocated,
  * or the one whose SHARE_WITH revived a freed canonical buffer (as XProf 2.24 names it). */
+static uint64_t size_of(const lbuf_t *b) {
+  return b->proto->size > 0 ? (uint64_t)b->proto->size : 0; /* a corrupt file's negative size */
+}
+
 static bool increase(xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step, int64_t *heap) {
   if (holder->open >= 0)
     return true;
-  *heap += b->proto->size;
-  if (!open_interval(s, b, step, (uint64_t)b->proto->size, category_of(b->alloc), 0))
+  uint64_t size = size_of(b) < ((uint64_t)1 << 48) ? size_of(b) : (uint64_t)1 << 48;
+  *heap += (int64_t)size;
+  if (!open_interval(s, b, step, size, category_of(b->alloc), 0))
     return false;
   holder->open = b->open;
   if (b != holder)
@@ -406,8 +412,8 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   }
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__SHARE_WITH: {
     lbuf_t *canon = lbuf(c, e->share_with_canonical_id);
-    if (!canon || canon == b)
-      return true;
+    if (!canon || root_of(canon) == b)
+      return true; /* sharing with itself would make a cycle */
     b->canonical = canon;
     if (++root_of(canon)->ref_count == 1) /* the canonical buffer comes back to life */
       return increase(s, b, root_of(canon), step, heap);
