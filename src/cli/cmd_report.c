@@ -154,8 +154,8 @@ static void note_best(const hbm_profile_t *p, const char *path, run_best_t *best
     if (peak > best->peak) {
       best->peak = peak;
       const char *slash = strrchr(path, '/');
-      snprintf(best->where, sizeof best->where, "%s (%s of %s)", slash ? slash + 1 : path,
-               info->name, info->device);
+      snprintf(best->where, sizeof best->where, "%.200s (%.100s of %.200s)",
+               slash ? slash + 1 : path, info->name, info->device);
     }
   }
 }
