@@ -204,6 +204,8 @@ static void buffer_assignment_replayed(void **state) {
   assert_true(s->argument_bytes == 1024);
   assert_true(s->output_bytes == 512);
   assert_true(s->temporary_bytes == 3024);
+  /* allocations laid end to end: 1024 + 512 + 3024 (the thread-local one is left out) */
+  assert_true(s->heap_bytes == 4560);
   assert_string_equal(hbm_profile_step_label(p, s->peak_step), "b");
   size_t n;
   const int64_t *at = hbm_analysis_buffers_at_peak(a, &n);

@@ -65,6 +65,11 @@ def compare_program(name, xp, hs, problems):
                   + sum(b["size"] for b in indefinite))
     check("unpadded peak bytes", xprof_rule, to_bytes(xp.get("peakUnpaddedHeapMib", 0)))
     check("argument bytes", hs["argument_bytes"], to_bytes(xp.get("entryComputationParametersMib", 0)))
+    # hbm's heap_bytes (the highest address in use, allocations laid end to end) is at most
+    # XProf's total allocation, which also counts allocations no buffer is ever live in.
+    total = to_bytes(xp.get("totalBufferAllocationMib", 0))
+    if hs["heap_bytes"] > total:
+        check("heap bytes at most the total allocation", hs["heap_bytes"], total)
 
     heap = xp.get("maxHeap", [])
     small = sum(to_bytes(o.get("logicalBufferSizeMib", 0)) for o in heap
