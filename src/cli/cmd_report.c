@@ -32,8 +32,8 @@ int cli_profile_paths(const char *cmd, const char *path, hbm_logdir_entry_t **ou
     return cli_fail(cmd, 1, "%s", hbm_last_error());
   if (total == 0)
     return cli_fail(cmd, 1,
-                    "%s: no profiles found (expected <logdir>/plugins/profile/<run>/*.hbmtrace, "
-                    "or profile files in the directory)",
+                    "%s: no profiles found (expected <logdir>/plugins/profile/<run>/*.hbmtrace or "
+                    "*.xplane.pb, or profile files in the directory)",
                     path);
   hbm_logdir_entry_t *all = calloc(total, sizeof *all);
   if (!all || hbm_logdir_list(path, all, total, &total) != HBM_OK) {
@@ -52,7 +52,8 @@ static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm report PATH [--json] [--space NAME] [--width N]\n\n"
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
-          "log, HLO text or an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt).\n\n"
+          "log, HLO text, an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt) or an\n"
+          "XProf file (*.xplane.pb as jax.profiler.trace writes it, *.hlo_proto.pb).\n\n"
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
           "                limit_bytes, buffers_at_peak, oom_events, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
