@@ -204,6 +204,8 @@ static void buffer_assignment_replayed(void **state) {
   assert_true(s->argument_bytes == 1024);
   assert_true(s->output_bytes == 512);
   assert_true(s->temporary_bytes == 3024);
+  /* allocations laid end to end: 1024 + 512 + 3024 (the thread-local one is left out) */
+  assert_true(s->heap_bytes == 4560);
   assert_string_equal(hbm_profile_step_label(p, s->peak_step), "b");
   size_t n;
   const int64_t *at = hbm_analysis_buffers_at_peak(a, &n);
@@ -386,6 +388,12 @@ static void logdir_and_cli(void **state) {
   snprintf(cmd, sizeof cmd, "'%s' report --json '%s/host1.xplane.pb'", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);
   assert_non_null(strstr(out, "\"peak_bytes\": 4560"));
+  free(out);
+  /* the run: one report per host, then the summary row (both hosts peak at 4560 B in HBM) */
+  snprintf(cmd, sizeof cmd, "'%s' report '%s' --width 60", HBM_BIN, logdir);
+  assert_int_equal(th_run(cmd, &out), 0);
+  assert_non_null(strstr(out, "=== run 2026_01_01_00_00_00: 2 profiles; the largest peak is"));
+  assert_non_null(strstr(out, ".xplane.pb (HBM of jit_train(7))"));
   free(out);
   snprintf(cmd, sizeof cmd, "'%s' export '%s/host1.xplane.pb' --format chrome", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);

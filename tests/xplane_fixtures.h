@@ -100,7 +100,8 @@ static inline int64_t xf_instruction(xf_module_t *m, const char *name, const cha
   hbm_hlo__shape_proto__init(s);
   s->element_type = element_type;
   s->dimensions = XF_NEW_ARRAY(a, int64_t, n_dims);
-  memcpy(s->dimensions, dims, n_dims * sizeof *dims);
+  if (n_dims)
+    memcpy(s->dimensions, dims, n_dims * sizeof *dims);
   s->n_dimensions = n_dims;
   HbmHlo__LayoutProto *l = xf_new(a, sizeof *l);
   hbm_hlo__layout_proto__init(l);

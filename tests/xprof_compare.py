@@ -12,7 +12,7 @@ and `hbm report --json` reads the same file. Compared, for the HBM (colour 0) sp
     set, names with shape index and sizes; buffers under 16 KiB as XProf's one "small" total.
 And XProf's Memory Profile (`memory_profile`) of the allocators' runtime events: each
 allocator's peak bytes in use (peakStats.peakBytesInUse) against hbm's allocator space.
-Usage: python xprof_compare.py HBM_BINARY FILE.xplane.pb...   Exit 0 all equal, 1 a difference.
+Usage: python xprof_compare.py HBM_BINARY FILE.xplane.pb|FILE.hlo_proto.pb...   Exit 0 all equal, 1 a difference.
 """
 import json
 import os
@@ -65,6 +65,11 @@ def compare_program(name, xp, hs, problems):
                   + sum(b["size"] for b in indefinite))
     check("unpadded peak bytes", xprof_rule, to_bytes(xp.get("peakUnpaddedHeapMib", 0)))
     check("argument bytes", hs["argument_bytes"], to_bytes(xp.get("entryComputationParametersMib", 0)))
+    # hbm's heap_bytes (the highest address in use, allocations laid end to end) is at most
+    # XProf's total allocation, which also counts allocations no buffer is ever live in.
+    total = to_bytes(xp.get("totalBufferAllocationMib", 0))
+    if hs["heap_bytes"] > total:
+        check("heap bytes at most the total allocation", hs["heap_bytes"], total)
 
     heap = xp.get("maxHeap", [])
     small = sum(to_bytes(o.get("logicalBufferSizeMib", 0)) for o in heap
@@ -101,7 +106,30 @@ def compare_allocators(xplane, spaces, name, problems):
     return n
 
 
+def compare_hlo_proto(hbm, path, problems):
+    """A bare .hlo_proto.pb: XProf reads <module>.hlo_proto.pb from the run's directory."""
+    work = tempfile.mkdtemp(prefix="hbm_xprof_")
+    try:
+        module = "program"
+        shutil.copyfile(path, os.path.join(work, module + ".hlo_proto.pb"))
+        xplane = os.path.join(work, "host.xplane.pb")
+        open(xplane, "wb").close()
+        xp = xprof_viewer(xplane, module)
+        spaces = hbm_spaces(hbm, os.path.join(work, module + ".hlo_proto.pb"))
+        hs = next((s for (name, _), s in spaces.items() if name == "HBM"), None)
+        if xp is None or hs is None:
+            problems.append(f"{path}: no {'XProf' if xp is None else 'hbm'} memory viewer data")
+            return 0
+        compare_program(os.path.basename(path), xp, hs, problems)
+        print(f"{path}: peak {hs['peak_bytes']} B, compared")
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def compare_file(hbm, path, problems):
+    if path.endswith(".hlo_proto.pb"):
+        return compare_hlo_proto(hbm, path, problems)
     work = tempfile.mkdtemp(prefix="hbm_xprof_")
     try:
         xplane = os.path.join(work, "host.xplane.pb")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # xprof_compare.sh — hbm's Memory Viewer numbers against XProf's own conversion
-# (tests/xprof_compare.py) on ../shared/real/xprof/*.xplane.pb and on a profile JAX writes
+# (tests/xprof_compare.py) on ../shared/real/xprof/*.{xplane,hlo_proto}.pb and on a profile JAX writes
 # here with jax.profiler.trace (tests/data/jax_xprof_profile.py).
 # Usage: xprof_compare.sh HBM_BINARY SOURCE_DIR BUILD_DIR
 # Skips (exit 77) when no Python has the xprof package; CI installs it into .venv with
@@ -14,7 +14,7 @@ if ! [[ -x $python ]] || ! "$python" -c 'import xprof.convert.raw_to_tool_data' 
 fi
 files=()
 shared=${HBM_SHARED_DIR:-$src/../shared}
-for f in "$shared"/real/xprof/*.xplane.pb; do [[ -f $f ]] && files+=("$f"); done
+for f in "$shared"/real/xprof/*.xplane.pb "$shared"/real/xprof/*.hlo_proto.pb; do [[ -f $f ]] && files+=("$f"); done
 [[ ${#files[@]} -gt 0 ]] || echo "note: no $shared/real/xprof, comparing the JAX profile only"
 if "$python" -c 'import jax' 2>/dev/null; then
   logdir=$build/xprof_compare_jax

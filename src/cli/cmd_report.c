@@ -32,8 +32,8 @@ int cli_profile_paths(const char *cmd, const char *path, hbm_logdir_entry_t **ou
     return cli_fail(cmd, 1, "%s", hbm_last_error());
   if (total == 0)
     return cli_fail(cmd, 1,
-                    "%s: no profiles found (expected <logdir>/plugins/profile/<run>/*.hbmtrace, "
-                    "or profile files in the directory)",
+                    "%s: no profiles found (expected <logdir>/plugins/profile/<run>/*.hbmtrace or "
+                    "*.xplane.pb, or profile files in the directory)",
                     path);
   hbm_logdir_entry_t *all = calloc(total, sizeof *all);
   if (!all || hbm_logdir_list(path, all, total, &total) != HBM_OK) {
@@ -52,8 +52,9 @@ static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm report PATH [--json] [--space NAME] [--width N]\n\n"
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
-          "log, HLO text or an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt);\n"
-          "without PATH, $HBM_PROFILE_DIR.\n\n"
+          "log, HLO text, an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt), an\n"
+          "XProf file (*.xplane.pb as jax.profiler.trace writes it, *.hlo_proto.pb), a PyTorch\n"
+          "memory snapshot or a pasted OOM text; without PATH, $HBM_PROFILE_DIR.\n\n"
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
           "                limit_bytes, buffers_at_peak, oom_events, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
@@ -142,8 +143,30 @@ static int parse_options(int argc, char **argv, options_t *o) {
   return 0;
 }
 
+/* The run's summary row when a run has several profiles (hosts): the largest peak, where. */
+typedef struct run_best {
+  uint64_t peak;
+  char where[512];
+} run_best_t;
+
+static void note_best(const hbm_profile_t *p, const char *path, run_best_t *best) {
+  for (int s = 0; s < hbm_profile_space_count(p); s++) {
+    hbm_analysis_t *a = hbm_analyze(p, s);
+    uint64_t peak = a ? hbm_analysis_summary(a)->peak_bytes : 0;
+    hbm_analysis_free(a);
+    const hbm_space_info_t *info = hbm_profile_space(p, s);
+    if (peak > best->peak) {
+      best->peak = peak;
+      const char *slash = strrchr(path, '/');
+      snprintf(best->where, sizeof best->where, "%.200s (%.100s of %.200s)",
+               slash ? slash + 1 : path, info->name, info->device);
+    }
+  }
+}
+
 /* Reports one profile file; JSON reports are appended to `reports`. */
-static int report_one(const options_t *o, const char *path, bool heading, json_t *reports) {
+static int report_one(const options_t *o, const char *path, bool heading, json_t *reports,
+                      run_best_t *best) {
   hbm_profile_t *p = hbm_profile_load(path);
   if (!p)
     return cli_fail("report", 1, "%s", hbm_last_error());
@@ -163,6 +186,8 @@ static int report_one(const options_t *o, const char *path, bool heading, json_t
       rc = cli_fail("report", 1, "%s: %s", path, hbm_last_error());
     if (heading)
       printf("\n");
+    if (heading)
+      note_best(p, path, best);
   }
   hbm_profile_free(p);
   return rc;
@@ -198,8 +223,14 @@ int hbm_cmd_report(int argc, char **argv) {
   if ((rc = cli_profile_paths("report", o.path, &entries, &n)) != 0)
     return rc;
   json_t *reports = json_array();
+  run_best_t best = {0};
   for (size_t i = 0; i < n && rc == 0; i++)
-    rc = report_one(&o, entries[i].path, n > 1, reports);
+    rc = report_one(&o, entries[i].path, n > 1, reports, &best);
+  if (rc == 0 && !o.json && n > 1) {
+    char size[32];
+    printf("=== run %s: %zu profiles; the largest peak is %s, on %s\n", entries[0].run, n,
+           hbm_format_bytes(best.peak, size, sizeof size), best.where);
+  }
   if (rc == 0 && o.json)
     rc = print_json(reports);
   json_decref(reports);

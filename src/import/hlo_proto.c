@@ -17,6 +17,7 @@
 typedef struct lbuf {
   const HbmHlo__LogicalBufferProto *proto;
   const HbmHlo__BufferAllocationProto *alloc;
+  size_t alloc_pos;                        /* its position in the assignment's list */
   const HbmHlo__HloInstructionProto *inst; /* NULL if the module does not define it */
   uint64_t offset;
   int64_t ref_count;
@@ -37,6 +38,8 @@ typedef struct hlo_ctx {
   lbuf_t *lbufs;
   size_t n_lbufs;
   int64_t *trace_of_alloc; /* per allocation (by position): heap trace index, -1 none */
+  uint64_t *alloc_base;    /* per allocation: where it starts when the colour's allocations
+                              are laid end to end (so addresses span the total allocation) */
 } hlo_ctx_t;
 
 static const char *color_name(int64_t color, char *buf, size_t cap) {
@@ -208,6 +211,7 @@ static bool index_logical_buffers(hlo_ctx_t *c) {
       lbuf_t *b = &c->lbufs[c->n_lbufs];
       b->proto = ba->logical_buffers[at];
       b->alloc = alloc;
+      b->alloc_pos = a;
       b->inst = find_instruction(c, b->proto);
       b->offset = (uint64_t)alloc->assigned[k]->offset;
       b->open = -1;
@@ -252,18 +256,11 @@ static hbm_category_t category_of(const HbmHlo__BufferAllocationProto *a) {
 
 /* ---- which heap-simulator trace belongs to a colour (XProf's two rules) ---- */
 
-static size_t alloc_position(const hlo_ctx_t *c, const HbmHlo__BufferAllocationProto *a) {
-  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
-  for (size_t i = 0; i < ba->n_buffer_allocations; i++)
-    if (ba->buffer_allocations[i] == a)
-      return i;
-  return 0;
-}
-
 static bool map_traces_to_allocations(hlo_ctx_t *c) {
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   c->trace_of_alloc = malloc((ba->n_buffer_allocations + 1) * sizeof *c->trace_of_alloc);
-  if (!c->trace_of_alloc)
+  c->alloc_base = calloc(ba->n_buffer_allocations + 1, sizeof *c->alloc_base);
+  if (!c->trace_of_alloc || !c->alloc_base)
     return false;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++)
     c->trace_of_alloc[i] = -1;
@@ -273,7 +270,7 @@ static bool map_traces_to_allocations(hlo_ctx_t *c) {
     const HbmHlo__HeapSimulatorTrace *tr = ba->heap_simulator_traces[t];
     const lbuf_t *b = tr->n_events ? lbuf(c, tr->events[0]->buffer_id) : NULL;
     if (b)
-      c->trace_of_alloc[alloc_position(c, b->alloc)] = (int64_t)t;
+      c->trace_of_alloc[b->alloc_pos] = (int64_t)t;
   }
   return true;
 }
@@ -302,8 +299,8 @@ static int64_t trace_for_color(const hlo_ctx_t *c, int64_t color) {
 
 /* ---- the replay ---- */
 
-static bool open_interval(xprof_space_t *s, lbuf_t *b, int64_t step, uint64_t size,
-                          hbm_category_t category, uint32_t flags) {
+static bool open_interval(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, int64_t step,
+                          uint64_t size, hbm_category_t category, uint32_t flags) {
   xprof_buffer_t *x = xprof_add_buffer(s);
   if (!x)
     return false;
@@ -311,7 +308,7 @@ static bool open_interval(xprof_space_t *s, lbuf_t *b, int64_t step, uint64_t si
   x->group = b->group, x->source = b->source;
   x->size = size;
   x->unpadded = b->unpadded;
-  x->offset = b->offset;
+  x->offset = (b->alloc ? c->alloc_base[b->alloc_pos] : 0) + b->offset;
   x->start = step;
   x->end = -1;
   x->category = category;
@@ -334,6 +331,7 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
         best = b;
     }
     uint64_t size = a->size > 0 ? (uint64_t)a->size : 0;
+    size = size < ((uint64_t)1 << 48) ? size : (uint64_t)1 << 48;
     *total += size;
     lbuf_t none = {0};
     char name[48];
@@ -341,10 +339,11 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
       snprintf(name, sizeof name, "allocation %lld", (long long)a->index);
       none.op = none.label = hbm_intern(c->im->strings, name);
       none.unpadded = size;
+      none.alloc = a, none.alloc_pos = i;
       best = &none;
     }
     uint32_t flags = a->maybe_live_out ? HBM_BUF_LIVE_OUT : 0;
-    if (!open_interval(s, best, 0, size, category_of(a), flags))
+    if (!open_interval(c, s, best, 0, size, category_of(a), flags))
       return false;
     best->open = -1;
   }
@@ -361,11 +360,17 @@ static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *h
 
 /* Memory `holder` (a canonical buffer) comes to life, shown as buffer b: the one allocated,
  * or the one whose SHARE_WITH revived a freed canonical buffer (as XProf 2.24 names it). */
-static bool increase(xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step, int64_t *heap) {
+static uint64_t size_of(const lbuf_t *b) {
+  return b->proto->size > 0 ? (uint64_t)b->proto->size : 0; /* a corrupt file's negative size */
+}
+
+static bool increase(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step,
+                     int64_t *heap) {
   if (holder->open >= 0)
     return true;
-  *heap += b->proto->size;
-  if (!open_interval(s, b, step, (uint64_t)b->proto->size, category_of(b->alloc), 0))
+  uint64_t size = size_of(b) < ((uint64_t)1 << 48) ? size_of(b) : (uint64_t)1 << 48;
+  *heap += (int64_t)size;
+  if (!open_interval(c, s, b, step, size, category_of(b->alloc), 0))
     return false;
   holder->open = b->open;
   if (b != holder)
@@ -393,7 +398,7 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   switch (e->kind) {
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__ALLOC:
     root_of(b)->ref_count++;
-    return increase(s, b, root_of(b), step, heap);
+    return increase(c, s, b, root_of(b), step, heap);
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__FREE: {
     lbuf_t *root = root_of(b);
     if (--root->ref_count < 0)
@@ -406,11 +411,11 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   }
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__SHARE_WITH: {
     lbuf_t *canon = lbuf(c, e->share_with_canonical_id);
-    if (!canon || canon == b)
-      return true;
+    if (!canon || root_of(canon) == b)
+      return true; /* sharing with itself would make a cycle */
     b->canonical = canon;
     if (++root_of(canon)->ref_count == 1) /* the canonical buffer comes back to life */
-      return increase(s, b, root_of(canon), step, heap);
+      return increase(c, s, b, root_of(canon), step, heap);
     return true;
   }
   default:
@@ -427,6 +432,15 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     return false;
   for (size_t i = 0; i < c->n_lbufs; i++)
     c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1;
+  const HbmHlo__BufferAssignmentProto *all = c->proto->buffer_assignment;
+  uint64_t end = 0;
+  for (size_t i = 0; i < all->n_buffer_allocations; i++) {
+    const HbmHlo__BufferAllocationProto *a = all->buffer_allocations[i];
+    if (a->color != color || !in_device_memory(a))
+      continue;
+    c->alloc_base[i] = end;
+    end += a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
+  }
   uint64_t indefinite = 0;
   if (!add_indefinite(c, s, color, &indefinite))
     return false;
@@ -510,6 +524,7 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
   free(c.insts);
   free(c.lbufs);
   free(c.trace_of_alloc);
+  free(c.alloc_base);
   hbm_hlo__hlo_proto__free_unpacked(hp, NULL);
   return st;
 }

@@ -8,6 +8,9 @@ static const char *const wire_names[] = {"varint",    "64-bit", "length-delimite
 
 pb_reader_t pb_reader(const uint8_t *data, size_t len, const uint8_t *file_start, const char *file,
                       const char *what) {
+  static const uint8_t nothing[1];
+  if (!data) /* an absent field: an empty message */
+    data = nothing, len = 0;
   pb_reader_t r = {data, data + len, file_start, file, what};
   return r;
 }

@@ -174,7 +174,7 @@ static int read_stat(pb_reader_t *r, const pb_field_t *f, stat_value_t *out) {
     else if (g.number == 2 && g.wire == PB_I64) {
       double d;
       memcpy(&d, &g.varint, sizeof d);
-      out->u = d > 0 ? (uint64_t)d : 0;
+      out->u = d > 0 && d < 1.8e19 ? (uint64_t)d : 0; /* NaN and out-of-range: 0 */
     } else if ((g.number == 5 || g.number == 6) && g.wire == PB_LEN)
       out->s.p = g.data, out->s.n = g.len, out->is_string = true;
     else if (g.number <= 7)
@@ -336,7 +336,7 @@ static int read_event(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_
     *slot = e;
     slot->seq = seq;
     slot->alloc = kind == 1;
-    slot->time_ps = line_ps + offset_ps;
+    slot->time_ps = (int64_t)((uint64_t)line_ps + (uint64_t)offset_ps);
   }
   return 1;
 }
@@ -350,8 +350,8 @@ static bool read_line(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_
    * later gets it on a second pass. */
   pb_reader_t first = line;
   while ((got = pb_next(&first, &g)) > 0)
-    if (g.number == 3 && g.wire == PB_VARINT)
-      line_ps = (int64_t)g.varint * 1000;
+    if (g.number == 3 && g.wire == PB_VARINT) /* unsigned: a corrupt time wraps, no UB */
+      line_ps = (int64_t)(g.varint * 1000u);
   if (got < 0)
     return false;
   while ((got = pb_next(&line, &g)) > 0)
@@ -464,7 +464,7 @@ static bool track_baseline(allocator_state_t *st, const mem_event_t *e, int64_t 
 static bool allocator_step(allocator_state_t *st, const mem_event_t *e, int64_t t0_ps) {
   xprof_space_t *s = st->s;
   int64_t step = s->n_steps++;
-  s->step_times[step] = (e->time_ps - t0_ps) / 1000;
+  s->step_times[step] = (int64_t)(((uint64_t)e->time_ps - (uint64_t)t0_ps) / 1000u);
   s->step_labels[step] = e->op;
   uint64_t at;
   if (hbm_u64map_remove(&st->open, e->addr, &at)) { /* a free, or the address used again */

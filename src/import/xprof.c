@@ -79,6 +79,12 @@ static int by_peak(const void *a, const void *b) {
   return x < y ? -1 : x > y; /* stable: the file's order */
 }
 
+/* Sizes come from the file: a corrupt one must not overflow the analysis's sums. 2^48 bytes
+ * (256 TiB) is beyond any device; larger values are taken as that. */
+#define MAX_SIZE ((uint64_t)1 << 48)
+
+static uint64_t bounded(uint64_t v) { return v > MAX_SIZE ? MAX_SIZE : v; }
+
 static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
   int space = hbm_profile_add_space(p, s->name, s->device, s->color, 0);
   if (space < 0)
@@ -92,8 +98,8 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
     const xprof_buffer_t *x = &s->buffers[i];
     int64_t end = x->end < 0 || x->end > s->n_steps ? s->n_steps : x->end;
     hbm_buffer_t b = {.address = x->offset,
-                      .size = x->size,
-                      .unpadded_size = x->unpadded,
+                      .size = bounded(x->size),
+                      .unpadded_size = bounded(x->unpadded),
                       .start = base + x->start,
                       .end = base + end,
                       .space = space,
