@@ -179,7 +179,12 @@ static uint64_t measured(const hbm_profile_t *p, int space, const char *key) {
                : !strcmp(key, "peak_reserved") ? s->peak_reserved_bytes
                : !strcmp(key, "ooms")          ? (uint64_t)s->n_oom
                : !strcmp(key, "live_end")      ? end.bytes
-                                               : UINT64_MAX;
+               : !strcmp(key, "inconsistent")
+                   ? strtoull(hbm_profile_meta(p, "inconsistent_trace_events")
+                                  ? hbm_profile_meta(p, "inconsistent_trace_events")
+                                  : "0",
+                              NULL, 10)
+                   : UINT64_MAX;
   hbm_analysis_free(a);
   if (v == UINT64_MAX)
     fail_msg("unknown expected key %s", key);
@@ -210,7 +215,8 @@ static void check_fixture(const char *name) {
 
 static void fixtures_match_the_simulation(void **state) {
   (void)state;
-  const char *names[] = {"small", "small_p2", "small_p5", "two_devices", "old", "expandable"};
+  const char *names[] = {"small", "small_p2",   "small_p5",     "two_devices",
+                         "old",   "expandable", "inconsistent", "empty"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     check_fixture(names[i]);
 }
