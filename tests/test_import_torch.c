@@ -248,6 +248,39 @@ static void not_a_snapshot(void **state) {
   assert_non_null(strstr(hbm_last_error(), "not a PyTorch memory snapshot"));
 }
 
+static void put(char **p, const char *bytes, size_t n) {
+  memcpy(*p, bytes, n);
+  *p += n;
+}
+#define PUT(p, lit) put(p, lit, sizeof lit - 1)
+
+/* {'segments': [S] * N} with S = {'blocks': [B] * M}: the memo makes it 4 bytes per reference,
+ * but walking it is N x M blocks. hbm refuses it rather than take minutes. */
+static void shared_data_is_refused(void **state) {
+  (void)state;
+  enum { N = 20000, M = 20000 };
+  char *data = malloc(2 * (N + M) + 256), *p = data;
+  PUT(&p, "\x80\x04}(\x8c\x08segments](");
+  PUT(&p, "}q\x00(\x8c\x06"
+          "blocks](");                   /* S, memo 0 */
+  PUT(&p, "}q\x01(\x8c\x05state\x8c\x10" /* B, memo 1 */
+          "active_allocated\x8c\x07"
+          "addressK\x01\x8c\x04sizeK\x01u");
+  for (int i = 1; i < M; i++)
+    PUT(&p, "h\x01");
+  PUT(&p, "eu");
+  for (int i = 1; i < N; i++)
+    PUT(&p, "h\x00");
+  PUT(&p, "eu.");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/shared.pickle", th_dir);
+  assert_int_equal(th_write(path, data, (size_t)(p - data)), 0);
+  free(data);
+  assert_null(hbm_profile_load(path));
+  if (!strstr(hbm_last_error(), "refused as hostile"))
+    fail_msg("%s", hbm_last_error());
+}
+
 static const hbm_buffer_t *buffer_with_op(const hbm_profile_t *p, const char *op) {
   for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, i);
@@ -358,6 +391,7 @@ int main(void) {
       cmocka_unit_test(fixtures_match_the_simulation),
       cmocka_unit_test(os_system_is_refused),
       cmocka_unit_test(not_a_snapshot),
+      cmocka_unit_test(shared_data_is_refused),
       cmocka_unit_test(tags_from_the_user_frames),
       cmocka_unit_test(replay_beside_pytorch),
       cmocka_unit_test(logdir_of_snapshots),
