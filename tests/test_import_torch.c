@@ -351,6 +351,12 @@ static void replay_beside_pytorch(void **state) {
   assert_non_null(strstr(out, "PyTorch reserved     62.00MiB (65011712 bytes) at the snapshot "
                               "(its segments on cuda:1)"));
   free(out);
+  /* on too small a device the first failure names its place in PyTorch's trace */
+  snprintf(cmd, sizeof cmd, "%s replay %ssmall.pickle --memory 60MiB --repeat 0", HBM_BIN, DATA);
+  assert_int_equal(th_run(cmd, &out), 1);
+  if (!strstr(out, "(trace event ") || !strstr(out, "RESOURCE_EXHAUSTED"))
+    fail_msg("%s", out);
+  free(out);
   snprintf(cmd, sizeof cmd, "%s replay %stwo_devices.pickle --device 5 2>&1", HBM_BIN, DATA);
   assert_int_equal(th_run(cmd, &out), 1);
   assert_non_null(strstr(out, "no device 5"));
