@@ -179,7 +179,12 @@ static uint64_t measured(const hbm_profile_t *p, int space, const char *key) {
                : !strcmp(key, "peak_reserved") ? s->peak_reserved_bytes
                : !strcmp(key, "ooms")          ? (uint64_t)s->n_oom
                : !strcmp(key, "live_end")      ? end.bytes
-                                               : UINT64_MAX;
+               : !strcmp(key, "inconsistent")
+                   ? strtoull(hbm_profile_meta(p, "inconsistent_trace_events")
+                                  ? hbm_profile_meta(p, "inconsistent_trace_events")
+                                  : "0",
+                              NULL, 10)
+                   : UINT64_MAX;
   hbm_analysis_free(a);
   if (v == UINT64_MAX)
     fail_msg("unknown expected key %s", key);
@@ -210,7 +215,8 @@ static void check_fixture(const char *name) {
 
 static void fixtures_match_the_simulation(void **state) {
   (void)state;
-  const char *names[] = {"small", "small_p2", "small_p5", "two_devices", "old", "expandable"};
+  const char *names[] = {"small", "small_p2",   "small_p5",     "two_devices",
+                         "old",   "expandable", "inconsistent", "empty"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     check_fixture(names[i]);
 }
@@ -240,6 +246,39 @@ static void not_a_snapshot(void **state) {
   assert_int_equal(th_write(path, "\x80\x04]\x94.", 5), 0); /* pickle.dumps([]) */
   assert_null(hbm_profile_load(path));
   assert_non_null(strstr(hbm_last_error(), "not a PyTorch memory snapshot"));
+}
+
+static void put(char **p, const char *bytes, size_t n) {
+  memcpy(*p, bytes, n);
+  *p += n;
+}
+#define PUT(p, lit) put(p, lit, sizeof lit - 1)
+
+/* {'segments': [S] * N} with S = {'blocks': [B] * M}: the memo makes it 4 bytes per reference,
+ * but walking it is N x M blocks. hbm refuses it rather than take minutes. */
+static void shared_data_is_refused(void **state) {
+  (void)state;
+  enum { N = 20000, M = 20000 };
+  char *data = malloc(2 * (N + M) + 256), *p = data;
+  PUT(&p, "\x80\x04}(\x8c\x08segments](");
+  PUT(&p, "}q\x00(\x8c\x06"
+          "blocks](");                   /* S, memo 0 */
+  PUT(&p, "}q\x01(\x8c\x05state\x8c\x10" /* B, memo 1 */
+          "active_allocated\x8c\x07"
+          "addressK\x01\x8c\x04sizeK\x01u");
+  for (int i = 1; i < M; i++)
+    PUT(&p, "h\x01");
+  PUT(&p, "eu");
+  for (int i = 1; i < N; i++)
+    PUT(&p, "h\x00");
+  PUT(&p, "eu.");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/shared.pickle", th_dir);
+  assert_int_equal(th_write(path, data, (size_t)(p - data)), 0);
+  free(data);
+  assert_null(hbm_profile_load(path));
+  if (!strstr(hbm_last_error(), "refused as hostile"))
+    fail_msg("%s", hbm_last_error());
 }
 
 static const hbm_buffer_t *buffer_with_op(const hbm_profile_t *p, const char *op) {
@@ -312,6 +351,12 @@ static void replay_beside_pytorch(void **state) {
   assert_non_null(strstr(out, "PyTorch reserved     62.00MiB (65011712 bytes) at the snapshot "
                               "(its segments on cuda:1)"));
   free(out);
+  /* on too small a device the first failure names its place in PyTorch's trace */
+  snprintf(cmd, sizeof cmd, "%s replay %ssmall.pickle --memory 60MiB --repeat 0", HBM_BIN, DATA);
+  assert_int_equal(th_run(cmd, &out), 1);
+  if (!strstr(out, "(trace event ") || !strstr(out, "RESOURCE_EXHAUSTED"))
+    fail_msg("%s", out);
+  free(out);
   snprintf(cmd, sizeof cmd, "%s replay %stwo_devices.pickle --device 5 2>&1", HBM_BIN, DATA);
   assert_int_equal(th_run(cmd, &out), 1);
   assert_non_null(strstr(out, "no device 5"));
@@ -352,6 +397,7 @@ int main(void) {
       cmocka_unit_test(fixtures_match_the_simulation),
       cmocka_unit_test(os_system_is_refused),
       cmocka_unit_test(not_a_snapshot),
+      cmocka_unit_test(shared_data_is_refused),
       cmocka_unit_test(tags_from_the_user_frames),
       cmocka_unit_test(replay_beside_pytorch),
       cmocka_unit_test(logdir_of_snapshots),

@@ -7,7 +7,8 @@
  *     event is a free; blocks active at the dump that the trace never mentions);
  *   - the reserved bytes at the end = the sum of the segments' total_size (PyTorch's own);
  *   - the bytes live at the end = the requested bytes of the blocks active at the dump (the
- *     trace and the segments agree, so the reconstruction before the trace is right).
+ *     trace and the segments agree, so the reconstruction before the trace is right);
+ * and the same numbers from a second decoder of the pickles, written in Python (below).
  * Skipped (not passed) when ../shared is absent. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,6 +102,59 @@ static truth_t compute_truth(const pk_value_t *root) {
   return t;
 }
 
+/* The same three numbers from a second decoder: tests/data/torch/second_decoder.py, whose
+ * data-only stack machine reads the opcodes that Python's pickletools.genops lists (nothing is
+ * unpickled, nothing runs). Its output over these files, 2026-11-25: the files' numbers, not
+ * hbm's. */
+static const struct {
+  const char *file;
+  uint64_t peak, reserved_end, live_end;
+} second_decoder[] = {
+    {"MAGMA27_assignment2-systems__memory_snapshot__a80ccc7.pickle", 13923997700u, 14180941824u,
+     1373919236u},
+    {"Wedsonlin_assignment2-systems__results_medium_128_inference_memory_snapshot__77da8fe.pickle",
+     1736962048u, 1763704832u, 1701310464u},
+    {"Wedsonlin_assignment2-systems__results_medium_128_training_memory_snapshot__0db7d8c.pickle",
+     7013335044u, 7235174400u, 6808535044u},
+    {"Wedsonlin_assignment2-systems__results_medium_256_inference_memory_snapshot__e0143d8.pickle",
+     1793775616u, 1864368128u, 1701367808u},
+    {"Wedsonlin_assignment2-systems__results_medium_256_training_memory_snapshot__8a4284c.pickle",
+     9103544320u, 9265217536u, 6829096964u},
+    {"bcrafton_assignment2-systems__memory_snapshot__06f51ae.pickle", 3849232640u, 4238344192u,
+     3064418304u},
+    {"kkaitlyn111_cs336-a2-systems__cs336_systems_memory_logs_memory_ctx128_forward__d7d40ad."
+     "pickle",
+     17602723840u, 17878220800u, 17602723840u},
+    {"kkaitlyn111_cs336-a2-systems__memory_ctx128_forward__03016ee.pickle", 19352504320u,
+     19667091456u, 19352504320u},
+    {"kkaitlyn111_cs336-a2-systems__memory_files_memory_ctx128_forward__9199557.pickle",
+     19352504320u, 19667091456u, 19352504320u},
+    {"kkaitlyn111_cs336-a2-systems__memory_files_memory_ctx128_fullstep__8606015.pickle",
+     54802667524u, 61111009280u, 54597857284u},
+    {"kkaitlyn111_cs336-a2-systems__memory_files_memory_ctx256_forward_mixed__73107f1.pickle",
+     28262939648u, 28848422912u, 28252453888u},
+    {"kkaitlyn111_cs336-a2-systems__memory_files_memory_ctx512_forward___b9620cc.pickle",
+     43675396096u, 44715474944u, 43675396096u},
+    {"kkaitlyn111_cs336-a2-systems__memory_files_memory_ctx512_forward_mixed__f1bbbe1.pickle",
+     39860763648u, 40514879488u, 39839792128u},
+};
+
+static void check_second_decoder(const char *name, const truth_t *t) {
+  for (size_t i = 0; i < sizeof second_decoder / sizeof *second_decoder; i++) {
+    if (strcmp(second_decoder[i].file, name))
+      continue;
+    if (t->peak != second_decoder[i].peak || t->reserved_end != second_decoder[i].reserved_end ||
+        t->live_end != second_decoder[i].live_end)
+      fail_msg("%s: the C reader's tree gives %llu %llu %llu, the second decoder %llu %llu %llu",
+               name, (unsigned long long)t->peak, (unsigned long long)t->reserved_end,
+               (unsigned long long)t->live_end, (unsigned long long)second_decoder[i].peak,
+               (unsigned long long)second_decoder[i].reserved_end,
+               (unsigned long long)second_decoder[i].live_end);
+    return;
+  }
+  fail_msg("%s is not among the files the second decoder read", name);
+}
+
 static void check_file(const char *path, const char *name) {
   size_t len;
   char *data = th_read(path, &len);
@@ -110,6 +164,7 @@ static void check_file(const char *path, const char *name) {
     fail_msg("%s", hbm_last_error());
   truth_t t = compute_truth(pk_root(doc));
   pk_free(doc);
+  check_second_decoder(name, &t);
   free(data);
 
   hbm_profile_t *p = hbm_profile_load(path);

@@ -195,9 +195,11 @@ static void print_text(const options_t *o, const hbm_alloc_log_t *log,
   }
   printf("  failed allocations   %llu\n", (unsigned long long)r->failed_allocations);
   if (r->first_failure_event >= 0) {
-    printf("  first failure        event %lld (line %lld of the log), %s requested:\n",
-           (long long)r->first_failure_event, (long long)r->first_failure_line,
-           bytes(r->first_failure_size, b));
+    /* a snapshot's "line" is the event's place in its device trace, 1-based (0: before it) */
+    printf("  first failure        event %lld (%s %lld%s), %s requested:\n",
+           (long long)r->first_failure_event, o->torch ? "trace event" : "line",
+           (long long)(o->torch ? r->first_failure_line - 1 : r->first_failure_line),
+           o->torch ? "" : " of the log", bytes(r->first_failure_size, b));
     print_indented(r->first_failure_message ? r->first_failure_message : "", "    ");
   }
   if (r->timed_replays)

@@ -28,6 +28,9 @@
  * no block above 1 PiB, no total above 1 EiB. Real snapshots are far below both. */
 #define MAX_SIZE ((uint64_t)1 << 50)
 #define MAX_TOTAL ((int64_t)1 << 60)
+#define MAX_KEYS 256        /* keys of one event, block, segment or frame dict */
+#define MAX_FRAME_TEXT 512  /* bytes of a frame's file or function name used */
+#define MAX_STACK_TEXT 8192 /* bytes of a buffer's stack text */
 
 typedef enum ev_kind { EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_OOM } ev_kind_t;
 
@@ -54,7 +57,24 @@ typedef struct snapshot {
   pk_doc_t *doc;
   device_t *devices;
   int n_devices;
+  int64_t *seg_device; /* the device of each segment */
+  /* Values visited, at most a multiple of the file's size: the memo lets a small hostile
+   * file refer to one big list from everywhere, which a reader must not walk each time. */
+  size_t budget;
+  bool over_budget;
 } snapshot_t;
+
+#define BUDGET_PER_BYTE 32
+#define BUDGET_BASE ((size_t)1 << 20)
+
+static bool spend(snapshot_t *s, size_t n) {
+  if (s->budget < n) {
+    s->over_budget = true;
+    return false;
+  }
+  s->budget -= n;
+  return true;
+}
 
 /* ---- reading the pickle ---- */
 
@@ -63,9 +83,18 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
+/* A key of an event, block, segment or frame. These dicts have a dozen keys in PyTorch; a
+ * bigger one is not PyTorch's, and since one dict may be shared by every event of a hostile
+ * file, looking into it could cost (keys x events): it reads as empty instead. */
+static const pk_value_t *get(const pk_value_t *dict, const char *key) {
+  if (!dict || dict->kind != PK_DICT || dict->as.seq.n > 2 * MAX_KEYS)
+    return NULL;
+  return pk_get(dict, key);
+}
+
 static uint64_t get_u64(const pk_value_t *dict, const char *key, bool *ok) {
   int64_t v;
-  if (!pk_int(pk_get(dict, key), &v) || v < 0) {
+  if (!pk_int(get(dict, key), &v) || v < 0) {
     *ok = false;
     return 0;
   }
@@ -74,7 +103,7 @@ static uint64_t get_u64(const pk_value_t *dict, const char *key, bool *ok) {
 
 static int64_t get_i64(const pk_value_t *dict, const char *key, int64_t fallback) {
   int64_t v;
-  return pk_int(pk_get(dict, key), &v) ? v : fallback;
+  return pk_int(get(dict, key), &v) ? v : fallback;
 }
 
 static bool push_event(device_t *d, const tevent_t *e) {
@@ -110,6 +139,7 @@ static int count_devices(const pk_value_t *root) {
 enum { SEEN_LIVE = 1, SEEN_FREED = 2 };
 
 typedef struct trace_reader {
+  snapshot_t *snap;
   device_t *dev;
   tevent_t *before; /* allocations and reservations before the trace, collected apart */
   size_t n_before, cap_before;
@@ -191,7 +221,7 @@ static bool action_kind(const char *action, ev_kind_t *kind) {
 
 static bool read_trace_event(trace_reader_t *tr, const pk_value_t *ev, size_t index) {
   tevent_t e = {.index = (int64_t)index};
-  if (!action_kind(pk_str(pk_get(ev, "action")), &e.kind))
+  if (!action_kind(pk_str(get(ev, "action")), &e.kind))
     return true;
   bool ok = true;
   e.size = get_u64(ev, "size", &ok);
@@ -202,7 +232,7 @@ static bool read_trace_event(trace_reader_t *tr, const pk_value_t *ev, size_t in
   }
   e.stream = get_i64(ev, "stream", 0);
   e.time_us = get_i64(ev, "time_us", -1);
-  e.frames = pk_get(ev, "frames");
+  e.frames = get(ev, "frames");
   tr->dev->sum.trace_events++;
   if (e.kind == EV_OOM) {
     e.device_free = addr; /* PyTorch records the free device memory in addr */
@@ -220,9 +250,11 @@ static bool read_trace_event(trace_reader_t *tr, const pk_value_t *ev, size_t in
  * and are live throughout. */
 static bool read_blocks(trace_reader_t *tr, const pk_value_t *seg) {
   size_t n;
-  pk_value_t *const *blocks = pk_items(pk_get(seg, "blocks"), &n);
+  pk_value_t *const *blocks = pk_items(get(seg, "blocks"), &n);
+  if (!spend(tr->snap, n))
+    return false;
   for (size_t i = 0; i < n; i++) {
-    const char *state = pk_str(pk_get(blocks[i], "state"));
+    const char *state = pk_str(get(blocks[i], "state"));
     if (!state || (strcmp(state, "active_allocated") && strcmp(state, "active_pending_free")))
       continue;
     bool ok = true;
@@ -234,7 +266,7 @@ static bool read_blocks(trace_reader_t *tr, const pk_value_t *seg) {
     if (hbm_u64map_get(&tr->seen, addr, NULL))
       continue;
     if (!add_before(tr, EV_ALLOC, addr, ok && requested ? requested : size,
-                    pk_get(blocks[i], "frames")) ||
+                    get(blocks[i], "frames")) ||
         !hbm_u64map_put(&tr->seen, addr, SEEN_LIVE))
       return false;
   }
@@ -245,8 +277,10 @@ static bool read_segments(trace_reader_t *tr, const pk_value_t *root, int device
   size_t n;
   pk_value_t *const *segs = pk_items(pk_get(root, "segments"), &n);
   for (size_t i = 0; i < n; i++) {
-    if (segment_device(segs[i]) != device)
+    if (tr->snap->seg_device[i] != device)
       continue;
+    if (!spend(tr->snap, 1))
+      return false;
     bool ok = true;
     uint64_t addr = get_u64(segs[i], "address", &ok), size = get_u64(segs[i], "total_size", &ok);
     if (ok) {
@@ -363,7 +397,7 @@ static void compute_peak_reserved(device_t *d) {
 static bool read_device(snapshot_t *s, const pk_value_t *root, int device) {
   device_t *d = &s->devices[device];
   d->sum.device = device;
-  trace_reader_t tr = {.dev = d};
+  trace_reader_t tr = {.snap = s, .dev = d};
   hbm_u64map_init(&tr.seen);
   hbm_u64map_init(&tr.seg_seen);
   size_t n_traces, n;
@@ -371,7 +405,7 @@ static bool read_device(snapshot_t *s, const pk_value_t *root, int device) {
   pk_value_t *const *events = (size_t)device < n_traces ? pk_items(traces[device], &n) : NULL;
   bool ok = true;
   for (size_t i = 0; events && i < n && ok; i++)
-    ok = read_trace_event(&tr, events[i], i);
+    ok = spend(s, 1) && read_trace_event(&tr, events[i], i);
   ok = ok && read_segments(&tr, root, device) && balance_reserved(&tr) && prepend_before(&tr) &&
        bound_totals(d);
   if (ok)
@@ -379,7 +413,12 @@ static bool read_device(snapshot_t *s, const pk_value_t *root, int device) {
   free(tr.before);
   hbm_u64map_free(&tr.seen);
   hbm_u64map_free(&tr.seg_seen);
-  if (!ok)
+  if (!ok && s->over_budget)
+    hbm__error(HBM_ERR_PARSE,
+               "%s: the snapshot refers to the same data more often than a file of its size "
+               "can (memo references from everywhere): refused as hostile",
+               s->name);
+  else if (!ok)
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading device %d", s->name, device);
   return ok;
 }
@@ -388,6 +427,7 @@ static void snapshot_free(snapshot_t *s) {
   for (int i = 0; i < s->n_devices; i++)
     free(s->devices[i].events);
   free(s->devices);
+  free(s->seg_device);
   pk_free(s->doc);
 }
 
@@ -411,9 +451,15 @@ static bool snapshot_read(snapshot_t *s, const uint8_t *data, size_t len, const 
                s->name);
     return false;
   }
+  s->budget = BUDGET_PER_BYTE * len + BUDGET_BASE;
   s->n_devices = count_devices(root);
+  size_t n_segs;
+  pk_value_t *const *segs = pk_items(pk_get(root, "segments"), &n_segs);
   s->devices = calloc((size_t)s->n_devices + 1, sizeof *s->devices);
-  if (!s->devices) {
+  s->seg_device = malloc((n_segs + 1) * sizeof *s->seg_device);
+  for (size_t i = 0; s->seg_device && i < n_segs; i++)
+    s->seg_device[i] = segment_device(segs[i]);
+  if (!s->devices || !s->seg_device) {
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", s->name);
     return false;
   }
@@ -428,55 +474,67 @@ static bool device_used(const device_t *d) { return d->n > 0 || d->sum.reserved_
 
 /* ---- tags: the innermost frame of the user's own code ---- */
 
-static bool contains(const char *s, const char *part) { return strstr(s, part) != NULL; }
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
-/* Frames of PyTorch, installed packages, the Python standard library and C++ are not the
- * user's own code. */
-static bool is_user_file(const char *file) {
-  static const char *const library_parts[] = {
-      "site-packages", "dist-packages", "/torch/", "\\torch\\",     "/lib/python",
-      "\\Lib\\",       "<frozen",       "??",      "/usr/include/", "<built-in"};
-  static const char *const native_suffixes[] = {".cpp", ".cc", ".cu", ".h", ".hpp", ".c"};
-  if (!*file)
-    return false;
-  for (size_t i = 0; i < HBM_ARRAY_LEN(library_parts); i++)
-    if (contains(file, library_parts[i]))
-      return false;
-  for (size_t i = 0; i < HBM_ARRAY_LEN(native_suffixes); i++)
-    if (ends_with(file, native_suffixes[i]))
-      return false;
-  return true;
-}
-
 typedef struct frame {
-  const char *file, *name;
+  const char *file, *name; /* not NUL-terminated: file_len, name_len bytes */
+  int file_len, name_len;  /* at most MAX_FRAME_TEXT */
   int64_t line;
 } frame_t;
+
+/* A string field of a frame, at most MAX_FRAME_TEXT bytes of it ("" when absent). */
+static const char *frame_text(const pk_value_t *frame, const char *key, int *len) {
+  const pk_value_t *v = get(frame, key);
+  if (!v || v->kind != PK_STR) {
+    *len = 0;
+    return "";
+  }
+  *len = v->as.str.n < MAX_FRAME_TEXT ? (int)v->as.str.n : MAX_FRAME_TEXT;
+  return v->as.str.s;
+}
 
 static bool frame_at(const pk_value_t *frames, size_t i, frame_t *f) {
   size_t n;
   pk_value_t *const *items = pk_items(frames, &n);
   if (i >= n || items[i]->kind != PK_DICT)
     return false;
-  f->file = pk_str(pk_get(items[i], "filename"));
-  f->name = pk_str(pk_get(items[i], "name"));
+  f->file = frame_text(items[i], "filename", &f->file_len);
+  f->name = frame_text(items[i], "name", &f->name_len);
   f->line = get_i64(items[i], "line", 0);
-  if (!f->file)
-    f->file = "";
-  if (!f->name)
-    f->name = "";
   return true;
 }
 
-static const char *short_file(const char *file) {
-  const char *slash = strrchr(file, '/'), *back = strrchr(file, '\\');
-  const char *cut = slash > back ? slash : back;
-  return cut ? cut + 1 : file;
+static bool ends_with(const char *s, size_t n, const char *suffix) {
+  size_t k = strlen(suffix);
+  return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
+/* Frames of PyTorch, installed packages, the Python standard library and C++ are not the
+ * user's own code. */
+static bool is_user_frame(const frame_t *f) {
+  static const char *const library_parts[] = {
+      "site-packages", "dist-packages", "/torch/", "\\torch\\",     "/lib/python",
+      "\\Lib\\",       "<frozen",       "??",      "/usr/include/", "<built-in"};
+  static const char *const native_suffixes[] = {".cpp", ".cc", ".cu", ".h", ".hpp", ".c"};
+  char file[MAX_FRAME_TEXT + 1];
+  memcpy(file, f->file, (size_t)f->file_len);
+  file[f->file_len] = '\0';
+  if (!file[0])
+    return false;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(library_parts); i++)
+    if (strstr(file, library_parts[i]))
+      return false;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(native_suffixes); i++)
+    if (ends_with(file, strlen(file), native_suffixes[i]))
+      return false;
+  return true;
+}
+
+/* The file name without its directories (either separator: snapshots come from Windows too). */
+static const char *short_file(const frame_t *f, int *len) {
+  int cut = f->file_len;
+  while (cut > 0 && f->file[cut - 1] != '/' && f->file[cut - 1] != '\\')
+    cut--;
+  *len = f->file_len - cut;
+  return f->file + cut;
 }
 
 /* The index of the innermost user frame; else the innermost frame at all (-1: none). Only the
@@ -487,7 +545,7 @@ static int64_t user_frame(const pk_value_t *frames) {
   for (size_t i = 0; i < MAX_STACK_FRAMES && frame_at(frames, i, &f); i++) {
     if (first < 0)
       first = (int64_t)i;
-    if (is_user_file(f.file))
+    if (is_user_frame(&f))
       return (int64_t)i;
   }
   return first;
@@ -497,30 +555,33 @@ static int64_t user_frame(const pk_value_t *frames) {
  * which tells apart the layers that share the op's line. */
 static void append_callers(hbm_strbuf_t *sb, const pk_value_t *frames, int64_t op_index) {
   int64_t callers[CALLER_FRAMES];
-  int n = 0;
+  int n = 0, len;
   frame_t f;
   for (size_t i = (size_t)op_index + 1; i < MAX_STACK_FRAMES && n < CALLER_FRAMES; i++) {
     if (!frame_at(frames, i, &f))
       break;
-    if (is_user_file(f.file))
+    if (is_user_frame(&f))
       callers[n++] = (int64_t)i;
   }
   for (int k = n - 1; k >= 0; k--) {
     frame_at(frames, (size_t)callers[k], &f);
-    hbm_strbuf_printf(sb, "%s%s:%lld", k == n - 1 ? "" : " / ", short_file(f.file),
-                      (long long)f.line);
+    const char *file = short_file(&f, &len);
+    hbm_strbuf_printf(sb, "%s%.*s:%lld", k == n - 1 ? "" : " / ", len, file, (long long)f.line);
   }
 }
 
+/* The stack for the buffer's card, innermost frame first, at most MAX_STACK_TEXT bytes. */
 static void append_stack(hbm_strbuf_t *sb, const pk_value_t *frames) {
   size_t n;
   pk_items(frames, &n);
   frame_t f;
-  for (size_t i = 0; i < n && i < MAX_STACK_FRAMES; i++)
+  size_t i = 0;
+  for (; i < n && i < MAX_STACK_FRAMES && sb->len < MAX_STACK_TEXT; i++)
     if (frame_at(frames, i, &f))
-      hbm_strbuf_printf(sb, "\n%s:%lld %s", f.file, (long long)f.line, f.name);
-  if (n > MAX_STACK_FRAMES)
-    hbm_strbuf_printf(sb, "\n... %zu more frames", n - MAX_STACK_FRAMES);
+      hbm_strbuf_printf(sb, "\n%.*s:%lld %.*s", f.file_len, f.file, (long long)f.line, f.name_len,
+                        f.name);
+  if (i < n)
+    hbm_strbuf_printf(sb, "\n... %zu more frames", n - i);
 }
 
 typedef struct tag_text {
@@ -534,6 +595,8 @@ static void tag_text_free(tag_text_t *t) {
   hbm_strbuf_free(&t->stack);
 }
 
+/* The tags of an allocation. The stack text names the stream but not the event, so equal
+ * stacks share one interned copy in the profile. */
 static void describe(const tevent_t *e, tag_text_t *t) {
   hbm_strbuf_init(&t->op);
   hbm_strbuf_init(&t->group);
@@ -542,10 +605,10 @@ static void describe(const tevent_t *e, tag_text_t *t) {
   if (e->before)
     hbm_strbuf_puts(&t->stack, "allocated before the trace began");
   else
-    hbm_strbuf_printf(&t->stack, "stream %lld, trace event %lld", (long long)e->stream,
-                      (long long)e->index);
+    hbm_strbuf_printf(&t->stack, "stream %lld", (long long)e->stream);
   append_stack(&t->stack, e->frames);
   frame_t f;
+  int len;
   int64_t at = user_frame(e->frames);
   if (at < 0 || !frame_at(e->frames, (size_t)at, &f)) {
     const char *what = e->before ? "(allocated before the trace)" : "(no stack recorded)";
@@ -553,11 +616,12 @@ static void describe(const tevent_t *e, tag_text_t *t) {
     hbm_strbuf_puts(&t->group, what);
     return;
   }
-  hbm_strbuf_printf(&t->op, "%s:%lld %s", short_file(f.file), (long long)f.line, f.name);
-  hbm_strbuf_printf(&t->source, "%s:%lld", f.file, (long long)f.line);
+  const char *file = short_file(&f, &len);
+  hbm_strbuf_printf(&t->op, "%.*s:%lld %.*s", len, file, (long long)f.line, f.name_len, f.name);
+  hbm_strbuf_printf(&t->source, "%.*s:%lld", f.file_len, f.file, (long long)f.line);
   append_callers(&t->group, e->frames, at);
   if (!t->group.len)
-    hbm_strbuf_puts(&t->group, short_file(f.file));
+    hbm_strbuf_printf(&t->group, "%.*s", len, file);
 }
 
 /* ---- as a profile ---- */
@@ -572,6 +636,14 @@ typedef struct builder {
 } builder_t;
 
 static hbm_status_t add_allocation(builder_t *bl, int dev, const tevent_t *e, int64_t step) {
+  size_t n_frames;
+  pk_items(e->frames, &n_frames);
+  /* describe() looks at each of the first MAX_STACK_FRAMES frames at most three times */
+  if (!spend(bl->s, 3 * (n_frames < MAX_STACK_FRAMES ? n_frames : MAX_STACK_FRAMES) + 1))
+    return hbm__error(HBM_ERR_PARSE,
+                      "%s: the snapshot refers to the same stacks more often than a file of its "
+                      "size can: refused as hostile",
+                      bl->s->name);
   tag_text_t t;
   describe(e, &t);
   hbm_status_t s = HBM_OK;

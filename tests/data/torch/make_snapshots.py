@@ -239,6 +239,9 @@ def main():
     write("old", {"segments": old_segs, "device_traces": [old_trace]}, 2, [exp])
 
     write_expandable()
+    write_inconsistent()
+    write("empty", {"segments": [], "device_traces": []}, 4,
+          [{"peak_bytes": 0, "reserved_end": 0, "peak_reserved": 0, "ooms": 0, "live_end": 0}])
     write_refused()
 
 
@@ -271,6 +274,34 @@ def write_expandable():
                          "allocator_settings": settings}, 4,
           [{"peak_bytes": 40 * MiB, "reserved_end": 40 * MiB, "peak_reserved": 60 * MiB,
             "ooms": 0, "live_end": 30 * MiB}])
+
+
+def write_inconsistent():
+    """A trace that contradicts itself, by hand. hbm skips (and counts) what it cannot place:
+    a second alloc of a live address (the first is ended there), a second free, an event
+    without addr, a negative size and one too big for 64 bits; an unknown action is ignored.
+    Live bytes: before the trace B (freed in it, 500) + F (a block at the dump, requested
+    4000) = 4500; alloc A 1000 -> 5500; A again: end the first (4500), then 2000 -> 6500 (the
+    peak); free B -> 6000; 'free' (older releases' action) of A -> 4000; alloc E 300 -> 4300
+    at the end = F + E."""
+    A, B, E, F = 0x1000, 0x2000, 0x5000, 0x6000
+
+    def ev(action, **kw):
+        return dict({"action": action, "stream": 0, "frames": []}, **kw)
+
+    trace = [ev("alloc", addr=A, size=1000), ev("alloc", addr=A, size=2000),
+             ev("free_completed", addr=B, size=500), ev("free_completed", addr=B, size=500),
+             ev("alloc", size=7), ev("weird_action", addr=1, size=1),
+             ev("free", addr=A, size=2000), ev("alloc", addr=0x3000, size=-5),
+             ev("alloc", addr=0x4000, size=2 ** 70), ev("alloc", addr=E, size=300)]
+    seg = {"device": 0, "address": 0, "total_size": MiB,
+           "blocks": [{"address": F, "size": 4096, "requested_size": 4000,
+                       "state": "active_allocated"},
+                      {"address": E, "size": 512, "requested_size": 300,
+                       "state": "active_allocated"}]}
+    write("inconsistent", {"segments": [seg], "device_traces": [trace]}, 4,
+          [{"peak_bytes": 6500, "reserved_end": MiB, "peak_reserved": MiB, "ooms": 0,
+            "live_end": 4300, "inconsistent": 5}])
 
 
 def write_refused():
