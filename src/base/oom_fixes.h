@@ -27,7 +27,7 @@
   "not (slow; shows the program's minimal footprint)."
 #define HBM_FIX_REMAT                                                                              \
   "Rematerialize activations instead of keeping them: jax.checkpoint (jax.remat) around "          \
-  "layers (PyTorch: torch.utils.checkpoint)."
+  "layers (PyTorch: torch.utils.checkpoint; TensorFlow: tf.recompute_grad)."
 #define HBM_FIX_SMALLER_BATCH "A smaller batch (or gradient accumulation over micro-batches)."
 #define HBM_FIX_SHARDING                                                                           \
   "Shard parameters, optimizer state and activations over more devices (jax.sharding / "           \

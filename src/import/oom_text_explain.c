@@ -304,6 +304,8 @@ static void fixes_shrink(fixes_t *f, hbm_oom_kind_t kind) {
     fix(f, HBM_FIX_MEM_FRACTION);
   if (kind == HBM_OOM_XLA_TPU || kind == HBM_OOM_XLA_GPU)
     fix(f, HBM_FIX_FREE_ARRAYS);
+  if (kind == HBM_OOM_TENSORFLOW) /* a small BFC limit: often JAX took the GPU first */
+    fix(f, HBM_FIX_TF_WITH_JAX);
 }
 
 static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
@@ -341,11 +343,7 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_FREE_ARRAYS);
     fix(&f, HBM_FIX_PLATFORM);
     break;
-  case TC_UNKNOWN:
-    fixes_shrink(&f, t->kind);
-    if (t->kind == HBM_OOM_TENSORFLOW)
-      fix(&f, HBM_FIX_TF_WITH_JAX);
-    break;
+  case TC_UNKNOWN: fixes_shrink(&f, t->kind); break;
   default: fixes_shrink(&f, t->kind); break;
   }
   if (t->kind == HBM_OOM_PYTORCH && cause != TC_FRAGMENTATION && cause != TC_TOO_LARGE &&

@@ -80,7 +80,7 @@ static bool confirm(const headline_pattern_t *hp, const char *at, const char *en
 static const char *find_bfc_oom(const char *b, const char *e) {
   for (const char *at = hbm__oom_find(b, e, "Allocator ("); at;
        at = hbm__oom_find(at + 1, e, "Allocator (")) {
-    const char *close = hbm__oom_find(at, e, ")");
+    const char *close = hbm__oom_find(at, e - at > 120 ? at + 120 : e, ")");
     if (close && hbm__oom_scan(close + 1, e, " ran out of memory trying to allocate"))
       return at;
   }
@@ -188,7 +188,7 @@ static void parse_bfc(const oom_doc_t *doc, hbm_oom_text_t *t) {
   const char *at = find_bfc_oom(all.b, all.e);
   if (!at)
     return;
-  const char *close = hbm__oom_find(at, all.e, ")");
+  const char *close = hbm__oom_find(at, all.e - at > 120 ? at + 120 : all.e, ")");
   uint64_t req, rounded;
   const char *p = hbm__oom_scan(close + 1, all.e, " ran out of memory trying to allocate #", &req);
   if (!t->allocator)
