@@ -41,6 +41,14 @@ static char *dup_range(const char *b, const char *e) {
   return e > b ? hbm__oom_strndup(b, (size_t)(e - b)) : NULL;
 }
 
+/* Keeps the first value a text gives for a field (wordings may repeat it). */
+static void set_str(char **field, char *value) {
+  if (*field)
+    free(value);
+  else
+    *field = value;
+}
+
 /* ---- headlines ---- */
 
 typedef struct headline_pattern {
@@ -192,7 +200,7 @@ static void parse_bfc(const oom_doc_t *doc, hbm_oom_text_t *t) {
   uint64_t req, rounded;
   const char *p = hbm__oom_scan(close + 1, all.e, " ran out of memory trying to allocate #", &req);
   if (!t->allocator)
-    t->allocator = dup_range(at + 11, close);
+    set_str(&t->allocator, dup_range(at + 11, close));
   if (!p)
     return;
   hbm__oom_set_once(t, HBM_OOMF_REQUESTED, req);
@@ -339,7 +347,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
     hbm__oom_set(t, HBM_OOMF_REQUESTED, bytes);
     char dev[32];
     snprintf(dev, sizeof dev, "GPU %lld", (long long)ordinal);
-    t->device = hbm__strdup(dev);
+    set_str(&t->device, hbm__strdup(dev));
   } else if ((p = hbm__oom_scan(h->at, all.e, "cuMemAllocAsync failed to allocate #", &req))) {
     hbm__oom_set(t, HBM_OOMF_REQUESTED, req);
     const char *name = h->at;
@@ -348,7 +356,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
     const char *word = name;
     while (word > all.b && !isspace((unsigned char)word[-1]))
       word--;
-    t->allocator = dup_range(word, name);
+    set_str(&t->allocator, dup_range(word, name));
     if (hbm__oom_search(p, all.e, NULL, "Free memory/Total memory: #/#", &free_b, &total)) {
       hbm__oom_set(t, HBM_OOMF_FREE, free_b);
       hbm__oom_set(t, HBM_OOMF_CAPACITY, total);
@@ -399,7 +407,7 @@ static void parse_tpu_allocation(const oom_doc_t *doc, hbm_oom_text_t *t) {
     const char *q = space + 6;
     while (q < line_end && isalnum((unsigned char)*q))
       q++;
-    t->device = dup_range(space + 6, q);
+    set_str(&t->device, dup_range(space + 6, q));
   }
 }
 
@@ -413,7 +421,7 @@ static void parse_tpu_ran_out(const oom_doc_t *doc, hbm_oom_text_t *t) {
   while (w < all.e && isalnum((unsigned char)*w))
     w++;
   if (!t->device)
-    t->device = dup_range(e, w);
+    set_str(&t->device, dup_range(e, w));
   uint64_t used, cap, exceeded;
   const char *p = hbm__oom_scan(w, all.e, ". Used # of #", &used, &cap);
   if (!p)
@@ -557,7 +565,7 @@ static void parse_torch_old(range_t w, hbm_oom_text_t *t) {
     return;
   char dev[32];
   snprintf(dev, sizeof dev, "GPU %lld", (long long)gpu);
-  t->device = hbm__strdup(dev);
+  set_str(&t->device, hbm__strdup(dev));
   for (p = e; p && p < w.e && *p != ')';) {
     uint64_t v;
     while (p < w.e && isspace((unsigned char)*p))
@@ -621,7 +629,7 @@ static void parse_torch_new(range_t w, hbm_oom_text_t *t) {
   if (hbm__oom_search(w.b, w.e, &e, "GPU % has a total capac", &gpu)) {
     char dev[32];
     snprintf(dev, sizeof dev, "GPU %lld", (long long)gpu);
-    t->device = hbm__strdup(dev);
+    set_str(&t->device, hbm__strdup(dev));
     const char *of = hbm__oom_find(e, w.e, "of ");
     if (of && hbm__oom_scan(of, w.e, "of # of which # is free", &cap, &free_b)) {
       hbm__oom_set(t, HBM_OOMF_CAPACITY, cap);
@@ -700,19 +708,20 @@ static void parse_tf_tensor(const oom_doc_t *doc, const oom_headline_t *h, hbm_o
   const char *close = open ? hbm__oom_find(open, all.e, "]") : NULL;
   if (!close)
     return;
-  t->tensor_shape = dup_range(open, close + 1);
+  set_str(&t->tensor_shape, dup_range(open, close + 1));
   const char *e = hbm__oom_scan(close + 1, all.e, " and type ");
   if (e)
-    t->tensor_type = word_after(e, all.e, "");
+    set_str(&t->tensor_type, word_after(e, all.e, ""));
   const char *on =
       hbm__oom_scan(e ? e + (t->tensor_type ? strlen(t->tensor_type) : 0) : close, all.e, " on ");
   if (on)
-    t->device = word_after(on, all.e, "");
+    set_str(&t->device, word_after(on, all.e, ""));
   const char *by =
       hbm__oom_search(close, all.e - close > 300 ? close + 300 : all.e, &e, "by allocator ");
   if (by && !t->allocator)
-    t->allocator = word_after(e, all.e, "");
-  uint64_t bytes = t->tensor_type ? tensor_bytes(t->tensor_shape, t->tensor_type) : 0;
+    set_str(&t->allocator, word_after(e, all.e, ""));
+  uint64_t bytes =
+      t->tensor_type && t->tensor_shape ? tensor_bytes(t->tensor_shape, t->tensor_type) : 0;
   if (bytes)
     hbm__oom_set(t, HBM_OOMF_REQUESTED, bytes);
 }
@@ -724,7 +733,7 @@ static void parse_tf_op(const oom_doc_t *doc, hbm_oom_text_t *t) {
   if (hbm__oom_search(all.b, all.e, &e, "{{node ") ||
       hbm__oom_search(all.b, all.e, &e, "[[Node: ") || hbm__oom_search(all.b, all.e, &e, "[Op:") ||
       hbm__oom_search(all.b, all.e, &e, "requested by op "))
-    t->op = word_after(e, all.e, "}]");
+    set_str(&t->op, word_after(e, all.e, "}]"));
   if (t->op && !t->op[0]) {
     free(t->op);
     t->op = NULL;
