@@ -58,6 +58,25 @@ static const char *const field_labels[HBM_OOMF_COUNT] = {
 
 static const char *fmt(uint64_t bytes, char *buf) { return hbm_format_bytes(bytes, buf, 32); }
 
+/* The label of a number as the framework means it. */
+static const char *label_of(const hbm_oom_text_t *t, hbm_oom_field_t f) {
+  if (t->kind == HBM_OOM_PYTORCH) {
+    if (f == HBM_OOMF_IN_USE)
+      return "in use by this process";
+    if (f == HBM_OOMF_ALLOCATED)
+      return "allocated by PyTorch";
+    if (f == HBM_OOMF_RESERVED)
+      return "reserved by PyTorch";
+    if (f == HBM_OOMF_LIMIT)
+      return "allowed (per-process memory fraction)";
+  }
+  if (t->kind == HBM_OOM_XLA_TPU && f == HBM_OOMF_ALLOCATED)
+    return "arrays already on the device";
+  if (f == HBM_OOMF_IN_USE)
+    return "in use (allocator)";
+  return field_labels[f];
+}
+
 static bool has(const hbm_oom_text_t *t, hbm_oom_field_t f) { return t->known[f]; }
 static uint64_t val(const hbm_oom_text_t *t, hbm_oom_field_t f) { return t->value[f]; }
 
@@ -292,6 +311,9 @@ typedef struct fixes {
 } fixes_t;
 
 static void fix(fixes_t *f, const char *text) {
+  for (size_t i = 0; i < f->n; i++)
+    if (f->text[i] == text)
+      return; /* listed already */
   if (f->n < HBM_ARRAY_LEN(f->text))
     f->text[f->n++] = text;
 }
@@ -344,7 +366,11 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_PLATFORM);
     break;
   case TC_UNKNOWN: fixes_shrink(&f, t->kind); break;
-  default: fixes_shrink(&f, t->kind); break;
+  default:
+    if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_ALLOCATED))
+      fix(&f, HBM_FIX_FREE_ARRAYS); /* arrays already on the device hold the memory */
+    fixes_shrink(&f, t->kind);
+    break;
   }
   if (t->kind == HBM_OOM_PYTORCH && cause != TC_FRAGMENTATION && cause != TC_TOO_LARGE &&
       has(t, HBM_OOMF_RESERVED_UNALLOCATED) && val(t, HBM_OOMF_RESERVED_UNALLOCATED) > 0)
@@ -389,9 +415,9 @@ static void write_numbers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
     if (!t->known[f])
       continue;
     if (f == HBM_OOMF_NUM_ALLOCS)
-      hbm_strbuf_printf(sb, "  %s: %llu\n", field_labels[f], (unsigned long long)t->value[f]);
+      hbm_strbuf_printf(sb, "  %s: %llu\n", label_of(t, f), (unsigned long long)t->value[f]);
     else
-      hbm_strbuf_printf(sb, "  %s: %llu bytes (%s)\n", field_labels[f],
+      hbm_strbuf_printf(sb, "  %s: %llu bytes (%s)\n", label_of(t, f),
                         (unsigned long long)t->value[f], fmt(t->value[f], a));
   }
   for (size_t i = 0; i < t->n_processes; i++)
@@ -658,7 +684,9 @@ static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *
     if (add_profile_buffer(p, space, &t->buffers[i]) < 0)
       return false;
   char *message = explanation_text(t);
-  hbm_oom_event_t e = {.step = 0, .space = space, .requested = request(t), .message = message};
+  /* TPU's compile-time error has no single request: the program's need stands for it. */
+  uint64_t requested = has(t, HBM_OOMF_REQUESTED) ? request(t) : val(t, HBM_OOMF_USED);
+  hbm_oom_event_t e = {.step = 0, .space = space, .requested = requested, .message = message};
   bool ok = message && hbm_profile_add_oom(p, &e) == HBM_OK;
   free(message);
   return ok && hbm_profile_finish(p) == HBM_OK;
