@@ -671,6 +671,60 @@ static char *explanation_text(const hbm_oom_text_t *t) {
   return s;
 }
 
+/* When the text lists no buffers, the totals it gives stand in for them, one buffer each, so
+ * that the profile's peak is what the framework said was in use. */
+typedef struct aggregate {
+  hbm_oom_kind_t kind;
+  hbm_oom_field_t field;
+  hbm_category_t category;
+  const char *what;
+} aggregate_t;
+
+static const aggregate_t aggregates[] = {
+    {HBM_OOM_XLA_GPU, HBM_OOMF_PARAMETER, HBM_CAT_PARAMETER, "parameters (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_CONSTANT, HBM_CAT_CONSTANT, "constants (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_MAYBE_LIVE_OUT, HBM_CAT_OUTPUT, "maybe-live-out outputs (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_PREALLOCATED_TEMP, HBM_CAT_TEMPORARY, "temporaries (in all)"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_TPU_RESERVED, HBM_CAT_UNKNOWN, "reserved by the runtime"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_ALLOCATED, HBM_CAT_UNKNOWN, "arrays already on the device"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_ARGUMENTS, HBM_CAT_PARAMETER, "arguments (in all)"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_PROGRAM, HBM_CAT_TEMPORARY, "program (in all)"},
+    {HBM_OOM_PYTORCH, HBM_OOMF_ALLOCATED, HBM_CAT_UNKNOWN, "allocated by PyTorch (in all)"},
+};
+
+static bool add_aggregates(hbm_profile_t *p, int space, const hbm_oom_text_t *t) {
+  bool any = false;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(aggregates); i++) {
+    const aggregate_t *g = &aggregates[i];
+    if (g->kind != t->kind || !has(t, g->field) || !val(t, g->field))
+      continue;
+    hbm_buffer_t b = {.size = val(t, g->field),
+                      .unpadded_size = val(t, g->field),
+                      .start = 0,
+                      .end = 1,
+                      .space = space,
+                      .category = g->category,
+                      .op = g->what,
+                      .group = "(totals from the error text)"};
+    if (hbm_profile_add_buffer(p, &b) < 0)
+      return false;
+    any = true;
+  }
+  if (!any && has(t, HBM_OOMF_IN_USE) && val(t, HBM_OOMF_IN_USE)) { /* an allocator's InUse */
+    hbm_buffer_t b = {.size = val(t, HBM_OOMF_IN_USE),
+                      .unpadded_size = val(t, HBM_OOMF_IN_USE),
+                      .start = 0,
+                      .end = 1,
+                      .space = space,
+                      .category = HBM_CAT_UNKNOWN,
+                      .op = "in use in the allocator (in all)",
+                      .group = "(totals from the error text)"};
+    if (hbm_profile_add_buffer(p, &b) < 0)
+      return false;
+  }
+  return true;
+}
+
 static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *name) {
   uint64_t limit = has(t, HBM_OOMF_CAPACITY) ? val(t, HBM_OOMF_CAPACITY) : val(t, HBM_OOMF_LIMIT);
   const char *space_name = t->kind == HBM_OOM_XLA_TPU && t->device ? t->device : "HBM";
@@ -683,6 +737,8 @@ static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *
   for (size_t i = 0; i < t->n_buffers; i++)
     if (add_profile_buffer(p, space, &t->buffers[i]) < 0)
       return false;
+  if (!t->n_buffers && !add_aggregates(p, space, t))
+    return false;
   char *message = explanation_text(t);
   /* TPU's compile-time error has no single request: the program's need stands for it. */
   uint64_t requested = has(t, HBM_OOMF_REQUESTED) ? request(t) : val(t, HBM_OOMF_USED);
