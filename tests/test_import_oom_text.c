@@ -175,6 +175,17 @@ static const expect_t expects[] = {
      {F(REQUESTED, 805306368), F(PARAMETER, GIB(2)), F(CONSTANT, 0), F(MAYBE_LIVE_OUT, GIB(2)),
       F(PREALLOCATED_TEMP, MIB(768)), F(TOTAL_ALLOCATION, GIB(4.75)),
       F(TOTAL_FRAGMENTATION, MIB(12)), END}},
+    /* hbm's own diagnosis (`hbm demo`): 200 GiB requested > the 16.00GiB device. Three
+     * groups of 125.0MiB tie; the first by name is adam/mu/embed. */
+    {"xla_gpu_hbm_own_demo.txt",
+     HBM_OOM_XLA_GPU,
+     5,
+     "too_large",
+     10,
+     "adam/mu/embed",
+     131072000,
+     {F(REQUESTED, 214748364800), F(CAPACITY, GIB(16)), F(FREE, GIB(4)), F(LIMIT, 12884901888),
+      F(IN_USE, 493940736), F(LARGEST_FREE_BLOCK, 12390961152), END}},
     /* ---- XLA on TPU ---- */
     /* 17179869184 > 16106127360: larger than the device. */
     {"xla_tpu_allocation.txt",

@@ -246,6 +246,22 @@ static void parse_operator(range_t r, hbm_oom_buffer_t *b) {
   if (line && hbm__oom_int(line, line + strlen(line), &v))
     b->source_line = v;
   free(line);
+  if (!b->op_name && !b->op_type && !hbm__oom_find(r.b, r.e, "=")) /* hbm's own: a bare name */
+    b->op_name = dup_range(r.b + strlen("Operator:"), r.e);
+}
+
+/* hbm's own "Source: model.py:12". */
+static void parse_source(range_t r, hbm_oom_buffer_t *b) {
+  const char *colon = r.e;
+  while (colon > r.b && *colon != ':')
+    colon--;
+  int64_t line;
+  const char *b0 = r.b + strlen("Source:");
+  if (colon > b0 && hbm__oom_int(colon + 1, r.e, &line) == r.e) {
+    free(b->source_file);
+    b->source_file = dup_range(b0, colon);
+    b->source_line = line;
+  }
 }
 
 static void set_text(char **field, range_t r, const char *label) {
@@ -278,6 +294,11 @@ static bool buffer_field(range_t r, hbm_oom_buffer_t *b) {
   } else if (starts(r, "Allocation type:")) {
     set_text(&b->allocation_type, r, "Allocation type:");
     b->parameter = is_parameter_type(b->allocation_type);
+  } else if (starts(r, "Category:")) { /* hbm's own diagnosis */
+    set_text(&b->allocation_type, r, "Category:");
+    b->parameter = is_parameter_type(b->allocation_type);
+  } else if (starts(r, "Source:")) {
+    parse_source(r, b);
   } else if (!starts(r, "Extra memory due to padding:"))
     return false;
   return true;
@@ -335,6 +356,30 @@ static void parse_buffers(const oom_doc_t *doc, hbm_oom_text_t *t) {
 
 /* ---- XLA on GPU ---- */
 
+/* hbm's own diagnosis (src/alloc/oom.c) after XLA's line: "hbm diagnosis:" then "device:
+ * ..., 16.00GiB total, 4.00GiB free now", "limit: N bytes", "in use: N bytes", "largest free
+ * block: N bytes". */
+static void parse_hbm_diagnosis(const oom_doc_t *doc, hbm_oom_text_t *t) {
+  size_t first = find_line(doc, "hbm diagnosis:");
+  for (size_t i = first + 1; i < doc->n_lines && i < first + 12; i++) {
+    range_t r = line_at(doc, i);
+    uint64_t v, total, free_b;
+    if (row_size(r, "limit:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_LIMIT, v);
+    else if (row_size(r, "in use:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_IN_USE, v);
+    else if (row_size(r, "largest free block:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_LARGEST_FREE_BLOCK, v);
+    else if (starts(r, "device:")) {
+      const char *e;
+      if (hbm__oom_search(r.b, r.e, &e, ", # total", &total))
+        hbm__oom_set_once(t, HBM_OOMF_CAPACITY, total);
+      if (hbm__oom_search(r.b, r.e, NULL, ", # free now", &free_b))
+        hbm__oom_set_once(t, HBM_OOMF_FREE, free_b);
+    }
+  }
+}
+
 static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom_text_t *t) {
   range_t all = whole(doc);
   uint64_t req, bytes, free_b, total;
@@ -364,6 +409,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
   }
   parse_buffer_assignment_stats(doc, t);
   parse_bfc(doc, t);
+  parse_hbm_diagnosis(doc, t);
   parse_buffers(doc, t);
 }
 
