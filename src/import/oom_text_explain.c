@@ -330,6 +330,13 @@ static void fixes_shrink(fixes_t *f, hbm_oom_kind_t kind) {
     fix(f, HBM_FIX_TF_WITH_JAX);
 }
 
+/* PyTorch before 2.1 said "reserved in total by PyTorch" (or "cached"): it has no
+ * expandable_segments yet, but max_split_size_mb. */
+static bool old_pytorch(const hbm_oom_text_t *t) {
+  return t->headline &&
+         (strstr(t->headline, "reserved in total by PyTorch") || strstr(t->headline, " cached)"));
+}
+
 static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
   fixes_t f = {.n = 0};
   switch (cause) {
@@ -338,9 +345,11 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_SMALLER_BATCH);
     break;
   case TC_FRAGMENTATION:
-    if (t->kind == HBM_OOM_PYTORCH)
+    if (t->kind == HBM_OOM_PYTORCH) {
+      if (old_pytorch(t))
+        fix(&f, HBM_FIX_MAX_SPLIT_SIZE);
       fix(&f, HBM_FIX_EXPANDABLE_SEGMENTS);
-    else {
+    } else {
       if (t->kind == HBM_OOM_XLA_GPU)
         fix(&f, HBM_FIX_PREALLOCATE_TRUE);
       fix(&f, HBM_FIX_CUDA_MALLOC_ASYNC);
@@ -365,7 +374,11 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_FREE_ARRAYS);
     fix(&f, HBM_FIX_PLATFORM);
     break;
-  case TC_UNKNOWN: fixes_shrink(&f, t->kind); break;
+  case TC_UNKNOWN:
+    if (t->kind == HBM_OOM_TENSORFLOW)
+      fix(&f, HBM_FIX_TF_REPORT_TENSORS);
+    fixes_shrink(&f, t->kind);
+    break;
   default:
     if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_ALLOCATED))
       fix(&f, HBM_FIX_FREE_ARRAYS); /* arrays already on the device hold the memory */
