@@ -173,50 +173,67 @@ static void cause_too_large(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
   hbm_strbuf_puts(sb, HBM_FIX_TOO_LARGE);
 }
 
-static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
-  char a[32], b[32], c[32];
-  uint64_t req = request(t);
-  if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_USED)) {
+/* TPU: the program at compile time, or arrays already on the device at run time. */
+static bool over_limit_tpu(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32], d[32];
+  if (has(t, HBM_OOMF_USED))
     hbm_strbuf_printf(sb,
                       "the program needs more than the memory: it uses %s of the %s %s "
                       "(over by %s) at its peak. Make the program smaller.",
                       fmt(val(t, HBM_OOMF_USED), a), fmt(val(t, HBM_OOMF_CAPACITY), b),
                       t->device ? t->device : "hbm", fmt(val(t, HBM_OOMF_EXCEEDED), c));
-  } else if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_ALLOCATED)) {
+  else if (has(t, HBM_OOMF_ALLOCATED))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: arrays already on the device hold %s, "
                       "and the %s requested does not fit in the %s free. Free arrays that are "
                       "no longer needed, or make the program smaller.",
-                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_FREE), c));
-  } else if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_TOTAL_USAGE)) {
-    char d[32];
+  else if (has(t, HBM_OOMF_TOTAL_USAGE))
     hbm_strbuf_printf(sb,
                       "the program needs more than the memory: at least %s in all (program %s, "
                       "reserved %s, arguments %s). Make the program smaller.",
                       fmt(val(t, HBM_OOMF_TOTAL_USAGE), a), fmt(val(t, HBM_OOMF_PROGRAM), b),
                       fmt(val(t, HBM_OOMF_TPU_RESERVED), c), fmt(val(t, HBM_OOMF_ARGUMENTS), d));
-  } else if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_LIMIT)) {
+  else
+    return false;
+  return true;
+}
+
+/* PyTorch: over what this process is allowed, or what it allocated with little free. */
+static bool over_limit_pytorch(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32];
+  if (has(t, HBM_OOMF_LIMIT))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: PyTorch reserved %s and %s was "
                       "requested, over the %s this process is allowed "
                       "(torch.cuda.set_per_process_memory_fraction).",
-                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_LIMIT), c));
-  } else if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE)) {
-    hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
-                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
-  } else if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_ALLOCATED)) {
+  else if (has(t, HBM_OOMF_ALLOCATED))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: PyTorch has %s allocated and %s was "
                       "requested, with %s free on the device.",
-                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_FREE), c));
-  } else if (has(t, HBM_OOMF_FREE)) {
+  else
+    return false;
+  return true;
+}
+
+static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32], d[32], e[32];
+  uint64_t req = request(t);
+  if ((t->kind == HBM_OOM_XLA_TPU && over_limit_tpu(sb, t)) ||
+      (t->kind == HBM_OOM_PYTORCH && over_limit_pytorch(sb, t)))
+    return;
+  if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE))
+    hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
+                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
+  else if (has(t, HBM_OOMF_FREE))
     hbm_strbuf_printf(sb, "in use + request over the limit: %s requested, %s free.", fmt(req, a),
                       fmt(val(t, HBM_OOMF_FREE), b));
-  } else if (has(t, HBM_OOMF_TOTAL_ALLOCATION)) {
-    char d[32], e[32];
+  else if (has(t, HBM_OOMF_TOTAL_ALLOCATION)) /* XLA's BufferAssignment stats */
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: the program's buffers need %s "
                       "(parameters %s, outputs %s, temporaries %s) and %s more did not fit in "
@@ -224,9 +241,8 @@ static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
                       fmt(val(t, HBM_OOMF_TOTAL_ALLOCATION), a), fmt(val(t, HBM_OOMF_PARAMETER), b),
                       fmt(val(t, HBM_OOMF_MAYBE_LIVE_OUT), c),
                       fmt(val(t, HBM_OOMF_PREALLOCATED_TEMP), d), fmt(req, e));
-  } else {
+  else
     hbm_strbuf_printf(sb, "in use + request over the limit: %s more did not fit.", fmt(req, a));
-  }
 }
 
 static void cause_fragmentation(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
