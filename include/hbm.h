@@ -546,7 +546,9 @@ const char *hbm_oom_field_name(hbm_oom_field_t field);
 hbm_status_t hbm_oom_text_explain(const hbm_oom_text_t *t, FILE *out);
 /* The parsed numbers, cause and buffers as JSON. */
 hbm_status_t hbm_oom_text_json(const hbm_oom_text_t *t, FILE *out);
-/* The peak buffers as a plan profile (one step: the peak) with the OOM as its event. */
+/* The peak buffers as a plan profile (one step: the peak) with the OOM as its event; a text
+ * that lists no buffers gives its totals instead (XLA's parameter / output / temp rows, TPU's
+ * usage rows, what PyTorch allocated, the BFC allocator's InUse), one buffer each. */
 hbm_profile_t *hbm_oom_text_to_profile(const hbm_oom_text_t *t, const char *name);
 
 /* ------------------------------------------------------------------------------------------ */

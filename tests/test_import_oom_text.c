@@ -175,6 +175,17 @@ static const expect_t expects[] = {
      {F(REQUESTED, 805306368), F(PARAMETER, GIB(2)), F(CONSTANT, 0), F(MAYBE_LIVE_OUT, GIB(2)),
       F(PREALLOCATED_TEMP, MIB(768)), F(TOTAL_ALLOCATION, GIB(4.75)),
       F(TOTAL_FRAGMENTATION, MIB(12)), END}},
+    /* hbm's own diagnosis (`hbm demo`): 200 GiB requested > the 16.00GiB device. Three
+     * groups of 125.0MiB tie; the first by name is adam/mu/embed. */
+    {"xla_gpu_hbm_own_demo.txt",
+     HBM_OOM_XLA_GPU,
+     5,
+     "too_large",
+     10,
+     "adam/mu/embed",
+     131072000,
+     {F(REQUESTED, 214748364800), F(CAPACITY, GIB(16)), F(FREE, GIB(4)), F(LIMIT, 12884901888),
+      F(IN_USE, 493940736), F(LARGEST_FREE_BLOCK, 12390961152), END}},
     /* ---- XLA on TPU ---- */
     /* 17179869184 > 16106127360: larger than the device. */
     {"xla_tpu_allocation.txt",
@@ -651,10 +662,41 @@ static void test_profile(void **state) {
   hbm_profile_free(p);
 }
 
+static uint64_t profile_peak(const char *file) {
+  char path[512];
+  snprintf(path, sizeof path, "%s%s", DATA, file);
+  hbm_profile_t *p = hbm_profile_load(path);
+  if (!p)
+    fail_msg("%s: %s", file, hbm_last_error());
+  hbm_analysis_t *a = hbm_analyze(p, 0);
+  assert_non_null(a);
+  uint64_t peak = hbm_analysis_summary(a)->peak_bytes;
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+  return peak;
+}
+
+/* Without a buffer list the totals the text gives become the profile's buffers, and its peak
+ * is the framework's own total row: XLA's "total allocation", TPU's "Total hbm usage", what
+ * PyTorch allocated, the BFC allocator's InUse. */
+static void test_profile_of_totals(void **state) {
+  (void)state;
+  /* parameters 2.00GiB + maybe_live_out 2.00GiB + temporaries 768.00MiB = total 4.75GiB */
+  assert_int_equal(profile_peak("xla_gpu_rank_prefixed.txt"), GIB(4.75));
+  /* reserved 512.00M + currently allocated 5,637,144,576 + program 4,831,838,208 bytes =
+   * "Total hbm usage >= 10.25G" */
+  assert_int_equal(profile_peak("xla_tpu_reserve.txt"), GIB(10.25));
+  /* reserved 1.25G + program 63.75G (+ arguments 0B) = "Total hbm usage >= 65.00G" */
+  assert_int_equal(profile_peak("xla_tpu_hlo_temp_rows.txt"), GIB(65));
+  assert_int_equal(profile_peak("pytorch_hip.txt"), GIB(60)); /* allocated by PyTorch */
+  assert_int_equal(profile_peak("tensorflow_bfc_stats_old.txt"), 10200547328); /* InUse */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fixtures), cmocka_unit_test(test_details), cmocka_unit_test(test_seeds),
-      cmocka_unit_test(test_no_oom),   cmocka_unit_test(test_profile),
+      cmocka_unit_test(test_fixtures), cmocka_unit_test(test_details),
+      cmocka_unit_test(test_seeds),    cmocka_unit_test(test_no_oom),
+      cmocka_unit_test(test_profile),  cmocka_unit_test(test_profile_of_totals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

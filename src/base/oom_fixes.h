@@ -27,7 +27,7 @@
   "not (slow; shows the program's minimal footprint)."
 #define HBM_FIX_REMAT                                                                              \
   "Rematerialize activations instead of keeping them: jax.checkpoint (jax.remat) around "          \
-  "layers (PyTorch: torch.utils.checkpoint)."
+  "layers (PyTorch: torch.utils.checkpoint; TensorFlow: tf.recompute_grad)."
 #define HBM_FIX_SMALLER_BATCH "A smaller batch (or gradient accumulation over micro-batches)."
 #define HBM_FIX_SHARDING                                                                           \
   "Shard parameters, optimizer state and activations over more devices (jax.sharding / "           \
@@ -35,6 +35,12 @@
 #define HBM_FIX_EXPANDABLE_SEGMENTS                                                                \
   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: PyTorch's cached segments grow in place, "    \
   "so reserved-but-unallocated memory can serve large requests."
+#define HBM_FIX_MAX_SPLIT_SIZE                                                                     \
+  "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128: cached blocks larger than 128 MB are not "       \
+  "split, so they stay whole for large requests (PyTorch releases before expandable_segments)."
+#define HBM_FIX_TF_REPORT_TENSORS                                                                  \
+  "List the live tensors at the OOM: run with "                                                    \
+  "tf.compat.v1.RunOptions(report_tensor_allocations_upon_oom=True)."
 #define HBM_FIX_CUDA_MALLOC_ASYNC                                                                  \
   "TF_GPU_ALLOCATOR=cuda_malloc_async: CUDA's stream-ordered pool instead of the BFC "             \
   "allocator (different fragmentation)."

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct options {
   const char *path; /* NULL or "-": standard input */
@@ -79,6 +80,8 @@ static char *read_stream(FILE *in, size_t *len) {
 static int read_input(const options_t *o, char **data, size_t *len, const char **name) {
   bool from_stdin = !o->path || !strcmp(o->path, "-");
   *name = from_stdin ? "<stdin>" : o->path;
+  if (from_stdin && isatty(STDIN_FILENO))
+    fprintf(stderr, "hbm explain: paste the error, then Ctrl-D\n");
   FILE *in = from_stdin ? stdin : fopen(o->path, "rb");
   if (!in)
     return cli_fail("explain", 1, "%s: cannot open: %s", o->path, strerror(errno));

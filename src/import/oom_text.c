@@ -447,6 +447,8 @@ static char *headline_text(const oom_doc_t *doc, size_t line) {
   hbm_strbuf_init(&sb);
   hbm_strbuf_append(&sb, b, (size_t)(e - b));
   for (size_t i = line + 1; i < doc->n_lines && i < line + 3; i++) {
+    if (e > b && strchr(".:)>", e[-1]))
+      break; /* the sentence ended on this line */
     hbm__oom_doc_line(doc, i, &b, &e);
     if (b == e || !(islower((unsigned char)*b) || isdigit((unsigned char)*b)))
       break;

@@ -58,6 +58,25 @@ static const char *const field_labels[HBM_OOMF_COUNT] = {
 
 static const char *fmt(uint64_t bytes, char *buf) { return hbm_format_bytes(bytes, buf, 32); }
 
+/* The label of a number as the framework means it. */
+static const char *label_of(const hbm_oom_text_t *t, hbm_oom_field_t f) {
+  if (t->kind == HBM_OOM_PYTORCH) {
+    if (f == HBM_OOMF_IN_USE)
+      return "in use by this process";
+    if (f == HBM_OOMF_ALLOCATED)
+      return "allocated by PyTorch";
+    if (f == HBM_OOMF_RESERVED)
+      return "reserved by PyTorch";
+    if (f == HBM_OOMF_LIMIT)
+      return "allowed (per-process memory fraction)";
+  }
+  if (t->kind == HBM_OOM_XLA_TPU && f == HBM_OOMF_ALLOCATED)
+    return "arrays already on the device";
+  if (f == HBM_OOMF_IN_USE)
+    return "in use (allocator)";
+  return field_labels[f];
+}
+
 static bool has(const hbm_oom_text_t *t, hbm_oom_field_t f) { return t->known[f]; }
 static uint64_t val(const hbm_oom_text_t *t, hbm_oom_field_t f) { return t->value[f]; }
 
@@ -154,50 +173,67 @@ static void cause_too_large(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
   hbm_strbuf_puts(sb, HBM_FIX_TOO_LARGE);
 }
 
-static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
-  char a[32], b[32], c[32];
-  uint64_t req = request(t);
-  if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_USED)) {
+/* TPU: the program at compile time, or arrays already on the device at run time. */
+static bool over_limit_tpu(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32], d[32];
+  if (has(t, HBM_OOMF_USED))
     hbm_strbuf_printf(sb,
                       "the program needs more than the memory: it uses %s of the %s %s "
                       "(over by %s) at its peak. Make the program smaller.",
                       fmt(val(t, HBM_OOMF_USED), a), fmt(val(t, HBM_OOMF_CAPACITY), b),
                       t->device ? t->device : "hbm", fmt(val(t, HBM_OOMF_EXCEEDED), c));
-  } else if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_ALLOCATED)) {
+  else if (has(t, HBM_OOMF_ALLOCATED))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: arrays already on the device hold %s, "
                       "and the %s requested does not fit in the %s free. Free arrays that are "
                       "no longer needed, or make the program smaller.",
-                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_FREE), c));
-  } else if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_TOTAL_USAGE)) {
-    char d[32];
+  else if (has(t, HBM_OOMF_TOTAL_USAGE))
     hbm_strbuf_printf(sb,
                       "the program needs more than the memory: at least %s in all (program %s, "
                       "reserved %s, arguments %s). Make the program smaller.",
                       fmt(val(t, HBM_OOMF_TOTAL_USAGE), a), fmt(val(t, HBM_OOMF_PROGRAM), b),
                       fmt(val(t, HBM_OOMF_TPU_RESERVED), c), fmt(val(t, HBM_OOMF_ARGUMENTS), d));
-  } else if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_LIMIT)) {
+  else
+    return false;
+  return true;
+}
+
+/* PyTorch: over what this process is allowed, or what it allocated with little free. */
+static bool over_limit_pytorch(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32];
+  if (has(t, HBM_OOMF_LIMIT))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: PyTorch reserved %s and %s was "
                       "requested, over the %s this process is allowed "
                       "(torch.cuda.set_per_process_memory_fraction).",
-                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_RESERVED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_LIMIT), c));
-  } else if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE)) {
-    hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
-                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
-  } else if (t->kind == HBM_OOM_PYTORCH && has(t, HBM_OOMF_ALLOCATED)) {
+  else if (has(t, HBM_OOMF_ALLOCATED))
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: PyTorch has %s allocated and %s was "
                       "requested, with %s free on the device.",
-                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(req, b),
+                      fmt(val(t, HBM_OOMF_ALLOCATED), a), fmt(request(t), b),
                       fmt(val(t, HBM_OOMF_FREE), c));
-  } else if (has(t, HBM_OOMF_FREE)) {
+  else
+    return false;
+  return true;
+}
+
+static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
+  char a[32], b[32], c[32], d[32], e[32];
+  uint64_t req = request(t);
+  if ((t->kind == HBM_OOM_XLA_TPU && over_limit_tpu(sb, t)) ||
+      (t->kind == HBM_OOM_PYTORCH && over_limit_pytorch(sb, t)))
+    return;
+  if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE))
+    hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
+                      fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
+  else if (has(t, HBM_OOMF_FREE))
     hbm_strbuf_printf(sb, "in use + request over the limit: %s requested, %s free.", fmt(req, a),
                       fmt(val(t, HBM_OOMF_FREE), b));
-  } else if (has(t, HBM_OOMF_TOTAL_ALLOCATION)) {
-    char d[32], e[32];
+  else if (has(t, HBM_OOMF_TOTAL_ALLOCATION)) /* XLA's BufferAssignment stats */
     hbm_strbuf_printf(sb,
                       "in use + request over the limit: the program's buffers need %s "
                       "(parameters %s, outputs %s, temporaries %s) and %s more did not fit in "
@@ -205,9 +241,8 @@ static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
                       fmt(val(t, HBM_OOMF_TOTAL_ALLOCATION), a), fmt(val(t, HBM_OOMF_PARAMETER), b),
                       fmt(val(t, HBM_OOMF_MAYBE_LIVE_OUT), c),
                       fmt(val(t, HBM_OOMF_PREALLOCATED_TEMP), d), fmt(req, e));
-  } else {
+  else
     hbm_strbuf_printf(sb, "in use + request over the limit: %s more did not fit.", fmt(req, a));
-  }
 }
 
 static void cause_fragmentation(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
@@ -292,6 +327,9 @@ typedef struct fixes {
 } fixes_t;
 
 static void fix(fixes_t *f, const char *text) {
+  for (size_t i = 0; i < f->n; i++)
+    if (f->text[i] == text)
+      return; /* listed already */
   if (f->n < HBM_ARRAY_LEN(f->text))
     f->text[f->n++] = text;
 }
@@ -304,6 +342,15 @@ static void fixes_shrink(fixes_t *f, hbm_oom_kind_t kind) {
     fix(f, HBM_FIX_MEM_FRACTION);
   if (kind == HBM_OOM_XLA_TPU || kind == HBM_OOM_XLA_GPU)
     fix(f, HBM_FIX_FREE_ARRAYS);
+  if (kind == HBM_OOM_TENSORFLOW) /* a small BFC limit: often JAX took the GPU first */
+    fix(f, HBM_FIX_TF_WITH_JAX);
+}
+
+/* PyTorch before 2.1 said "reserved in total by PyTorch" (or "cached"): it has no
+ * expandable_segments yet, but max_split_size_mb. */
+static bool old_pytorch(const hbm_oom_text_t *t) {
+  return t->headline &&
+         (strstr(t->headline, "reserved in total by PyTorch") || strstr(t->headline, " cached)"));
 }
 
 static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
@@ -314,9 +361,11 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_SMALLER_BATCH);
     break;
   case TC_FRAGMENTATION:
-    if (t->kind == HBM_OOM_PYTORCH)
+    if (t->kind == HBM_OOM_PYTORCH) {
+      if (old_pytorch(t))
+        fix(&f, HBM_FIX_MAX_SPLIT_SIZE);
       fix(&f, HBM_FIX_EXPANDABLE_SEGMENTS);
-    else {
+    } else {
       if (t->kind == HBM_OOM_XLA_GPU)
         fix(&f, HBM_FIX_PREALLOCATE_TRUE);
       fix(&f, HBM_FIX_CUDA_MALLOC_ASYNC);
@@ -342,11 +391,15 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_PLATFORM);
     break;
   case TC_UNKNOWN:
-    fixes_shrink(&f, t->kind);
     if (t->kind == HBM_OOM_TENSORFLOW)
-      fix(&f, HBM_FIX_TF_WITH_JAX);
+      fix(&f, HBM_FIX_TF_REPORT_TENSORS);
+    fixes_shrink(&f, t->kind);
     break;
-  default: fixes_shrink(&f, t->kind); break;
+  default:
+    if (t->kind == HBM_OOM_XLA_TPU && has(t, HBM_OOMF_ALLOCATED))
+      fix(&f, HBM_FIX_FREE_ARRAYS); /* arrays already on the device hold the memory */
+    fixes_shrink(&f, t->kind);
+    break;
   }
   if (t->kind == HBM_OOM_PYTORCH && cause != TC_FRAGMENTATION && cause != TC_TOO_LARGE &&
       has(t, HBM_OOMF_RESERVED_UNALLOCATED) && val(t, HBM_OOMF_RESERVED_UNALLOCATED) > 0)
@@ -391,9 +444,9 @@ static void write_numbers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
     if (!t->known[f])
       continue;
     if (f == HBM_OOMF_NUM_ALLOCS)
-      hbm_strbuf_printf(sb, "  %s: %llu\n", field_labels[f], (unsigned long long)t->value[f]);
+      hbm_strbuf_printf(sb, "  %s: %llu\n", label_of(t, f), (unsigned long long)t->value[f]);
     else
-      hbm_strbuf_printf(sb, "  %s: %llu bytes (%s)\n", field_labels[f],
+      hbm_strbuf_printf(sb, "  %s: %llu bytes (%s)\n", label_of(t, f),
                         (unsigned long long)t->value[f], fmt(t->value[f], a));
   }
   for (size_t i = 0; i < t->n_processes; i++)
@@ -647,6 +700,60 @@ static char *explanation_text(const hbm_oom_text_t *t) {
   return s;
 }
 
+/* When the text lists no buffers, the totals it gives stand in for them, one buffer each, so
+ * that the profile's peak is what the framework said was in use. */
+typedef struct aggregate {
+  hbm_oom_kind_t kind;
+  hbm_oom_field_t field;
+  hbm_category_t category;
+  const char *what;
+} aggregate_t;
+
+static const aggregate_t aggregates[] = {
+    {HBM_OOM_XLA_GPU, HBM_OOMF_PARAMETER, HBM_CAT_PARAMETER, "parameters (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_CONSTANT, HBM_CAT_CONSTANT, "constants (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_MAYBE_LIVE_OUT, HBM_CAT_OUTPUT, "maybe-live-out outputs (in all)"},
+    {HBM_OOM_XLA_GPU, HBM_OOMF_PREALLOCATED_TEMP, HBM_CAT_TEMPORARY, "temporaries (in all)"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_TPU_RESERVED, HBM_CAT_UNKNOWN, "reserved by the runtime"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_ALLOCATED, HBM_CAT_UNKNOWN, "arrays already on the device"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_ARGUMENTS, HBM_CAT_PARAMETER, "arguments (in all)"},
+    {HBM_OOM_XLA_TPU, HBM_OOMF_PROGRAM, HBM_CAT_TEMPORARY, "program (in all)"},
+    {HBM_OOM_PYTORCH, HBM_OOMF_ALLOCATED, HBM_CAT_UNKNOWN, "allocated by PyTorch (in all)"},
+};
+
+static bool add_aggregates(hbm_profile_t *p, int space, const hbm_oom_text_t *t) {
+  bool any = false;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(aggregates); i++) {
+    const aggregate_t *g = &aggregates[i];
+    if (g->kind != t->kind || !has(t, g->field) || !val(t, g->field))
+      continue;
+    hbm_buffer_t b = {.size = val(t, g->field),
+                      .unpadded_size = val(t, g->field),
+                      .start = 0,
+                      .end = 1,
+                      .space = space,
+                      .category = g->category,
+                      .op = g->what,
+                      .group = "(totals from the error text)"};
+    if (hbm_profile_add_buffer(p, &b) < 0)
+      return false;
+    any = true;
+  }
+  if (!any && has(t, HBM_OOMF_IN_USE) && val(t, HBM_OOMF_IN_USE)) { /* an allocator's InUse */
+    hbm_buffer_t b = {.size = val(t, HBM_OOMF_IN_USE),
+                      .unpadded_size = val(t, HBM_OOMF_IN_USE),
+                      .start = 0,
+                      .end = 1,
+                      .space = space,
+                      .category = HBM_CAT_UNKNOWN,
+                      .op = "in use in the allocator (in all)",
+                      .group = "(totals from the error text)"};
+    if (hbm_profile_add_buffer(p, &b) < 0)
+      return false;
+  }
+  return true;
+}
+
 static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *name) {
   uint64_t limit = has(t, HBM_OOMF_CAPACITY) ? val(t, HBM_OOMF_CAPACITY) : val(t, HBM_OOMF_LIMIT);
   const char *space_name = t->kind == HBM_OOM_XLA_TPU && t->device ? t->device : "HBM";
@@ -659,8 +766,12 @@ static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *
   for (size_t i = 0; i < t->n_buffers; i++)
     if (add_profile_buffer(p, space, &t->buffers[i]) < 0)
       return false;
+  if (!t->n_buffers && !add_aggregates(p, space, t))
+    return false;
   char *message = explanation_text(t);
-  hbm_oom_event_t e = {.step = 0, .space = space, .requested = request(t), .message = message};
+  /* TPU's compile-time error has no single request: the program's need stands for it. */
+  uint64_t requested = has(t, HBM_OOMF_REQUESTED) ? request(t) : val(t, HBM_OOMF_USED);
+  hbm_oom_event_t e = {.step = 0, .space = space, .requested = requested, .message = message};
   bool ok = message && hbm_profile_add_oom(p, &e) == HBM_OK;
   free(message);
   return ok && hbm_profile_finish(p) == HBM_OK;

@@ -41,6 +41,14 @@ static char *dup_range(const char *b, const char *e) {
   return e > b ? hbm__oom_strndup(b, (size_t)(e - b)) : NULL;
 }
 
+/* Keeps the first value a text gives for a field (wordings may repeat it). */
+static void set_str(char **field, char *value) {
+  if (*field)
+    free(value);
+  else
+    *field = value;
+}
+
 /* ---- headlines ---- */
 
 typedef struct headline_pattern {
@@ -80,7 +88,7 @@ static bool confirm(const headline_pattern_t *hp, const char *at, const char *en
 static const char *find_bfc_oom(const char *b, const char *e) {
   for (const char *at = hbm__oom_find(b, e, "Allocator ("); at;
        at = hbm__oom_find(at + 1, e, "Allocator (")) {
-    const char *close = hbm__oom_find(at, e, ")");
+    const char *close = hbm__oom_find(at, e - at > 120 ? at + 120 : e, ")");
     if (close && hbm__oom_scan(close + 1, e, " ran out of memory trying to allocate"))
       return at;
   }
@@ -188,11 +196,11 @@ static void parse_bfc(const oom_doc_t *doc, hbm_oom_text_t *t) {
   const char *at = find_bfc_oom(all.b, all.e);
   if (!at)
     return;
-  const char *close = hbm__oom_find(at, all.e, ")");
+  const char *close = hbm__oom_find(at, all.e - at > 120 ? at + 120 : all.e, ")");
   uint64_t req, rounded;
   const char *p = hbm__oom_scan(close + 1, all.e, " ran out of memory trying to allocate #", &req);
   if (!t->allocator)
-    t->allocator = dup_range(at + 11, close);
+    set_str(&t->allocator, dup_range(at + 11, close));
   if (!p)
     return;
   hbm__oom_set_once(t, HBM_OOMF_REQUESTED, req);
@@ -238,6 +246,22 @@ static void parse_operator(range_t r, hbm_oom_buffer_t *b) {
   if (line && hbm__oom_int(line, line + strlen(line), &v))
     b->source_line = v;
   free(line);
+  if (!b->op_name && !b->op_type && !hbm__oom_find(r.b, r.e, "=")) /* hbm's own: a bare name */
+    b->op_name = dup_range(r.b + strlen("Operator:"), r.e);
+}
+
+/* hbm's own "Source: model.py:12". */
+static void parse_source(range_t r, hbm_oom_buffer_t *b) {
+  const char *colon = r.e;
+  while (colon > r.b && *colon != ':')
+    colon--;
+  int64_t line;
+  const char *b0 = r.b + strlen("Source:");
+  if (colon > b0 && hbm__oom_int(colon + 1, r.e, &line) == r.e) {
+    free(b->source_file);
+    b->source_file = dup_range(b0, colon);
+    b->source_line = line;
+  }
 }
 
 static void set_text(char **field, range_t r, const char *label) {
@@ -270,6 +294,11 @@ static bool buffer_field(range_t r, hbm_oom_buffer_t *b) {
   } else if (starts(r, "Allocation type:")) {
     set_text(&b->allocation_type, r, "Allocation type:");
     b->parameter = is_parameter_type(b->allocation_type);
+  } else if (starts(r, "Category:")) { /* hbm's own diagnosis */
+    set_text(&b->allocation_type, r, "Category:");
+    b->parameter = is_parameter_type(b->allocation_type);
+  } else if (starts(r, "Source:")) {
+    parse_source(r, b);
   } else if (!starts(r, "Extra memory due to padding:"))
     return false;
   return true;
@@ -327,6 +356,30 @@ static void parse_buffers(const oom_doc_t *doc, hbm_oom_text_t *t) {
 
 /* ---- XLA on GPU ---- */
 
+/* hbm's own diagnosis (src/alloc/oom.c) after XLA's line: "hbm diagnosis:" then "device:
+ * ..., 16.00GiB total, 4.00GiB free now", "limit: N bytes", "in use: N bytes", "largest free
+ * block: N bytes". */
+static void parse_hbm_diagnosis(const oom_doc_t *doc, hbm_oom_text_t *t) {
+  size_t first = find_line(doc, "hbm diagnosis:");
+  for (size_t i = first + 1; i < doc->n_lines && i < first + 12; i++) {
+    range_t r = line_at(doc, i);
+    uint64_t v, total, free_b;
+    if (row_size(r, "limit:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_LIMIT, v);
+    else if (row_size(r, "in use:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_IN_USE, v);
+    else if (row_size(r, "largest free block:", &v))
+      hbm__oom_set_once(t, HBM_OOMF_LARGEST_FREE_BLOCK, v);
+    else if (starts(r, "device:")) {
+      const char *e;
+      if (hbm__oom_search(r.b, r.e, &e, ", # total", &total))
+        hbm__oom_set_once(t, HBM_OOMF_CAPACITY, total);
+      if (hbm__oom_search(r.b, r.e, NULL, ", # free now", &free_b))
+        hbm__oom_set_once(t, HBM_OOMF_FREE, free_b);
+    }
+  }
+}
+
 static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom_text_t *t) {
   range_t all = whole(doc);
   uint64_t req, bytes, free_b, total;
@@ -339,7 +392,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
     hbm__oom_set(t, HBM_OOMF_REQUESTED, bytes);
     char dev[32];
     snprintf(dev, sizeof dev, "GPU %lld", (long long)ordinal);
-    t->device = hbm__strdup(dev);
+    set_str(&t->device, hbm__strdup(dev));
   } else if ((p = hbm__oom_scan(h->at, all.e, "cuMemAllocAsync failed to allocate #", &req))) {
     hbm__oom_set(t, HBM_OOMF_REQUESTED, req);
     const char *name = h->at;
@@ -348,7 +401,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
     const char *word = name;
     while (word > all.b && !isspace((unsigned char)word[-1]))
       word--;
-    t->allocator = dup_range(word, name);
+    set_str(&t->allocator, dup_range(word, name));
     if (hbm__oom_search(p, all.e, NULL, "Free memory/Total memory: #/#", &free_b, &total)) {
       hbm__oom_set(t, HBM_OOMF_FREE, free_b);
       hbm__oom_set(t, HBM_OOMF_CAPACITY, total);
@@ -356,6 +409,7 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
   }
   parse_buffer_assignment_stats(doc, t);
   parse_bfc(doc, t);
+  parse_hbm_diagnosis(doc, t);
   parse_buffers(doc, t);
 }
 
@@ -399,7 +453,7 @@ static void parse_tpu_allocation(const oom_doc_t *doc, hbm_oom_text_t *t) {
     const char *q = space + 6;
     while (q < line_end && isalnum((unsigned char)*q))
       q++;
-    t->device = dup_range(space + 6, q);
+    set_str(&t->device, dup_range(space + 6, q));
   }
 }
 
@@ -413,7 +467,7 @@ static void parse_tpu_ran_out(const oom_doc_t *doc, hbm_oom_text_t *t) {
   while (w < all.e && isalnum((unsigned char)*w))
     w++;
   if (!t->device)
-    t->device = dup_range(e, w);
+    set_str(&t->device, dup_range(e, w));
   uint64_t used, cap, exceeded;
   const char *p = hbm__oom_scan(w, all.e, ". Used # of #", &used, &cap);
   if (!p)
@@ -557,7 +611,7 @@ static void parse_torch_old(range_t w, hbm_oom_text_t *t) {
     return;
   char dev[32];
   snprintf(dev, sizeof dev, "GPU %lld", (long long)gpu);
-  t->device = hbm__strdup(dev);
+  set_str(&t->device, hbm__strdup(dev));
   for (p = e; p && p < w.e && *p != ')';) {
     uint64_t v;
     while (p < w.e && isspace((unsigned char)*p))
@@ -621,7 +675,7 @@ static void parse_torch_new(range_t w, hbm_oom_text_t *t) {
   if (hbm__oom_search(w.b, w.e, &e, "GPU % has a total capac", &gpu)) {
     char dev[32];
     snprintf(dev, sizeof dev, "GPU %lld", (long long)gpu);
-    t->device = hbm__strdup(dev);
+    set_str(&t->device, hbm__strdup(dev));
     const char *of = hbm__oom_find(e, w.e, "of ");
     if (of && hbm__oom_scan(of, w.e, "of # of which # is free", &cap, &free_b)) {
       hbm__oom_set(t, HBM_OOMF_CAPACITY, cap);
@@ -700,19 +754,20 @@ static void parse_tf_tensor(const oom_doc_t *doc, const oom_headline_t *h, hbm_o
   const char *close = open ? hbm__oom_find(open, all.e, "]") : NULL;
   if (!close)
     return;
-  t->tensor_shape = dup_range(open, close + 1);
+  set_str(&t->tensor_shape, dup_range(open, close + 1));
   const char *e = hbm__oom_scan(close + 1, all.e, " and type ");
   if (e)
-    t->tensor_type = word_after(e, all.e, "");
+    set_str(&t->tensor_type, word_after(e, all.e, ""));
   const char *on =
       hbm__oom_scan(e ? e + (t->tensor_type ? strlen(t->tensor_type) : 0) : close, all.e, " on ");
   if (on)
-    t->device = word_after(on, all.e, "");
+    set_str(&t->device, word_after(on, all.e, ""));
   const char *by =
       hbm__oom_search(close, all.e - close > 300 ? close + 300 : all.e, &e, "by allocator ");
   if (by && !t->allocator)
-    t->allocator = word_after(e, all.e, "");
-  uint64_t bytes = t->tensor_type ? tensor_bytes(t->tensor_shape, t->tensor_type) : 0;
+    set_str(&t->allocator, word_after(e, all.e, ""));
+  uint64_t bytes =
+      t->tensor_type && t->tensor_shape ? tensor_bytes(t->tensor_shape, t->tensor_type) : 0;
   if (bytes)
     hbm__oom_set(t, HBM_OOMF_REQUESTED, bytes);
 }
@@ -724,7 +779,7 @@ static void parse_tf_op(const oom_doc_t *doc, hbm_oom_text_t *t) {
   if (hbm__oom_search(all.b, all.e, &e, "{{node ") ||
       hbm__oom_search(all.b, all.e, &e, "[[Node: ") || hbm__oom_search(all.b, all.e, &e, "[Op:") ||
       hbm__oom_search(all.b, all.e, &e, "requested by op "))
-    t->op = word_after(e, all.e, "}]");
+    set_str(&t->op, word_after(e, all.e, "}]"));
   if (t->op && !t->op[0]) {
     free(t->op);
     t->op = NULL;
