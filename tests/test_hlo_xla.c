@@ -236,6 +236,38 @@ static void all_reduce_over_its_operand(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
 }
 
+/* A sort may write each sorted array over its operand: the iota i [1,2] and the sorted
+ * indices s{1} [2,2] share one 256-byte chunk (without the rule: 512). The comparator's
+ * values are thread-local (a, b, c, d, lt: 4+4+4+4+1 = 17 B) except its constant, which
+ * XLA allocates as a constant (4 B). Allocations in creation order: s{0} (output), p, the
+ * table T, the constant C, the heap H, then five thread-local L:
+ * [O, p, T, C, H, L, L, L, L, L]; std::partition leaves [O, p, L, C, L, L, L, L, H, T]:
+ * H at 0 (256 B) and T at 256: temp 272. Total: 256 + 256 + 4 + 17 + 272 = 805. */
+static void sort_over_its_operands(void **state) {
+  (void)state;
+  const char *m = "HloModule sort, is_scheduled=true\n"
+                  "%cmp (a: f32[], b: f32[], c: s32[], d: s32[]) -> pred[] {\n"
+                  "  a = f32[] parameter(0)\n"
+                  "  b = f32[] parameter(1)\n"
+                  "  c = s32[] parameter(2)\n"
+                  "  d = s32[] parameter(3)\n"
+                  "  k = f32[] constant(0)\n"
+                  "  ROOT lt = pred[] compare(a, b), direction=LT\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  i = s32[64]{0} iota(), iota_dimension=0\n"
+                  "  s = (f32[64]{0}, s32[64]{0}) sort(p, i), dimensions={0}, to_apply=%cmp\n"
+                  "  ROOT g = f32[64]{0} get-tuple-element(s), index=0\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 272);
+  json_has(p, "\"thread_local_bytes\": 17");
+  json_has(p, "\"constant_bytes\": 4");
+  json_has(p, "\"total_bytes\": 805");
+  hbm_plan_free(p);
+}
+
 /* Newer XLA prints its stack-frame tables between the header and the computations. */
 static void leading_stack_frame_tables(void **state) {
   (void)state;
@@ -330,6 +362,7 @@ int main(void) {
       cmocka_unit_test(thread_local_reducer_inside_a_fusion),
       cmocka_unit_test(backend_alignment),
       cmocka_unit_test(all_reduce_over_its_operand),
+      cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),

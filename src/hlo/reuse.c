@@ -20,20 +20,27 @@
 
 #define MAX_TRIES 64
 
-/* Something already in an allocation: one of its own values, or a placed temporary. */
+/* Something already in an allocation: one of its own values, or a placed temporary. The
+ * occupants of one allocation never overlap in time (at most they touch), so each
+ * allocation keeps them in a treap ordered by start: a new range meets at most the
+ * occupant starting last before its end and, through touching ones, a few before it. */
 typedef struct occupant {
   uint32_t lo, hi; /* steps, both inclusive (XLA's live ranges include their end) */
   uint32_t who;    /* its buffer, for the element-wise sharing check */
-  uint32_t next;   /* the allocation's next occupant, UINT32_MAX at the end */
+  uint32_t seq;    /* insertion number: ties in lo */
+  uint32_t left, right, prio;
 } occupant_t;
+
+#define NIL UINT32_MAX
 
 typedef struct reuse_state {
   hlo_assignment_t *as;
   uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
   uint32_t *share_to;
   uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
-  uint32_t *first;    /* per buffer: its first occupant when it is an allocation */
+  uint32_t *first;    /* per buffer: the root of its occupants' treap when an allocation */
   hlo_vec_t occupants;
+  uint32_t rng;
 } reuse_state_t;
 
 /* The inclusive last step of a temporary. */
@@ -63,10 +70,69 @@ static bool interferes(const reuse_state_t *s, uint32_t lo, uint32_t hi, uint32_
   return true;
 }
 
+static occupant_t *occ(const reuse_state_t *s, uint32_t k) {
+  return &HLO_VEC_AT(&s->occupants, occupant_t, k);
+}
+
+static bool before(const occupant_t *a, uint32_t lo, uint32_t seq) {
+  return a->lo < lo || (a->lo == lo && a->seq < seq);
+}
+
+/* Splits treap t into the nodes ordered before (lo, seq) and the rest. */
+static void split(reuse_state_t *s, uint32_t t, uint32_t lo, uint32_t seq, uint32_t *l,
+                  uint32_t *r) {
+  if (t == NIL) {
+    *l = *r = NIL;
+    return;
+  }
+  occupant_t *n = occ(s, t);
+  if (before(n, lo, seq)) {
+    split(s, n->right, lo, seq, &occ(s, t)->right, r);
+    *l = t;
+  } else {
+    split(s, n->left, lo, seq, l, &occ(s, t)->left);
+    *r = t;
+  }
+}
+
+static uint32_t merge(reuse_state_t *s, uint32_t l, uint32_t r) {
+  if (l == NIL || r == NIL)
+    return l == NIL ? r : l;
+  if (occ(s, l)->prio > occ(s, r)->prio) {
+    occ(s, l)->right = merge(s, occ(s, l)->right, r);
+    return l;
+  }
+  occ(s, r)->left = merge(s, l, occ(s, r)->left);
+  return r;
+}
+
 static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi, uint32_t who) {
-  occupant_t o = {lo, hi, who, s->first[alloc]};
-  s->first[alloc] = (uint32_t)s->occupants.len;
-  return hbm__hlo_vec_push(&s->occupants, &o);
+  s->rng ^= s->rng << 13;
+  s->rng ^= s->rng >> 17;
+  s->rng ^= s->rng << 5;
+  uint32_t k = (uint32_t)s->occupants.len;
+  occupant_t o = {lo, hi, who, k, NIL, NIL, s->rng};
+  if (!hbm__hlo_vec_push(&s->occupants, &o))
+    return false;
+  uint32_t l, r;
+  split(s, s->first[alloc], lo, k, &l, &r);
+  s->first[alloc] = merge(s, merge(s, l, k), r);
+  return true;
+}
+
+/* The occupant ordered last before (lo, seq), or NIL. */
+static uint32_t predecessor(const reuse_state_t *s, uint32_t t, uint32_t lo, uint32_t seq) {
+  uint32_t best = NIL;
+  while (t != NIL) {
+    const occupant_t *n = occ(s, t);
+    if (before(n, lo, seq)) {
+      best = t;
+      t = n->right;
+    } else {
+      t = n->left;
+    }
+  }
+  return best;
 }
 
 /* Can temporary t live in allocation o? */
@@ -75,11 +141,14 @@ static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
   if (tb->bytes > ob->bytes || tb->color != ob->color)
     return false;
   uint32_t lo = tb->start, hi = last_step(tb);
-  for (uint32_t k = s->first[o]; k != UINT32_MAX;) {
-    const occupant_t *oc = &HLO_VEC_AT(&s->occupants, occupant_t, k);
+  /* occupants starting at or before hi, latest first, while they still reach lo */
+  for (uint32_t k = predecessor(s, s->first[o], hi, UINT32_MAX); k != NIL;) {
+    const occupant_t *oc = occ(s, k);
+    if (oc->hi < lo)
+      break;
     if (interferes(s, lo, hi, t, oc))
       return false;
-    k = oc->next;
+    k = predecessor(s, s->first[o], oc->lo, oc->seq);
   }
   return true;
 }
@@ -228,7 +297,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   }
   if (no == 0 || nt == 0)
     return true;
-  reuse_state_t s = {.as = as};
+  reuse_state_t s = {.as = as, .rng = 2463534242u};
   hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
   uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
   uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
@@ -239,7 +308,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   if (ok) {
     nt = no = 0;
     for (uint32_t i = 0; i < nb; i++) {
-      s.alloc_of[i] = s.first[i] = UINT32_MAX;
+      s.alloc_of[i] = s.first[i] = NIL;
       if (is_reusable_allocation(&as->buffers[i])) {
         outs[no++] = i;
         is_alloc[i] = 1;
