@@ -135,8 +135,9 @@ static uint32_t predecessor(const reuse_state_t *s, uint32_t t, uint32_t lo, uin
   return best;
 }
 
-/* Can temporary t live in allocation o? */
-static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
+/* Can temporary t live in allocation o? *by_temp: it cannot only because of a temporary
+ * placed there before it (where XLA's order of candidates decides). */
+static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o, bool *by_temp) {
   const hlo_buffer_t *tb = &s->as->buffers[t], *ob = &s->as->buffers[o];
   if (tb->bytes > ob->bytes || tb->color != ob->color)
     return false;
@@ -146,8 +147,10 @@ static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
     const occupant_t *oc = occ(s, k);
     if (oc->hi < lo)
       break;
-    if (interferes(s, lo, hi, t, oc))
+    if (interferes(s, lo, hi, t, oc)) {
+      *by_temp = oc->who != o;
       return false;
+    }
     k = predecessor(s, s->first[o], oc->lo, oc->seq);
   }
   return true;
@@ -174,16 +177,58 @@ static void mark_separate(hlo_assignment_t *as) {
 }
 
 static const hlo_buffer_t *cmp_buffers;
+static const uint64_t *cmp_post; /* per buffer: XLA's post-order position of its value */
 
-/* Largest first; ties: the earlier definition, then the lower index (a stable order). */
+/* Largest first; ties: XLA's post-order position (computations callers first, then the
+ * instruction's place in its computation), then the lower index (a stable order). */
 static int by_size_desc(const void *pa, const void *pb) {
-  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa],
-                     *b = &cmp_buffers[*(const uint32_t *)pb];
+  uint32_t ia = *(const uint32_t *)pa, ib = *(const uint32_t *)pb;
+  const hlo_buffer_t *a = &cmp_buffers[ia], *b = &cmp_buffers[ib];
   if (a->bytes != b->bytes)
     return a->bytes > b->bytes ? -1 : 1;
-  if (a->first_def != b->first_def)
-    return a->first_def < b->first_def ? -1 : 1;
-  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+  if (cmp_post[ia] != cmp_post[ib])
+    return cmp_post[ia] < cmp_post[ib] ? -1 : 1;
+  return ia < ib ? -1 : ia > ib;
+}
+
+/* XLA orders buffers of one size by the post-order position of their first value, with
+ * the computations taken callers first (the entry, then what it calls, breadth first
+ * here) and instructions in their computation's order. NULL when memory ran out. */
+static uint64_t *post_positions(const hlo_module_t *m, const hlo_assignment_t *as) {
+  uint32_t n = m->n_comps;
+  uint32_t *rank = malloc(((size_t)n + 1) * sizeof *rank);
+  uint32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
+  uint64_t *post = malloc(((size_t)as->n_buffers + 1) * sizeof *post);
+  if (!rank || !queue || !post) {
+    free(rank);
+    free(queue);
+    free(post);
+    return NULL;
+  }
+  for (uint32_t c = 0; c < n; c++)
+    rank[c] = UINT32_MAX;
+  uint32_t head = 0, tail = 0, next = 0;
+  queue[tail++] = m->entry->id - 1;
+  rank[m->entry->id - 1] = next++;
+  while (head < tail) {
+    const hlo_comp_t *c = m->comps[queue[head++]];
+    for (uint32_t i = 0; i < c->n_instrs; i++)
+      for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
+        const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
+        if (callee && rank[callee->id - 1] == UINT32_MAX) {
+          rank[callee->id - 1] = next++;
+          queue[tail++] = callee->id - 1;
+        }
+      }
+  }
+  for (uint32_t b = 0; b < as->n_buffers; b++) {
+    const hlo_instr_t *in = as->values[as->buffers[b].value].instr;
+    uint32_t r = in->parent ? rank[in->parent->id - 1] : UINT32_MAX;
+    post[b] = ((uint64_t)r << 32) | in->id;
+  }
+  free(rank);
+  free(queue);
+  return post;
 }
 
 /* Share edges as a CSR from the operand's buffer to the result's. */
@@ -274,14 +319,23 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
       else
         hi = mid;
     }
+    bool contended = false;
     for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
-      if (!fits_in(s, t, outs[k]))
+      bool by_temp = false;
+      if (!fits_in(s, t, outs[k], &by_temp)) {
+        contended |= by_temp;
         continue;
+      }
       s->alloc_of[t] = outs[k];
       if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
         return false;
       *any = true;
+      contended = false;
       break;
+    }
+    if (contended) { /* left in the heap only because another temporary came first */
+      s->as->contended++;
+      s->as->contended_bytes += bufs[t].bytes;
     }
   }
   return true;
@@ -305,6 +359,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
   bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
   bool any = false;
+  uint64_t *post = NULL;
   if (ok) {
     nt = no = 0;
     for (uint32_t i = 0; i < nb; i++) {
@@ -317,12 +372,17 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
       }
     }
     cmp_buffers = as->buffers;
+    cmp_post = post = post_positions(df->m, as);
+    ok = post != NULL;
+  }
+  if (ok) {
     qsort(temps, nt, sizeof *temps, by_size_desc);
     qsort(outs, no, sizeof *outs, by_size_asc);
     ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
   }
   if (ok && any)
     ok = compact(&s);
+  free(post);
   free(temps);
   free(outs);
   free(is_alloc);
