@@ -2,9 +2,9 @@
  * flattened schedule, liveness, heap simulation, the profile, both reports, and (for small
  * inputs) rematerialization against a tiny memory limit with the rematerialized module
  * parsed again; then once more with XLA's GPU buffer-assignment rules (output-allocation
- * reuse, tuple allocations, the combined temp allocation). A refusal must be a parse error that says where ("fuzz.hlo:LINE:COL: ...");
- * an accepted module must give a plan whose temporaries live at the same time never share
- * bytes. */
+ * reuse, tuple allocations, the combined temp allocation). A refusal must be a parse error that
+ * says where ("fuzz.hlo:LINE:COL: ..."); an accepted module must give a plan whose temporaries live
+ * at the same time never share bytes. */
 #include "hbm.h"
 
 #include <stdint.h>
