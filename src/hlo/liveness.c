@@ -65,7 +65,9 @@ static void apply_edge(union_find_t *u, const hlo_value_t *val, const hlo_edge_t
   uint32_t a = uf_find(u, e->a), b = uf_find(u, e->b);
   if (a == b)
     return;
-  if (must_alias && e->kind != HLO_EDGE_SHARE) {
+  if (e->kind == HLO_EDGE_SHARE)
+    return; /* a hint for the heap and for reuse.c, not a join */
+  if (must_alias) {
     uf_union(u, a, b);
     return;
   }
