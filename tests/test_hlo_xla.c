@@ -288,6 +288,34 @@ static void must_alias_after_optimizations(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 512);
 }
 
+/* Ties in size are broken by the span in XLA's event time, not in steps. a [1,4), b [3,6),
+ * c [5,8), d [7,10) (256 B each) form a chain (a-b, b-c, c-d overlap) with equal step
+ * spans; the unused fillers f1 (step 2) and f2 (step 8) are allocated and freed inside a's
+ * and d's spans only. Events: a alloc 0, f1 1-2, b alloc 3, a free 4, c alloc 5, b free 6,
+ * d alloc 7, c free 8, f2 9-10, d free 11: spans a 4, b 3, c 3, d 4. Placement order a, d,
+ * b, c: a at 0, d at 0 (apart in time), b over a at 256, c over b and d at 512: 768 bytes.
+ * In steps (the plain planner) the order is a, b, c, d: a 0, b 256, c 0, d 256: 512. The
+ * output (a pred) is too small to take any temporary. */
+static void ties_broken_in_event_time(void **state) {
+  (void)state;
+  const char *m = "HloModule events, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  a = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  f1 = f32[1]{0} custom-call(), custom_call_target=\"filler\"\n"
+                  "  b = f32[64]{0} reverse(a), dimensions={0}\n"
+                  "  k1 = f32[] constant(0)\n"
+                  "  c = f32[64]{0} reverse(b), dimensions={0}\n"
+                  "  k2 = f32[] constant(0)\n"
+                  "  d = f32[64]{0} reverse(c), dimensions={0}\n"
+                  "  f2 = f32[1]{0} custom-call(), custom_call_target=\"filler\"\n"
+                  "  ROOT r = pred[] custom-call(d), custom_call_target=\"done\"\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 768);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_CPU) == 768);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 512);
+}
+
 /* Newer XLA prints its stack-frame tables between the header and the computations. */
 static void leading_stack_frame_tables(void **state) {
   (void)state;
@@ -384,6 +412,7 @@ int main(void) {
       cmocka_unit_test(all_reduce_over_its_operand),
       cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(must_alias_after_optimizations),
+      cmocka_unit_test(ties_broken_in_event_time),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),
