@@ -316,6 +316,30 @@ static void ties_broken_in_event_time(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 512);
 }
 
+/* t1 [1,4) and t2 [2,4) (256 B each) both die before the output r (256 B) is defined, so
+ * either could live in r's allocation, but not both (they overlap). t1 comes first and
+ * takes it; t2 is left in the heap with u (512 B, [3,5)): 768. Which one XLA picks
+ * depends on its post-order, so the plan says so, naming the 256 bytes at stake. */
+static void competing_temporaries_are_warned_about(void **state) {
+  (void)state;
+  const char *m = "HloModule contention, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  t1 = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  t2 = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  u = f32[128]{0} concatenate(t1, t2), dimensions={0}\n"
+                  "  ROOT r = f32[64]{0} slice(u), slice={[0:64]}\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 768);
+  size_t n;
+  const char *const *w = hbm_plan_warnings(p, &n);
+  assert_int_equal(n, 1);
+  assert_non_null(strstr(w[0], "1 temporaries (256B)"));
+  assert_non_null(strstr(w[0], "competing for the same output allocations"));
+  hbm_plan_free(p);
+}
+
 /* Newer XLA prints its stack-frame tables between the header and the computations. */
 static void leading_stack_frame_tables(void **state) {
   (void)state;
@@ -413,6 +437,7 @@ int main(void) {
       cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(must_alias_after_optimizations),
       cmocka_unit_test(ties_broken_in_event_time),
+      cmocka_unit_test(competing_temporaries_are_warned_about),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),
