@@ -203,8 +203,9 @@ static void bench_text(const char *name, const char *text, size_t len, int runs)
       exit(1);
     }
     hlo_assignment_t as;
-    hlo_plan_opts_t o = {1, false};
-    if (hbm__hlo_assign(m, &as) != HBM_OK || hbm__hlo_simulate_heap(&as, &o) != HBM_OK) {
+    /* XLA's GPU rules: the most work (output reuse, event times, combined temp) */
+    hlo_plan_opts_t o = {128, true};
+    if (hbm__hlo_assign_opts(m, &as, &o) != HBM_OK || hbm__hlo_simulate_heap(&as, &o) != HBM_OK) {
       fprintf(stderr, "bench_plan: %s: %s\n", name, hbm_last_error());
       exit(1);
     }
@@ -212,7 +213,7 @@ static void bench_text(const char *name, const char *text, size_t len, int runs)
     n_instr = m->n_instrs;
     hbm__hlo_assignment_free(&as);
     hbm__hlo_free(m);
-    hbm_plan_options_t opt = {0};
+    hbm_plan_options_t opt = {.backend = HBM_PLAN_BACKEND_GPU};
     int64_t t3 = hbm__now_ns();
     hbm_plan_t *plan = hbm_plan_text(text, len, name, &opt);
     int64_t t4 = hbm__now_ns();

@@ -25,12 +25,13 @@ TOTAL_RE = re.compile(r"^Total bytes used: (\d+)")
 def read_buffer_assignment(path):
     """XLA's allocations, summed by kind, as XLA printed them (never re-packed)."""
     out = dict(args=0, outputs=0, alias=0, temp=0, const=0, thread_local=0, total=None,
-               other=0, n_temp_allocs=0)
+               other=0, n_temp_allocs=0, sum=0)
     with open(path, errors="replace") as f:
         for line in f:
             m = ALLOC_RE.match(line)
             if m:
                 size, flags = int(m.group(2)), m.group(3)
+                out["sum"] += size
                 is_param = re.search(r", parameter \d+", flags) is not None
                 live_out = "maybe-live-out" in flags
                 if is_param:
@@ -54,6 +55,9 @@ def read_buffer_assignment(path):
                 out["total"] = int(m.group(1))
             if line.startswith("Used values:"):
                 break
+    # Newer XLA prints "Total bytes used" in the memory-usage report only.
+    if out["total"] is None:
+        out["total"] = out["sum"]
     # Without a preallocated temp allocation (CPU), the temporaries are the rest.
     if out["n_temp_allocs"] == 0:
         out["temp"] = out["other"]

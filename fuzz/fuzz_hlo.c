@@ -1,9 +1,10 @@
 /* fuzz_hlo.c — the HLO planner (src/hlo) on any bytes: parse, dataflow and aliasing over the
  * flattened schedule, liveness, heap simulation, the profile, both reports, and (for small
  * inputs) rematerialization against a tiny memory limit with the rematerialized module
- * parsed again. A refusal must be a parse error that says where ("fuzz.hlo:LINE:COL: ...");
- * an accepted module must give a plan whose temporaries live at the same time never share
- * bytes. */
+ * parsed again; then once more with XLA's GPU buffer-assignment rules (output-allocation
+ * reuse, tuple allocations, the combined temp allocation). A refusal must be a parse error that
+ * says where ("fuzz.hlo:LINE:COL: ..."); an accepted module must give a plan whose temporaries live
+ * at the same time never share bytes. */
 #include "hbm.h"
 
 #include <stdint.h>
@@ -63,6 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hbm_plan_options_t opt = {0};
   plan_once((const char *)data, size, &opt);
+  hbm_plan_options_t gpu = {.backend = HBM_PLAN_BACKEND_GPU};
+  plan_once((const char *)data, size, &gpu);
   if (size < 4096) {
     opt.memory = 4096;
     opt.remat = 1;

@@ -1,6 +1,6 @@
 /* test_cli_plan.c — `hbm plan`: the seed's error and exit status 2 on a 16 GiB device, the
  * E1000 report, JSON, --remat with --remat-out, --logdir (a profile that loads back), parse
- * errors (exit 1, file:line:column) and usage errors (exit 2). */
+ * errors (exit 1, file:line:column) and usage errors (exit 2), --backend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,11 +143,28 @@ static void errors_and_usage(void **state) {
   free(dir);
 }
 
+/* --backend: XLA's GPU rules put exp(p) in the output's allocation (temp 0), the plain
+ * planner does not (1024 B: f32[256]); see tests/data/hlo/xla_reuse.hlo. */
+static void backend_option(void **state) {
+  (void)state;
+  char *out;
+  assert_int_equal(run(&out, DATA "xla_reuse.hlo --json --backend gpu"), 0);
+  assert_non_null(strstr(out, "\"temp_bytes\": 0,"));
+  assert_non_null(strstr(out, "\"backend\": \"gpu\""));
+  free(out);
+  assert_int_equal(run(&out, DATA "xla_reuse.hlo --json --backend none"), 0);
+  assert_non_null(strstr(out, "\"temp_bytes\": 1024,"));
+  free(out);
+  assert_int_equal(run(&out, DATA "xla_reuse.hlo --backend quantum"), 2);
+  assert_non_null(strstr(out, "--backend takes gpu, cpu, tpu or none"));
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(seed_error_and_exit_status), cmocka_unit_test(report_and_json),
       cmocka_unit_test(remat_writes_a_module),      cmocka_unit_test(logdir_profile_loads),
-      cmocka_unit_test(errors_and_usage),
+      cmocka_unit_test(errors_and_usage),           cmocka_unit_test(backend_option),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,6 +236,110 @@ static void all_reduce_over_its_operand(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
 }
 
+/* A sort may write each sorted array over its operand: the iota i [1,2] and the sorted
+ * indices s{1} [2,2] share one 256-byte chunk (without the rule: 512). The comparator's
+ * values are thread-local (a, b, c, d, lt: 4+4+4+4+1 = 17 B) except its constant, which
+ * XLA allocates as a constant (4 B). Allocations in creation order: s{0} (output), p, the
+ * table T, the constant C, the heap H, then five thread-local L:
+ * [O, p, T, C, H, L, L, L, L, L]; std::partition leaves [O, p, L, C, L, L, L, L, H, T]:
+ * H at 0 (256 B) and T at 256: temp 272. Total: 256 + 256 + 4 + 17 + 272 = 805. */
+static void sort_over_its_operands(void **state) {
+  (void)state;
+  const char *m = "HloModule sort, is_scheduled=true\n"
+                  "%cmp (a: f32[], b: f32[], c: s32[], d: s32[]) -> pred[] {\n"
+                  "  a = f32[] parameter(0)\n"
+                  "  b = f32[] parameter(1)\n"
+                  "  c = s32[] parameter(2)\n"
+                  "  d = s32[] parameter(3)\n"
+                  "  k = f32[] constant(0)\n"
+                  "  ROOT lt = pred[] compare(a, b), direction=LT\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  i = s32[64]{0} iota(), iota_dimension=0\n"
+                  "  s = (f32[64]{0}, s32[64]{0}) sort(p, i), dimensions={0}, to_apply=%cmp\n"
+                  "  ROOT g = f32[64]{0} get-tuple-element(s), index=0\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 272);
+  json_has(p, "\"thread_local_bytes\": 17");
+  json_has(p, "\"constant_bytes\": 4");
+  json_has(p, "\"total_bytes\": 805");
+  hbm_plan_free(p);
+}
+
+/* After optimizations XLA's copy insertion has run, so its alias analysis joins in-place
+ * updates, loops and branches without looking at liveness. Here d updates a in place
+ * although a is read again after d: XLA keeps them one buffer {a, d}, live over [3, 5]:
+ * 256 B of temp (the concatenate cannot write over it). The plain planner, which infers
+ * the copy XLA would insert into an unoptimized module, keeps a and d apart: 512. */
+static void must_alias_after_optimizations(void **state) {
+  (void)state;
+  const char *m = "HloModule dus, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  u = f32[8]{0} parameter(1)\n"
+                  "  z = s32[] constant(0)\n"
+                  "  a = f32[64]{0} exponential(p)\n"
+                  "  d = f32[64]{0} dynamic-update-slice(a, u, z)\n"
+                  "  ROOT s = f32[128]{0} concatenate(a, d), dimensions={0}\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 256);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 512);
+}
+
+/* Ties in size are broken by the span in XLA's event time, not in steps. a [1,4), b [3,6),
+ * c [5,8), d [7,10) (256 B each) form a chain (a-b, b-c, c-d overlap) with equal step
+ * spans; the unused fillers f1 (step 2) and f2 (step 8) are allocated and freed inside a's
+ * and d's spans only. Events: a alloc 0, f1 1-2, b alloc 3, a free 4, c alloc 5, b free 6,
+ * d alloc 7, c free 8, f2 9-10, d free 11: spans a 4, b 3, c 3, d 4. Placement order a, d,
+ * b, c: a at 0, d at 0 (apart in time), b over a at 256, c over b and d at 512: 768 bytes.
+ * In steps (the plain planner) the order is a, b, c, d: a 0, b 256, c 0, d 256: 512. The
+ * output (a pred) is too small to take any temporary. */
+static void ties_broken_in_event_time(void **state) {
+  (void)state;
+  const char *m = "HloModule events, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  a = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  f1 = f32[1]{0} custom-call(), custom_call_target=\"filler\"\n"
+                  "  b = f32[64]{0} reverse(a), dimensions={0}\n"
+                  "  k1 = f32[] constant(0)\n"
+                  "  c = f32[64]{0} reverse(b), dimensions={0}\n"
+                  "  k2 = f32[] constant(0)\n"
+                  "  d = f32[64]{0} reverse(c), dimensions={0}\n"
+                  "  f2 = f32[1]{0} custom-call(), custom_call_target=\"filler\"\n"
+                  "  ROOT r = pred[] custom-call(d), custom_call_target=\"done\"\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 768);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_CPU) == 768);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 512);
+}
+
+/* t1 [1,4) and t2 [2,4) (256 B each) both die before the output r (256 B) is defined, so
+ * either could live in r's allocation, but not both (they overlap). t1 comes first and
+ * takes it; t2 is left in the heap with u (512 B, [3,5)): 768. Which one XLA picks
+ * depends on its post-order, so the plan says so, naming the 256 bytes at stake. */
+static void competing_temporaries_are_warned_about(void **state) {
+  (void)state;
+  const char *m = "HloModule contention, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  t1 = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  t2 = f32[64]{0} reverse(p), dimensions={0}\n"
+                  "  u = f32[128]{0} concatenate(t1, t2), dimensions={0}\n"
+                  "  ROOT r = f32[64]{0} slice(u), slice={[0:64]}\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 768);
+  size_t n;
+  const char *const *w = hbm_plan_warnings(p, &n);
+  assert_int_equal(n, 1);
+  assert_non_null(strstr(w[0], "1 temporaries (256B)"));
+  assert_non_null(strstr(w[0], "competing for the same output allocations"));
+  hbm_plan_free(p);
+}
+
 /* Newer XLA prints its stack-frame tables between the header and the computations. */
 static void leading_stack_frame_tables(void **state) {
   (void)state;
@@ -330,6 +434,10 @@ int main(void) {
       cmocka_unit_test(thread_local_reducer_inside_a_fusion),
       cmocka_unit_test(backend_alignment),
       cmocka_unit_test(all_reduce_over_its_operand),
+      cmocka_unit_test(sort_over_its_operands),
+      cmocka_unit_test(must_alias_after_optimizations),
+      cmocka_unit_test(ties_broken_in_event_time),
+      cmocka_unit_test(competing_temporaries_are_warned_about),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),

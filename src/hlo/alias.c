@@ -436,6 +436,25 @@ static bool share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, u
   return true;
 }
 
+/* XLA lets a sort write each sorted array over its operand (CanShareOperandBufferWithUser's
+ * sort case): operand i with result element i (or the whole result for one operand). */
+static bool sort_share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, uint32_t off,
+                             uint32_t step) {
+  const hlo_shape_t *s = in->shape;
+  for (uint32_t i = 0; i < in->n_operands; i++) {
+    const hlo_shape_t *os = in->operands[i]->shape;
+    uint32_t out_k = s->etype == HLO_T_TUPLE ? (i < s->rank ? s->elem_offsets[i] : UINT32_MAX)
+                                             : (i == 0 ? 0 : UINT32_MAX);
+    const hlo_shape_t *es = s->etype == HLO_T_TUPLE && i < s->rank ? s->elems[i] : s;
+    if (out_k == UINT32_MAX || os->etype == HLO_T_TUPLE || os->bytes != es->bytes)
+      continue;
+    if (!push_edge(df, HLO_EDGE_SHARE, df->pool[operand_off(df, f, in, i)], df->pool[off + out_k],
+                   0, step))
+      return false;
+  }
+  return true;
+}
+
 static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
                                  uint32_t off, uint32_t step) {
   if (!define_values(df, in, off, step, 0, 0))
@@ -467,6 +486,7 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
   case HLO_OP_ALL_REDUCE:
   case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
+  case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
   default:
     if (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE)
       return share_edges(df, f, in, off, step);
@@ -714,8 +734,10 @@ static bool thread_local_values(hlo_dataflow_t *df) {
       subshapes_begin(&it, in->shape);
       const hlo_shape_t *sub;
       uint32_t k, id;
+      /* XLA allocates a reducer's constants as constants, the rest as thread-local */
+      uint32_t flags = in->opcode == HLO_OP_CONSTANT ? HLO_V_CONST : HLO_V_THREAD;
       while ((sub = subshapes_next(&it, &k)))
-        if (!new_value(df, in, sub, k, 0, HLO_V_THREAD, &id))
+        if (!new_value(df, in, sub, k, 0, flags, &id))
           return false;
     }
   }

@@ -366,6 +366,10 @@ typedef struct hlo_assignment {
   uint64_t *heap_bytes;     /* temp heap size with fragmentation */
   uint64_t *temp_peak;      /* max over steps of live temp bytes */
   uint32_t *temp_peak_step; /* first step reaching it */
+  /* reuse.c: temporaries kept out of an output allocation only by another temporary put
+   * there first; XLA's order of candidates (its post-order) may have chosen otherwise */
+  uint32_t contended;
+  uint64_t contended_bytes;
 } hlo_assignment_t;
 
 /* Dataflow + aliasing + live ranges: fills steps, values, buffers. */

@@ -57,10 +57,20 @@ static bool writable(uint32_t flags) {
   return !(flags & HLO_V_PARAM) || (flags & HLO_V_WRITABLE);
 }
 
-static void apply_edge(union_find_t *u, const hlo_value_t *val, const hlo_edge_t *e) {
+/* must_alias: the module is XLA's after optimizations, where copy insertion has already
+ * made every loop, branch and in-place join safe: XLA's alias analysis joins them all
+ * (HloAliasAnalysis), without looking at liveness. */
+static void apply_edge(union_find_t *u, const hlo_value_t *val, const hlo_edge_t *e,
+                       bool must_alias) {
   uint32_t a = uf_find(u, e->a), b = uf_find(u, e->b);
   if (a == b)
     return;
+  if (e->kind == HLO_EDGE_SHARE)
+    return; /* a hint for the heap and for reuse.c, not a join */
+  if (must_alias) {
+    uf_union(u, a, b);
+    return;
+  }
   switch (e->kind) {
   case HLO_EDGE_FORCE: uf_union(u, a, b); break;
   case HLO_EDGE_LOOP_INIT:
@@ -329,7 +339,8 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   uint8_t *claimed = NULL;
   bool ok = uf_init(&u, (const hlo_value_t *)df.values.data, n);
   for (size_t i = 0; ok && i < df.edges.len; i++)
-    apply_edge(&u, (const hlo_value_t *)df.values.data, &HLO_VEC_AT(&df.edges, hlo_edge_t, i));
+    apply_edge(&u, (const hlo_value_t *)df.values.data, &HLO_VEC_AT(&df.edges, hlo_edge_t, i),
+               opt && opt->xla_allocations && m->is_scheduled);
   as->n_steps = (uint32_t)df.steps.len;
   ok = ok && assign_outputs(&df, &u, &claimed, &n);
   if (ok) {

@@ -367,6 +367,24 @@ static void module_warnings(hbm_plan_t *plan) {
   }
 }
 
+/* Where hbm's choice between temporaries competing for one output allocation may differ
+ * from XLA's, its temp allocation may be smaller than XLA's: say so, and by how much at
+ * most. Added once (re-planning after remat would repeat it). */
+static void contention_warning(hbm_plan_t *plan) {
+  if (!plan->as.contended)
+    return;
+  for (size_t i = 0; i < plan->n_warnings; i++)
+    if (strstr(plan->warnings[i], "competing for"))
+      return;
+  char buf[320], a[32];
+  snprintf(buf, sizeof buf,
+           "%u temporaries (%s) were left in the temp allocation because others competing for "
+           "the same output allocations came first; XLA picks among them by its post-order, "
+           "which hbm approximates, so XLA's temp allocation may be larger by up to that much",
+           plan->as.contended, hbm__xla_bytes(plan->as.contended_bytes, a, sizeof a));
+  add_warning(plan, buf);
+}
+
 /* ---- planning ---- */
 
 static uint64_t plan_alignment(const hbm_plan_t *plan) {
@@ -396,6 +414,7 @@ static hbm_status_t plan_module(hbm_plan_t *plan) {
     return st;
   int c = plan->opt.space_color;
   plan->heap_bytes = c < plan->as.n_colors ? plan->as.heap_bytes[c] : 0;
+  contention_warning(plan);
   st = build_profile(plan);
   return st == HBM_OK ? hbm__plan_finish(plan) : st;
 }

@@ -20,20 +20,27 @@
 
 #define MAX_TRIES 64
 
-/* Something already in an allocation: one of its own values, or a placed temporary. */
+/* Something already in an allocation: one of its own values, or a placed temporary. The
+ * occupants of one allocation never overlap in time (at most they touch), so each
+ * allocation keeps them in a treap ordered by start: a new range meets at most the
+ * occupant starting last before its end and, through touching ones, a few before it. */
 typedef struct occupant {
   uint32_t lo, hi; /* steps, both inclusive (XLA's live ranges include their end) */
   uint32_t who;    /* its buffer, for the element-wise sharing check */
-  uint32_t next;   /* the allocation's next occupant, UINT32_MAX at the end */
+  uint32_t seq;    /* insertion number: ties in lo */
+  uint32_t left, right, prio;
 } occupant_t;
+
+#define NIL UINT32_MAX
 
 typedef struct reuse_state {
   hlo_assignment_t *as;
   uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
   uint32_t *share_to;
   uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
-  uint32_t *first;    /* per buffer: its first occupant when it is an allocation */
+  uint32_t *first;    /* per buffer: the root of its occupants' treap when an allocation */
   hlo_vec_t occupants;
+  uint32_t rng;
 } reuse_state_t;
 
 /* The inclusive last step of a temporary. */
@@ -63,23 +70,88 @@ static bool interferes(const reuse_state_t *s, uint32_t lo, uint32_t hi, uint32_
   return true;
 }
 
-static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi, uint32_t who) {
-  occupant_t o = {lo, hi, who, s->first[alloc]};
-  s->first[alloc] = (uint32_t)s->occupants.len;
-  return hbm__hlo_vec_push(&s->occupants, &o);
+static occupant_t *occ(const reuse_state_t *s, uint32_t k) {
+  return &HLO_VEC_AT(&s->occupants, occupant_t, k);
 }
 
-/* Can temporary t live in allocation o? */
-static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o) {
+static bool before(const occupant_t *a, uint32_t lo, uint32_t seq) {
+  return a->lo < lo || (a->lo == lo && a->seq < seq);
+}
+
+/* Splits treap t into the nodes ordered before (lo, seq) and the rest. */
+static void split(reuse_state_t *s, uint32_t t, uint32_t lo, uint32_t seq, uint32_t *l,
+                  uint32_t *r) {
+  if (t == NIL) {
+    *l = *r = NIL;
+    return;
+  }
+  occupant_t *n = occ(s, t);
+  if (before(n, lo, seq)) {
+    split(s, n->right, lo, seq, &occ(s, t)->right, r);
+    *l = t;
+  } else {
+    split(s, n->left, lo, seq, l, &occ(s, t)->left);
+    *r = t;
+  }
+}
+
+static uint32_t merge(reuse_state_t *s, uint32_t l, uint32_t r) {
+  if (l == NIL || r == NIL)
+    return l == NIL ? r : l;
+  if (occ(s, l)->prio > occ(s, r)->prio) {
+    occ(s, l)->right = merge(s, occ(s, l)->right, r);
+    return l;
+  }
+  occ(s, r)->left = merge(s, l, occ(s, r)->left);
+  return r;
+}
+
+static bool add_occupant(reuse_state_t *s, uint32_t alloc, uint32_t lo, uint32_t hi, uint32_t who) {
+  s->rng ^= s->rng << 13;
+  s->rng ^= s->rng >> 17;
+  s->rng ^= s->rng << 5;
+  uint32_t k = (uint32_t)s->occupants.len;
+  occupant_t o = {lo, hi, who, k, NIL, NIL, s->rng};
+  if (!hbm__hlo_vec_push(&s->occupants, &o))
+    return false;
+  uint32_t l, r;
+  split(s, s->first[alloc], lo, k, &l, &r);
+  s->first[alloc] = merge(s, merge(s, l, k), r);
+  return true;
+}
+
+/* The occupant ordered last before (lo, seq), or NIL. */
+static uint32_t predecessor(const reuse_state_t *s, uint32_t t, uint32_t lo, uint32_t seq) {
+  uint32_t best = NIL;
+  while (t != NIL) {
+    const occupant_t *n = occ(s, t);
+    if (before(n, lo, seq)) {
+      best = t;
+      t = n->right;
+    } else {
+      t = n->left;
+    }
+  }
+  return best;
+}
+
+/* Can temporary t live in allocation o? *by_temp: it cannot only because of a temporary
+ * placed there before it (where XLA's order of candidates decides). */
+static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o, bool *by_temp) {
   const hlo_buffer_t *tb = &s->as->buffers[t], *ob = &s->as->buffers[o];
   if (tb->bytes > ob->bytes || tb->color != ob->color)
     return false;
   uint32_t lo = tb->start, hi = last_step(tb);
-  for (uint32_t k = s->first[o]; k != UINT32_MAX;) {
-    const occupant_t *oc = &HLO_VEC_AT(&s->occupants, occupant_t, k);
-    if (interferes(s, lo, hi, t, oc))
+  /* occupants starting at or before hi, latest first, while they still reach lo */
+  for (uint32_t k = predecessor(s, s->first[o], hi, UINT32_MAX); k != NIL;) {
+    const occupant_t *oc = occ(s, k);
+    if (oc->hi < lo)
+      break;
+    if (interferes(s, lo, hi, t, oc)) {
+      *by_temp = oc->who != o;
       return false;
-    k = oc->next;
+    }
+    k = predecessor(s, s->first[o], oc->lo, oc->seq);
   }
   return true;
 }
@@ -105,16 +177,58 @@ static void mark_separate(hlo_assignment_t *as) {
 }
 
 static const hlo_buffer_t *cmp_buffers;
+static const uint64_t *cmp_post; /* per buffer: XLA's post-order position of its value */
 
-/* Largest first; ties: the earlier definition, then the lower index (a stable order). */
+/* Largest first; ties: XLA's post-order position (computations callers first, then the
+ * instruction's place in its computation), then the lower index (a stable order). */
 static int by_size_desc(const void *pa, const void *pb) {
-  const hlo_buffer_t *a = &cmp_buffers[*(const uint32_t *)pa],
-                     *b = &cmp_buffers[*(const uint32_t *)pb];
+  uint32_t ia = *(const uint32_t *)pa, ib = *(const uint32_t *)pb;
+  const hlo_buffer_t *a = &cmp_buffers[ia], *b = &cmp_buffers[ib];
   if (a->bytes != b->bytes)
     return a->bytes > b->bytes ? -1 : 1;
-  if (a->first_def != b->first_def)
-    return a->first_def < b->first_def ? -1 : 1;
-  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+  if (cmp_post[ia] != cmp_post[ib])
+    return cmp_post[ia] < cmp_post[ib] ? -1 : 1;
+  return ia < ib ? -1 : ia > ib;
+}
+
+/* XLA orders buffers of one size by the post-order position of their first value, with
+ * the computations taken callers first (the entry, then what it calls, breadth first
+ * here) and instructions in their computation's order. NULL when memory ran out. */
+static uint64_t *post_positions(const hlo_module_t *m, const hlo_assignment_t *as) {
+  uint32_t n = m->n_comps;
+  uint32_t *rank = malloc(((size_t)n + 1) * sizeof *rank);
+  uint32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
+  uint64_t *post = malloc(((size_t)as->n_buffers + 1) * sizeof *post);
+  if (!rank || !queue || !post) {
+    free(rank);
+    free(queue);
+    free(post);
+    return NULL;
+  }
+  for (uint32_t c = 0; c < n; c++)
+    rank[c] = UINT32_MAX;
+  uint32_t head = 0, tail = 0, next = 0;
+  queue[tail++] = m->entry->id - 1;
+  rank[m->entry->id - 1] = next++;
+  while (head < tail) {
+    const hlo_comp_t *c = m->comps[queue[head++]];
+    for (uint32_t i = 0; i < c->n_instrs; i++)
+      for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
+        const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
+        if (callee && rank[callee->id - 1] == UINT32_MAX) {
+          rank[callee->id - 1] = next++;
+          queue[tail++] = callee->id - 1;
+        }
+      }
+  }
+  for (uint32_t b = 0; b < as->n_buffers; b++) {
+    const hlo_instr_t *in = as->values[as->buffers[b].value].instr;
+    uint32_t r = in->parent ? rank[in->parent->id - 1] : UINT32_MAX;
+    post[b] = ((uint64_t)r << 32) | in->id;
+  }
+  free(rank);
+  free(queue);
+  return post;
 }
 
 /* Share edges as a CSR from the operand's buffer to the result's. */
@@ -205,14 +319,23 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
       else
         hi = mid;
     }
+    bool contended = false;
     for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
-      if (!fits_in(s, t, outs[k]))
+      bool by_temp = false;
+      if (!fits_in(s, t, outs[k], &by_temp)) {
+        contended |= by_temp;
         continue;
+      }
       s->alloc_of[t] = outs[k];
       if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
         return false;
       *any = true;
+      contended = false;
       break;
+    }
+    if (contended) { /* left in the heap only because another temporary came first */
+      s->as->contended++;
+      s->as->contended_bytes += bufs[t].bytes;
     }
   }
   return true;
@@ -228,7 +351,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   }
   if (no == 0 || nt == 0)
     return true;
-  reuse_state_t s = {.as = as};
+  reuse_state_t s = {.as = as, .rng = 2463534242u};
   hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
   uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
   uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
@@ -236,10 +359,11 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
   bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
   bool any = false;
+  uint64_t *post = NULL;
   if (ok) {
     nt = no = 0;
     for (uint32_t i = 0; i < nb; i++) {
-      s.alloc_of[i] = s.first[i] = UINT32_MAX;
+      s.alloc_of[i] = s.first[i] = NIL;
       if (is_reusable_allocation(&as->buffers[i])) {
         outs[no++] = i;
         is_alloc[i] = 1;
@@ -248,12 +372,17 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
       }
     }
     cmp_buffers = as->buffers;
+    cmp_post = post = post_positions(df->m, as);
+    ok = post != NULL;
+  }
+  if (ok) {
     qsort(temps, nt, sizeof *temps, by_size_desc);
     qsort(outs, no, sizeof *outs, by_size_asc);
     ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
   }
   if (ok && any)
     ok = compact(&s);
+  free(post);
   free(temps);
   free(outs);
   free(is_alloc);

@@ -783,6 +783,31 @@ static void take_xla_totals(hbm_plan_t *plan, const dump_parser_t *dp, const cha
   s->fits = plan->opt.memory == 0 || plan->used_bytes <= plan->opt.memory;
 }
 
+/* The profile adds sizes up in signed 64-bit: refuse dumps whose allocations and values
+ * together exceed 2^61 bytes (no device has an exabyte; a corrupt number does). */
+static bool sizes_plausible(dump_parser_t *dp) {
+  const uint64_t limit = 1ull << 61;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < dp->allocs.len; i++) {
+    uint64_t s = HLO_VEC_AT(&dp->allocs, dump_alloc_t, i).size;
+    sum = s >= limit || sum + s >= limit ? limit : sum + s;
+  }
+  for (size_t i = 0; i < dp->values.len; i++) {
+    const dump_value_t *v = &HLO_VEC_AT(&dp->values, dump_value_t, i);
+    uint64_t s = v->size > v->unpadded ? v->size : v->unpadded;
+    uint64_t end = v->offset + s;
+    if (s >= limit || v->offset >= limit || end >= limit)
+      sum = limit;
+    else
+      sum = sum + s >= limit ? limit : sum + s;
+  }
+  if (sum < limit)
+    return true;
+  return hbm__hlo_lex_error_at(&dp->lx, 0,
+                               "expected allocation sizes a device can hold; these add up to "
+                               "more than 2^61 bytes");
+}
+
 hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
                                  plan_source_t kind) {
   dump_parser_t dp = {0};
@@ -797,6 +822,7 @@ hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
                                                                : parse_memory_report(&dp));
   if (ok && dp.allocs.len == 0)
     ok = hbm__hlo_lex_error_at(&dp.lx, 0, "expected an allocation ('allocation N: size S, ...')");
+  ok = ok && sizes_plausible(&dp);
   hbm_status_t st = ok ? build_dump_profile(plan, &dp) : hbm_last_status();
   if (st == HBM_OK)
     st = hbm__plan_finish(plan);
