@@ -24,7 +24,11 @@ class PlanOptions(ctypes.Structure):
 
     _fields_ = [("memory", ctypes.c_uint64), ("reserved", ctypes.c_uint64),
                 ("remat", ctypes.c_int), ("space_color", ctypes.c_int),
-                ("alignment", ctypes.c_uint64), ("top", ctypes.c_int)]
+                ("alignment", ctypes.c_uint64), ("top", ctypes.c_int), ("backend", ctypes.c_int)]
+
+
+# HBM_PLAN_BACKEND_* (include/hbm.h): whose buffer assignment the planner reproduces.
+BACKENDS = {"auto": 0, "gpu": 1, "cuda": 1, "rocm": 1, "cpu": 2, "tpu": 3, "none": 4}
 
 
 def _candidates_for_library() -> list[Path]:

@@ -68,10 +68,15 @@ def _memory_bytes(memory: Union[None, int, str]) -> int:
 
 
 def plan_text(hlo_text: str, *, name: str = "<module>", memory: Union[None, int, str] = None,
-              remat: bool = False) -> Plan:
-    """Plans HLO text (an optimized module, as compiled.as_text() prints it) with hbm."""
+              remat: bool = False, backend: str = "auto") -> Plan:
+    """Plans HLO text (an optimized module, as compiled.as_text() prints it) with hbm.
+    `backend` ("gpu", "cpu", "tpu"; "auto" guesses from the text) says whose buffer
+    assignment to reproduce."""
+    if backend not in _lib.BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(_lib.BACKENDS)}, not {backend!r}")
     lib = _lib.lib()
-    opts = _lib.PlanOptions(memory=_memory_bytes(memory), remat=int(remat))
+    opts = _lib.PlanOptions(memory=_memory_bytes(memory), remat=int(remat),
+                            backend=_lib.BACKENDS[backend])
     data = hlo_text.encode()
     handle = lib.hbm_plan_text(data, len(data), name.encode(), ctypes.byref(opts))
     if not handle:
@@ -108,8 +113,9 @@ def plan(fn: Any, *args: Any, memory: Union[None, int, str] = None, remat: bool 
     compiled = jitted.lower(*args, **kwargs).compile()
     text = compiled.as_text()
     name = re.match(r"HloModule\s+([^\s,]+)", text)
+    platform = jax.default_backend()
     result = plan_text(text, name=name.group(1) if name else "<module>", memory=memory,
-                       remat=remat)
+                       remat=remat, backend=platform if platform in _lib.BACKENDS else "auto")
     result.xla = memory_analysis(compiled)
     if not remat:  # a rematerialized plan is meant to differ from what XLA compiled
         for xla_key, hbm_key, what in _COMPARED:

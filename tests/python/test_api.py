@@ -39,6 +39,10 @@ def test_plan_gives_xlas_arguments_and_outputs(hbm):
     assert p.argument_bytes == compiled.argument_size_in_bytes == 512 * 256 * 4 + 64 * 512 * 4
     assert p.output_bytes == compiled.output_size_in_bytes == 64 * 512 * 4
     assert p.xla["temp_size_in_bytes"] == compiled.temp_size_in_bytes
+    # hbm's planner reproduces XLA's CPU buffer assignment: the same temporaries, no difference.
+    assert p.temp_bytes == compiled.temp_size_in_bytes
+    assert p.differences == []
+    assert p.json["backend"] == "cpu"
     assert p.module.startswith("jit_step")
     assert "Total hbm usage" in p.report
     assert "arguments" in str(p)
