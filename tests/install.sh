@@ -23,8 +23,8 @@ cc -std=c11 -Wall -Wextra -Werror "$src/examples/train_step.c" $(pkg-config --cf
 # (glibc warns that dlopen, which finds libcuda, needs its shared libraries at run time)
 cc -std=c11 "$src/examples/train_step.c" $(pkg-config --cflags --libs --static hbm) -static \
   -o "$tmp/static" 2> >(grep -v "dlopen\|load_driver" >&2)
-if readelf -d "$tmp/shared" | grep -q 'NEEDED.*libhbm.so' &&
-  ! readelf -d "$tmp/static" 2>/dev/null | grep -q 'libhbm.so'; then :; else
+if readelf -d "$tmp/shared" | grep 'NEEDED.*libhbm.so' >/dev/null &&
+  ! readelf -d "$tmp/static" 2>/dev/null | grep 'libhbm.so' >/dev/null; then :; else
   echo "install: expected shared to need libhbm.so and static not to"; exit 1
 fi
 for kind in shared static; do

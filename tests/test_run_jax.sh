@@ -11,7 +11,7 @@ python=$src/.venv/bin/python
 "$python" -c "import jax" 2>/dev/null || { echo "skipped: the venv has no jax"; exit 77; }
 # Sanitizer builds: TSan reports races between the interpreter's uninstrumented threads, and
 # ASan's runtime aborts inside jaxlib itself (its __cxa_throw interceptor), hbm or not.
-if ldd "$build/libhbm_preload.so" | grep -qE 'lib(asan|tsan)\.so'; then
+if ldd "$build/libhbm_preload.so" | grep -E 'lib(asan|tsan)\.so' >/dev/null; then # no -q: under pipefail an early exit of grep could fail ldd with SIGPIPE
   echo "skipped: a sanitizer's runtime cannot run the venv's jaxlib (TSan: false races in its" \
     "threads; ASan: aborts in its exception handling, with or without hbm)"
   exit 77

@@ -15,7 +15,7 @@ skip() { echo "viewer_browser: skipped ($1)"; exit 77; }
 [[ "${HBM_SKIP_BROWSER:-0}" == 1 ]] && skip "HBM_SKIP_BROWSER=1"
 chromium=${HBM_CHROMIUM:-/usr/bin/chromium}
 [[ -x $chromium ]] || skip "no Chromium at $chromium: scripts/install-deps.sh --test installs it"
-if "$hbm" view --logdir /nonexistent-hbm-viewer-check 2>&1 | grep -q "built without the viewer"; then
+if "$hbm" view --logdir /nonexistent-hbm-viewer-check 2>&1 | grep "built without the viewer" >/dev/null; then
   skip "this hbm was built with -DHBM_VIEWER=OFF"
 fi
 fixtures=$build/tests/test_viewer_api
