@@ -832,10 +832,11 @@ EXPORT CUresult cuInit(unsigned flags) {
 }
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
+  ENTER("cuDriverGetVersion");
   if (!version)
-    return E_INVALID_VALUE;
+    LEAVE(misuse(E_INVALID_VALUE, "cuDriverGetVersion", "NULL"));
   *version = 12040;
-  return OK;
+  LEAVE(OK);
 }
 
 static CUresult check_device(const char *call, CUdevice dev) {
@@ -1923,8 +1924,11 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **fn, int version,
                                  unsigned long long flags) {
   (void)version;
   (void)flags;
-  if (!fn)
-    return E_INVALID_VALUE;
+  pthread_mutex_lock(&g.lock);
+  CUresult r = injected("cuGetProcAddress");
+  pthread_mutex_unlock(&g.lock);
+  if (r != OK || !fn)
+    return r != OK ? r : E_INVALID_VALUE;
   *fn = proc_address(symbol);
   return *fn ? OK : E_NOT_FOUND;
 }
