@@ -191,8 +191,9 @@ const char *hbm_device_name(const hbm_device_t *dev);
 hbm_device_kind_t hbm_device_kind(const hbm_device_t *dev);
 /* The effective mode (hbm_config_mode of its configuration). */
 hbm_mode_t hbm_device_mode(const hbm_device_t *dev);
-/* Why this backend was chosen ("HBM_DEVICE=auto: no GPU answered (libcuda.so.1: ...)"),
- * "" when it was asked for explicitly. */
+/* Why this backend was chosen ("HBM_DEVICE=auto: no GPU answered (libcuda.so.1: ...)") and
+ * what the device lacks ("no memory pools (...): hbm's own pool"); "" when it was asked
+ * for explicitly and lacks nothing. */
 const char *hbm_device_note(const hbm_device_t *dev);
 /* Total and currently free bytes of the device as a whole (other processes included). */
 hbm_status_t hbm_device_memory(hbm_device_t *dev, uint64_t *total, uint64_t *free_bytes);

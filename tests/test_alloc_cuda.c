@@ -564,5 +564,7 @@ int main(void) {
       cmocka_unit_test(failed_calls_are_handled),
       cmocka_unit_test(every_mode_on_a_discrete_gpu),
   };
+  if (getenv("TEST_FILTER")) /* one test alone: TEST_FILTER=callers_context_is_kept */
+    cmocka_set_test_filter(getenv("TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

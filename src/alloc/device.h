@@ -93,13 +93,15 @@ struct hbm__device {
    * offset in its memory file). CUDA's handles are whole: false. */
   bool vm_granules_divisible;
   uint64_t region_alignment; /* regions are at least this aligned (sim: page; CUDA: 256) */
-  char note[256]; /* what the backend lacks and what it does instead ("no memory pools: ...") */
-  _Atomic uint64_t held; /* regions + physical memory held through this object */
+  _Atomic uint64_t held;     /* regions + physical memory held through this object */
   _Atomic uint64_t peak_held;
+  /* What the backend lacks and does instead ("no memory pools (...): hbm's own pool"). */
+  char note[256];
 };
 
-/* Opens the device cfg asks for. HBM_DEVICE_AUTO: CUDA when a GPU answers, else sim
- * (*why_auto, when not NULL, gets a sentence saying why that one was chosen). */
+/* Opens the device cfg asks for. HBM_DEVICE_AUTO: CUDA when a GPU answers, sim where there
+ * is no driver or no device, an error otherwise (*why_auto, when not NULL, gets a sentence
+ * saying why that one was chosen, and the device's note). */
 hbm_status_t hbm__device_open(const hbm_config_t *cfg, hbm__device_t **out, char *why_auto,
                               size_t why_cap);
 void hbm__device_close(hbm__device_t *d);

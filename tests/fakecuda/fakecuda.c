@@ -3,7 +3,7 @@
  * strictly than a real GPU would (a real GPU often "works" by luck where the program is
  * wrong). Device memory is a memfd: a "window" mapping of it is what device pointers point
  * at (PROT_NONE unless allocated, complete in stream order and host access is on), and a
- * private read-write "shadow" mapping is what the double itself copies through.
+ * read-write "shadow" mapping of it, which only the double uses, is what copies go through.
  *
  * Semantics enforced:
  *   - a per-thread context stack (cuCtxPush/Pop/Set/GetCurrent); calls that need a context
@@ -23,8 +23,8 @@
  *     accessible until cuMemSetAccess, a released handle's memory lives until unmapped;
  *   - cuMemGetInfo counts a per-context overhead and other processes' memory.
  *
- * Knobs (environment, read at load; re-read by cuInit and fakecuda_reload() — the size,
- * device count and host access only while nothing is allocated):
+ * Knobs (environment, read by every cuInit and fakecuda_reload(); the size, device count,
+ * granularity and host access only while nothing is allocated and no context lives):
  *   FAKECUDA_DEVICES=N            devices (default 1; 0: cuInit fails CUDA_ERROR_NO_DEVICE)
  *   FAKECUDA_MEMORY=BYTES         memory per device (default 2G; K/M/G suffixes)
  *   FAKECUDA_NAME=TEXT            device name (default "FakeCUDA GPU")
@@ -42,8 +42,8 @@
  *   FAKECUDA_POOL_STREAM_REUSE=1  a block freed on a stream is reused by that stream before
  *                                 it synchronizes (default 0: only after)
  *   FAKECUDA_INIT_ERROR=CODE      cuInit returns CODE
- *   FAKECUDA_LOG=PATH|stderr      a line per call; leaks are reported at exit to it (or to
- *                                 stderr without it)
+ *   FAKECUDA_LOG=PATH|stderr      a line per allocating/freeing call, misuse and injected
+ *                                 failure; leaks at exit go to it (or to stderr without it)
  *   FAKECUDA_LEAK_EXIT=N          exit status N when leaks remain at exit
  *   FAKECUDA_NVML=0               the fake NVML's nvmlInit fails (fakenvml.c)
  *   FAKECUDA_NVML_USAGE=0         NVML reports per-process usage as not available
@@ -832,10 +832,11 @@ EXPORT CUresult cuInit(unsigned flags) {
 }
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
+  ENTER("cuDriverGetVersion");
   if (!version)
-    return E_INVALID_VALUE;
+    LEAVE(misuse(E_INVALID_VALUE, "cuDriverGetVersion", "NULL"));
   *version = 12040;
-  return OK;
+  LEAVE(OK);
 }
 
 static CUresult check_device(const char *call, CUdevice dev) {
@@ -1923,8 +1924,11 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **fn, int version,
                                  unsigned long long flags) {
   (void)version;
   (void)flags;
-  if (!fn)
-    return E_INVALID_VALUE;
+  pthread_mutex_lock(&g.lock);
+  CUresult r = injected("cuGetProcAddress");
+  pthread_mutex_unlock(&g.lock);
+  if (r != OK || !fn)
+    return r != OK ? r : E_INVALID_VALUE;
   *fn = proc_address(symbol);
   return *fn ? OK : E_NOT_FOUND;
 }
