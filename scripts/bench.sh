@@ -51,8 +51,10 @@ run() { # title, command...
   echo
   echo "\$ ${*:2}" | sed "s#$src/##g"
   echo
-  if ! "${@:2}"; then
-    echo "(failed with status $?)"
+  "${@:2}"
+  local status=$?
+  if ((status != 0)); then
+    echo "(failed with status $status)"
     failed=1
   fi
 }
