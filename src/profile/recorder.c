@@ -631,6 +631,8 @@ static void *writer_main(void *arg) {
 
 /* ---- devices ---- */
 
+static void describe_device(int id);
+
 /* The space of device `id` in the current capture, written on first use. Under write_lock. */
 static int assign_space(int id, const rec_device_t *d) {
   if (id >= rec.cap_space_of) {
@@ -690,8 +692,7 @@ int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
     if (rec.tw && assign_space(id, d) < 0)
       drop_event();
     pthread_mutex_unlock(&rec.write_lock);
-    if (describe) /* the capture starts on it now */
-      describe(dev);
+    describe_device(id); /* the capture starts on it now */
   }
 out:
   pthread_mutex_unlock(&rec.devices_lock);
@@ -894,8 +895,12 @@ static hbm_status_t open_trace(const char *logdir) {
   return HBM_OK;
 }
 
-/* Asks every open device for its live blocks (their ALLOC records are marked DESCRIBED). */
-static void describe_devices(void) {
+/* Asks device `id` for its live blocks (their ALLOC records are marked DESCRIBED); the capture
+ * starts on it there (recorder.h). Under devices_lock. */
+static void describe_device(int id) {
+  const rec_device_t *d = &rec.devices[id];
+  if (!d->open || !d->describe)
+    return;
   rec_thread_t *t = tls_thread;
   if (!t) { /* a record makes this thread known; reserve_slow registers it */
     if (!reserve_slow(0))
@@ -903,10 +908,13 @@ static void describe_devices(void) {
     t = tls_thread;
   }
   t->describing = true;
-  for (int id = 0; id < rec.n_devices; id++)
-    if (rec.devices[id].open && rec.devices[id].describe)
-      rec.devices[id].describe(rec.devices[id].dev);
+  d->describe(d->dev);
   t->describing = false;
+}
+
+static void describe_devices(void) {
+  for (int id = 0; id < rec.n_devices; id++)
+    describe_device(id);
 }
 
 hbm_status_t hbm_profiler_start(const char *logdir) {
