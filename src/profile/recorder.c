@@ -175,6 +175,7 @@ static inline uint64_t read_ticks(void) {
   return (uint64_t)monotonic_ns();
 }
 
+#ifdef HAVE_TSC
 static void read_line(const char *path, char *out, size_t cap) {
   out[0] = '\0';
   FILE *f = fopen(path, "r");
@@ -188,9 +189,10 @@ static void read_line(const char *path, char *out, size_t cap) {
 
 /* Whether the CPU says its TSC ticks at one rate whatever the frequency and sleep states
  * (constant_tsc + nonstop_tsc: an invariant TSC). That holds on cloud VMs whose kernel chose
- * kvm-clock or hyperv_clocksource all the same: the kernel's choice is about migration and
- * suspend, which do not happen within a capture's chunk, and per-event clock_gettime through
- * those clocksources costs 30-70 ns where rdtsc costs a few. */
+ * kvm-clock or hyperv_clocksource all the same: the kernel's choice guards against live
+ * migration and suspend, rare within a capture whose times are approximate anyway (the order
+ * of a device's events never depends on them being exact: docs/trace-format.md), while
+ * per-event clock_gettime through those clocksources costs 30-70 ns where rdtsc costs a few. */
 static bool invariant_tsc(void) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (!f)
@@ -203,6 +205,7 @@ static bool invariant_tsc(void) {
   fclose(f);
   return found;
 }
+#endif
 
 /* The counter is used where it is invariant: the kernel's own clocksource is the TSC, the
  * CPU flags say so, or on ARMv8 (whose generic timer always is). HBM_RECORDER_CLOCK=monotonic
