@@ -190,8 +190,9 @@ static void read_line(const char *path, char *out, size_t cap) {
 /* Whether the CPU says its TSC ticks at one rate whatever the frequency and sleep states
  * (constant_tsc + nonstop_tsc: an invariant TSC). That holds on cloud VMs whose kernel chose
  * kvm-clock or hyperv_clocksource all the same: the kernel's choice guards against live
- * migration and suspend, rare within a capture whose times are approximate anyway (the order
- * of a device's events never depends on them being exact: docs/trace-format.md), while
+ * migration and suspend, rare within a capture whose times are approximate anyway; the order
+ * of a device's events (stamped under its lock) needs only a TSC consistent across CPUs,
+ * which the kernel checks at boot (docs/trace-format.md). Meanwhile
  * per-event clock_gettime through those clocksources costs 30-70 ns where rdtsc costs a few. */
 static bool invariant_tsc(void) {
   FILE *f = fopen("/proc/cpuinfo", "r");
