@@ -5,8 +5,10 @@
  *
  * A cache belongs to one thread and one device, and holds
  *   - bins: blocks (of any size below 1 TiB) this thread freed, by size class, kept
- *     allocated in the arena, at most its budget in all: CACHE_BYTES, or a quarter of the
- *     device's limit when that is more — big blocks too, so that two threads each cycling
+ *     allocated in the arena, at most its budget in all: CACHE_BYTES, or an eighth of the
+ *     device's limit when that is more (a quarter made two threads replaying an 8 GiB log on
+ *     a 20 GiB limit empty every cache before most allocations: live blocks and caches
+ *     together passed the limit) — big blocks too, so that two threads each cycling
  *     through hundred-megabyte activations (the GPT logs) do not queue on the device's lock
  *     for every one. What the bins hold is given back before an allocation would fail or
  *     the arena grow, so the budget never costs an OOM or a byte of reserved memory;
@@ -241,7 +243,7 @@ static hbm__tcache_t *create_cache(hbm_device_t *dev) {
   if (!c)
     return NULL;
   atomic_init(&c->refs, 2);
-  c->budget = dev->limit / 4 > CACHE_BYTES ? dev->limit / 4 : CACHE_BYTES;
+  c->budget = dev->limit / 8 > CACHE_BYTES ? dev->limit / 8 : CACHE_BYTES;
   c->dev = dev;
   c->dev_uid = dev->uid;
   c->slot = slot;

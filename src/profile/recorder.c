@@ -175,6 +175,7 @@ static inline uint64_t read_ticks(void) {
   return (uint64_t)monotonic_ns();
 }
 
+#ifdef HAVE_TSC
 static void read_line(const char *path, char *out, size_t cap) {
   out[0] = '\0';
   FILE *f = fopen(path, "r");
@@ -188,9 +189,11 @@ static void read_line(const char *path, char *out, size_t cap) {
 
 /* Whether the CPU says its TSC ticks at one rate whatever the frequency and sleep states
  * (constant_tsc + nonstop_tsc: an invariant TSC). That holds on cloud VMs whose kernel chose
- * kvm-clock or hyperv_clocksource all the same: the kernel's choice is about migration and
- * suspend, which do not happen within a capture's chunk, and per-event clock_gettime through
- * those clocksources costs 30-70 ns where rdtsc costs a few. */
+ * kvm-clock or hyperv_clocksource all the same: the kernel's choice guards against live
+ * migration and suspend, rare within a capture whose times are approximate anyway; the order
+ * of a device's events (stamped under its lock) needs only a TSC consistent across CPUs,
+ * which the kernel checks at boot (docs/trace-format.md). Meanwhile
+ * per-event clock_gettime through those clocksources costs 30-70 ns where rdtsc costs a few. */
 static bool invariant_tsc(void) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (!f)
@@ -203,6 +206,7 @@ static bool invariant_tsc(void) {
   fclose(f);
   return found;
 }
+#endif
 
 /* The counter is used where it is invariant: the kernel's own clocksource is the TSC, the
  * CPU flags say so, or on ARMv8 (whose generic timer always is). HBM_RECORDER_CLOCK=monotonic
@@ -631,6 +635,8 @@ static void *writer_main(void *arg) {
 
 /* ---- devices ---- */
 
+static void describe_device(int id);
+
 /* The space of device `id` in the current capture, written on first use. Under write_lock. */
 static int assign_space(int id, const rec_device_t *d) {
   if (id >= rec.cap_space_of) {
@@ -690,8 +696,7 @@ int hbm__rec_device_open(const char *name, const char *mode, uint64_t limit,
     if (rec.tw && assign_space(id, d) < 0)
       drop_event();
     pthread_mutex_unlock(&rec.write_lock);
-    if (describe) /* the capture starts on it now */
-      describe(dev);
+    describe_device(id); /* the capture starts on it now */
   }
 out:
   pthread_mutex_unlock(&rec.devices_lock);
@@ -894,8 +899,12 @@ static hbm_status_t open_trace(const char *logdir) {
   return HBM_OK;
 }
 
-/* Asks every open device for its live blocks (their ALLOC records are marked DESCRIBED). */
-static void describe_devices(void) {
+/* Asks device `id` for its live blocks (their ALLOC records are marked DESCRIBED); the capture
+ * starts on it there (recorder.h). Under devices_lock. */
+static void describe_device(int id) {
+  const rec_device_t *d = &rec.devices[id];
+  if (!d->open || !d->describe)
+    return;
   rec_thread_t *t = tls_thread;
   if (!t) { /* a record makes this thread known; reserve_slow registers it */
     if (!reserve_slow(0))
@@ -903,10 +912,13 @@ static void describe_devices(void) {
     t = tls_thread;
   }
   t->describing = true;
-  for (int id = 0; id < rec.n_devices; id++)
-    if (rec.devices[id].open && rec.devices[id].describe)
-      rec.devices[id].describe(rec.devices[id].dev);
+  d->describe(d->dev);
   t->describing = false;
+}
+
+static void describe_devices(void) {
+  for (int id = 0; id < rec.n_devices; id++)
+    describe_device(id);
 }
 
 hbm_status_t hbm_profiler_start(const char *logdir) {

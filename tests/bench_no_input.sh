@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A benchmark that measured nothing fails and reports no target as met (issue 13 item 12,
+# issue 16): bench_replay of a missing log or of a log without events, its --ns and
+# --side-by-side modes, bench_threads of a missing log, bench_alloc_log of a directory
+# without logs. Args: hbm binary, source dir, build dir. Skipped (77) in builds without the
+# benchmarks (-DHBM_BENCH=OFF).
+set -uo pipefail
+b=$3/bench
+if [[ ! -x $b/bench_replay || ! -x $b/bench_threads || ! -x $b/bench_alloc_log ]]; then
+  echo "skipped: built without the benchmarks (HBM_BENCH=OFF)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/no-logs"
+echo "Thread,Time,Action,Pointer,Size,Stream" >"$tmp/header-only.csv"
+failed=0
+
+expect_failure() { # what, command...
+  local what=$1
+  shift
+  if "$@" >"$tmp/out" 2>&1; then
+    echo "FAIL: $what exited 0"
+  elif grep -qE ': met(\)|\.|$)' "$tmp/out"; then # the verdicts' wording: "...: met"
+    echo "FAIL: $what reports a target as met"
+  else
+    echo "ok: $what fails"
+    return
+  fi
+  cat "$tmp/out"
+  failed=1
+}
+
+expect_failure "bench_replay of a missing log" "$b/bench_replay" "$tmp/missing.csv"
+expect_failure "bench_replay of a log without events" "$b/bench_replay" "$tmp/header-only.csv"
+expect_failure "bench_replay --ns of a missing log" "$b/bench_replay" --ns "$tmp/missing.csv"
+expect_failure "bench_replay --side-by-side with a failing allocator" \
+  "$b/bench_replay" --side-by-side false 1 "$tmp/header-only.csv"
+expect_failure "bench_threads of a missing log" \
+  "$b/bench_threads" --runs 1 --ops 2000 "$tmp/missing.csv"
+expect_failure "bench_alloc_log of a directory without logs" "$b/bench_alloc_log" "$tmp/no-logs"
+exit $failed
