@@ -229,6 +229,11 @@ static void choose_clock(void) {
     use = false;
   else if (force && !strcmp(force, "tsc"))
     use = true;
+  else if (force && *force) /* a profiler must not fail a program: say so, keep the default */
+    fprintf(stderr,
+            "hbm: HBM_RECORDER_CLOCK=%s is not accepted (expected 'tsc' or 'monotonic'); "
+            "the profiler chooses its clock itself\n",
+            force);
   if (!use)
     return;
   int64_t t0 = monotonic_ns();
