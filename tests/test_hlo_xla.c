@@ -236,6 +236,51 @@ static void all_reduce_over_its_operand(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
 }
 
+/* A synchronous all-reduce is neither an in-place pair (only all-reduce-start is, in
+ * XLA's GetInPlaceInputOutputPairs) nor element-wise, so e [1,2] (256 B) meets the output
+ * ar at step 2 and may not live in its allocation: temp 256 on both backends, as in XLA's
+ * CPU dump of a psum (its fusion result stays in the preallocated temp). Thread-local: the
+ * reducer's x, y, s (12 B). Total: 256 (p) + 256 (ar) + 12 + 256 = 780. */
+static void sync_all_reduce_keeps_its_operand(void **state) {
+  (void)state;
+  const char *m = "HloModule psum, is_scheduled=true\n"
+                  "%add (x: f32[], y: f32[]) -> f32[] {\n"
+                  "  x = f32[] parameter(0)\n"
+                  "  y = f32[] parameter(1)\n"
+                  "  ROOT s = f32[] add(x, y)\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  e = f32[64]{0} exponential(p)\n"
+                  "  ROOT ar = f32[64]{0} all-reduce(e), replica_groups={}, to_apply=%add\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_CPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 256);
+  json_has(p, "\"total_bytes\": 780");
+  hbm_plan_free(p);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 256);
+}
+
+/* A tuple-shaped output's table is never reused (BufferAllocation::is_reusable() is false
+ * for tuple allocations). s = negate(q) (4 B) lives [2,3]: it meets b (256 B, defined at
+ * step 3 by a broadcast, which cannot write over it), and would fit the 8-byte table of t,
+ * defined at step 4 after s died — but XLA does not put it there: temp 4 (one 4-byte
+ * buffer; XLA's CPU dump of an Adam step keeps its two bias-correction scalars in the
+ * temp allocation the same way). */
+static void tuple_tables_are_not_reused(void **state) {
+  (void)state;
+  const char *m = "HloModule table, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  q = f32[] parameter(1)\n"
+                  "  s = f32[] negate(q)\n"
+                  "  b = f32[64]{0} broadcast(s), dimensions={}\n"
+                  "  ROOT t = (f32[64]{0}) tuple(b)\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_CPU) == 4);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 4);
+}
+
 /* A sort may write each sorted array over its operand: the iota i [1,2] and the sorted
  * indices s{1} [2,2] share one 256-byte chunk (without the rule: 512). The comparator's
  * values are thread-local (a, b, c, d, lt: 4+4+4+4+1 = 17 B) except its constant, which
@@ -434,6 +479,8 @@ int main(void) {
       cmocka_unit_test(thread_local_reducer_inside_a_fusion),
       cmocka_unit_test(backend_alignment),
       cmocka_unit_test(all_reduce_over_its_operand),
+      cmocka_unit_test(sync_all_reduce_keeps_its_operand),
+      cmocka_unit_test(tuple_tables_are_not_reused),
       cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(must_alias_after_optimizations),
       cmocka_unit_test(ties_broken_in_event_time),

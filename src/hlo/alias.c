@@ -399,10 +399,11 @@ static bool fusion_inplace(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in
  * result over an operand that dies there. */
 static bool reads_elementwise(const hlo_instr_t *in, uint32_t i) {
   unsigned fl = hbm__opcode_flags((hlo_opcode_t)in->opcode);
-  /* an all-reduce combines each element with the same element elsewhere: XLA lets its
-   * result take the operand's buffer */
-  if ((fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE ||
-      in->opcode == HLO_OP_ALL_REDUCE_START)
+  /* all-reduce-start declares its operand an in-place pair (GetInPlaceInputOutputPairs);
+   * a synchronous all-reduce does not and is not element-wise in XLA's sense, so its
+   * result never takes its operand's buffer (the CPU zoo's psum keeps its operand in the
+   * temp allocation) */
+  if ((fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE_START)
     return true;
   if (in->opcode != HLO_OP_FUSION || in->fusion_kind != 'L')
     return false;
@@ -484,7 +485,6 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
   }
   case HLO_OP_FUSION:
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
-  case HLO_OP_ALL_REDUCE:
   case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
   case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
   default:
