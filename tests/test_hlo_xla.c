@@ -2,9 +2,11 @@
  * 11), each on a small hand-written module with its sizes worked out by hand beside it:
  * temporaries in output and aliased-parameter allocations, tuple-shaped temporaries and
  * the order CombineTempAllocations lays the temp allocation out in, thread-local reducer
- * values (also inside fusions), the backends' heap alignment, all-reduce results over
- * their operand, the warnings for modules XLA's numbers cannot be compared with, leading
- * stack-frame tables, and the dump readers taking XLA's totals as written. */
+ * values (also inside fusions), the backends' heap alignment, all-reduce-start results
+ * over their operand (and synchronous all-reduces not), tuple tables never reused, the
+ * CPU's stricter rule for a fusion writing over its operand, the warnings for modules
+ * XLA's numbers cannot be compared with, leading stack-frame tables, and the dump readers
+ * taking XLA's totals as written. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -281,6 +283,48 @@ static void tuple_tables_are_not_reused(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 4);
 }
 
+/* Whether a loop fusion may write its result over an operand that dies there: the GPU's
+ * hook asks for the same elements and bytes and looks at the operand's direct uses in the
+ * body; XLA's own rule, which the CPU uses (it has no hook), asks for equal shapes, layout
+ * included, and every *transitive* use element-wise. a (f32[256], 1024 B) lives [1,2] and
+ * is last read by the fusion r that defines the output (1024 B):
+ * - bitcast root: r is f32[4,64], a is f32[256] (shapes differ, bytes equal); the body
+ *   negates x, then bitcasts: GPU shares (a in r's allocation, temp 0), CPU does not
+ *   (temp 1024) — the transformer zoo program's copy_bitcast fusions;
+ * - reverse after the negate: shapes equal, the direct use is element-wise but the reverse
+ *   is not: GPU temp 0, CPU 1024. */
+static void cpu_sharing_needs_equal_shapes(void **state) {
+  (void)state;
+  const char *bitcast_root = "HloModule bc, is_scheduled=true\n"
+                             "%f (x: f32[256]) -> f32[4,64] {\n"
+                             "  x = f32[256]{0} parameter(0)\n"
+                             "  n = f32[256]{0} negate(x)\n"
+                             "  ROOT b = f32[4,64]{1,0} bitcast(n)\n"
+                             "}\n"
+                             "ENTRY e {\n"
+                             "  p = f32[256]{0} parameter(0)\n"
+                             "  a = f32[256]{0} exponential(p)\n"
+                             "  ROOT r = f32[4,64]{1,0} fusion(a), kind=kLoop, calls=%f\n"
+                             "}\n";
+  const char *reverse_after = "HloModule rev, is_scheduled=true\n"
+                              "%f (x: f32[256]) -> f32[256] {\n"
+                              "  x = f32[256]{0} parameter(0)\n"
+                              "  n = f32[256]{0} negate(x)\n"
+                              "  ROOT v = f32[256]{0} reverse(n), dimensions={0}\n"
+                              "}\n"
+                              "ENTRY e {\n"
+                              "  p = f32[256]{0} parameter(0)\n"
+                              "  a = f32[256]{0} exponential(p)\n"
+                              "  ROOT r = f32[256]{0} fusion(a), kind=kLoop, calls=%f\n"
+                              "}\n";
+  assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_CPU) == 1024);
+  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_CPU) == 1024);
+  /* the element-wise negate of touch_elementwise has equal shapes: shared on both */
+  assert_true(temp_of(touch_elementwise, HBM_PLAN_BACKEND_CPU) == 0);
+}
+
 /* A sort may write each sorted array over its operand: the iota i [1,2] and the sorted
  * indices s{1} [2,2] share one 256-byte chunk (without the rule: 512). The comparator's
  * values are thread-local (a, b, c, d, lt: 4+4+4+4+1 = 17 B) except its constant, which
@@ -481,6 +525,7 @@ int main(void) {
       cmocka_unit_test(all_reduce_over_its_operand),
       cmocka_unit_test(sync_all_reduce_keeps_its_operand),
       cmocka_unit_test(tuple_tables_are_not_reused),
+      cmocka_unit_test(cpu_sharing_needs_equal_shapes),
       cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(must_alias_after_optimizations),
       cmocka_unit_test(ties_broken_in_event_time),

@@ -56,6 +56,7 @@ typedef struct hlo_dataflow {
   size_t pool_len, pool_cap;
   size_t max_steps;
   uint32_t entry_root_off;
+  bool exact_shape_sharing; /* XLA's sharing rule without a backend hook (HLO_XLA_CPU) */
 } hlo_dataflow_t;
 
 #define HLO_LIVE_OUT_STEP (UINT32_MAX - 1)
@@ -65,7 +66,7 @@ typedef struct hlo_dataflow {
  * buffer; as->buffers is compacted. false when memory ran out. */
 bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as);
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df);
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing);
 void hbm__dataflow_free(hlo_dataflow_t *df);
 
 #endif /* HBM_HLO_ALIAS_INTERNAL_H */

@@ -395,8 +395,10 @@ static uint64_t plan_alignment(const hbm_plan_t *plan) {
  * real TPU error (examples/seed_oom.hlo) counts its temporaries apart from the outputs; NONE
  * is the plain planner (XLA's dataflow and heap only). */
 static hlo_plan_opts_t plan_opts(const hbm_plan_t *plan) {
-  return (hlo_plan_opts_t){plan_alignment(plan), plan->backend == HBM_PLAN_BACKEND_GPU ||
-                                                     plan->backend == HBM_PLAN_BACKEND_CPU};
+  uint8_t xla = plan->backend == HBM_PLAN_BACKEND_GPU   ? HLO_XLA_GPU
+                : plan->backend == HBM_PLAN_BACKEND_CPU ? HLO_XLA_CPU
+                                                        : 0;
+  return (hlo_plan_opts_t){plan_alignment(plan), xla};
 }
 
 static hbm_status_t plan_module(hbm_plan_t *plan) {
