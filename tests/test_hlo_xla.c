@@ -424,8 +424,37 @@ static void competing_temporaries_are_warned_about(void **state) {
   size_t n;
   const char *const *w = hbm_plan_warnings(p, &n);
   assert_int_equal(n, 1);
-  assert_non_null(strstr(w[0], "1 temporaries (256B)"));
+  assert_non_null(strstr(w[0], "1 temporary (256B) was left"));
   assert_non_null(strstr(w[0], "competing for the same output allocations"));
+  /* with no temporary in r's allocation: t1, t2 and u all live at step 3, 1024 B; 256 more */
+  assert_non_null(strstr(w[0], "by at most 256B"));
+  hbm_plan_free(p);
+}
+
+/* The bound the warning names holds when the temporary that took the output allocation is
+ * larger than the one left out. t1 (1024 B) [1,3] takes r's allocation (1024 B, from step
+ * 4); t2 (256 B) [2,3] meets t1 there and goes to the heap with u (1280 B) [3,4]: u at 0,
+ * t2 at 1280, temp 1536. Had XLA put t2 in r instead, t1 and u would make the heap 2304:
+ * 768 more than hbm's, more than the 256 contended bytes. With no temporary in an output
+ * allocation t1, t2 and u are all live at step 3: 2560, so the bound is 2560 - 1536 =
+ * 1024, which covers it. */
+static void contention_bound_covers_the_other_choice(void **state) {
+  (void)state;
+  const char *m = "HloModule bound, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[256]{0} parameter(0)\n"
+                  "  t1 = f32[256]{0} reverse(p), dimensions={0}\n"
+                  "  t2 = f32[64]{0} slice(p), slice={[0:64]}\n"
+                  "  u = f32[320]{0} concatenate(t1, t2), dimensions={0}\n"
+                  "  ROOT r = f32[256]{0} slice(u), slice={[0:256]}\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 1536);
+  size_t n;
+  const char *const *w = hbm_plan_warnings(p, &n);
+  assert_int_equal(n, 1);
+  assert_non_null(strstr(w[0], "1 temporary (256B) was left"));
+  assert_non_null(strstr(w[0], "by at most 1.0K"));
   hbm_plan_free(p);
 }
 
@@ -530,6 +559,7 @@ int main(void) {
       cmocka_unit_test(must_alias_after_optimizations),
       cmocka_unit_test(ties_broken_in_event_time),
       cmocka_unit_test(competing_temporaries_are_warned_about),
+      cmocka_unit_test(contention_bound_covers_the_other_choice),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),

@@ -63,8 +63,9 @@ typedef struct hlo_dataflow {
 
 /* XLA's BufferAssigner: a temporary may live in an output's allocation when it is no
  * larger and their live ranges do not meet (reuse.c). Such temporaries join the output's
- * buffer; as->buffers is compacted. false when memory ran out. */
-bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as);
+ * buffer; as->buffers is compacted. place = false only marks the tuple-shaped temporaries
+ * that get allocations of their own. false when memory ran out. */
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place);
 
 hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing);
 void hbm__dataflow_free(hlo_dataflow_t *df);

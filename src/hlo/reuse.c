@@ -345,8 +345,10 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
   return true;
 }
 
-bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place) {
   mark_separate(as);
+  if (!place)
+    return true;
   uint32_t nb = as->n_buffers;
   size_t nt = 0, no = 0;
   for (uint32_t i = 0; i < nb; i++) {
