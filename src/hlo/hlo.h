@@ -357,9 +357,10 @@ typedef struct hlo_plan_opts {
 
 #define HLO_XLA_GPU 1
 #define HLO_XLA_CPU 2
-#define HLO_XLA_BACKEND 3u  /* the bits above */
-#define HLO_XLA_NO_REUSE 4u /* with either: no temporary goes into an output allocation (the
-                               worst case of XLA's choices, for the contention warning) */
+#define HLO_XLA_BACKEND 3u /* the bits above */
+/* With either backend: no temporary goes into an output allocation (the worst case of
+ * XLA's choices among competing temporaries, for the contention warning). */
+#define HLO_XLA_NO_REUSE 4u
 
 /* The result of planning one module. */
 typedef struct hlo_assignment {
