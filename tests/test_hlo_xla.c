@@ -2,9 +2,11 @@
  * 11), each on a small hand-written module with its sizes worked out by hand beside it:
  * temporaries in output and aliased-parameter allocations, tuple-shaped temporaries and
  * the order CombineTempAllocations lays the temp allocation out in, thread-local reducer
- * values (also inside fusions), the backends' heap alignment, all-reduce results over
- * their operand, the warnings for modules XLA's numbers cannot be compared with, leading
- * stack-frame tables, and the dump readers taking XLA's totals as written. */
+ * values (also inside fusions), the backends' heap alignment, all-reduce-start results
+ * over their operand (and synchronous all-reduces not), tuple tables never reused, the
+ * CPU's stricter rule for a fusion writing over its operand, the warnings for modules
+ * XLA's numbers cannot be compared with, leading stack-frame tables, and the dump readers
+ * taking XLA's totals as written. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -236,6 +238,93 @@ static void all_reduce_over_its_operand(void **state) {
   assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
 }
 
+/* A synchronous all-reduce is neither an in-place pair (only all-reduce-start is, in
+ * XLA's GetInPlaceInputOutputPairs) nor element-wise, so e [1,2] (256 B) meets the output
+ * ar at step 2 and may not live in its allocation: temp 256 on both backends, as in XLA's
+ * CPU dump of a psum (its fusion result stays in the preallocated temp). Thread-local: the
+ * reducer's x, y, s (12 B). Total: 256 (p) + 256 (ar) + 12 + 256 = 780. */
+static void sync_all_reduce_keeps_its_operand(void **state) {
+  (void)state;
+  const char *m = "HloModule psum, is_scheduled=true\n"
+                  "%add (x: f32[], y: f32[]) -> f32[] {\n"
+                  "  x = f32[] parameter(0)\n"
+                  "  y = f32[] parameter(1)\n"
+                  "  ROOT s = f32[] add(x, y)\n"
+                  "}\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  e = f32[64]{0} exponential(p)\n"
+                  "  ROOT ar = f32[64]{0} all-reduce(e), replica_groups={}, to_apply=%add\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_CPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 256);
+  json_has(p, "\"total_bytes\": 780");
+  hbm_plan_free(p);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 256);
+}
+
+/* A tuple-shaped output's table is never reused (BufferAllocation::is_reusable() is false
+ * for tuple allocations). s = negate(q) (4 B) lives [2,3]: it meets b (256 B, defined at
+ * step 3 by a broadcast, which cannot write over it), and would fit the 8-byte table of t,
+ * defined at step 4 after s died — but XLA does not put it there: temp 4 (one 4-byte
+ * buffer; XLA's CPU dump of an Adam step keeps its two bias-correction scalars in the
+ * temp allocation the same way). */
+static void tuple_tables_are_not_reused(void **state) {
+  (void)state;
+  const char *m = "HloModule table, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[64]{0} parameter(0)\n"
+                  "  q = f32[] parameter(1)\n"
+                  "  s = f32[] negate(q)\n"
+                  "  b = f32[64]{0} broadcast(s), dimensions={}\n"
+                  "  ROOT t = (f32[64]{0}) tuple(b)\n"
+                  "}\n";
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_CPU) == 4);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 4);
+}
+
+/* Whether a loop fusion may write its result over an operand that dies there: the GPU's
+ * hook asks for the same elements and bytes and looks at the operand's direct uses in the
+ * body; XLA's own rule, which the CPU uses (it has no hook), asks for equal shapes, layout
+ * included, and every *transitive* use element-wise. a (f32[256], 1024 B) lives [1,2] and
+ * is last read by the fusion r that defines the output (1024 B):
+ * - bitcast root: r is f32[4,64], a is f32[256] (shapes differ, bytes equal); the body
+ *   negates x, then bitcasts: GPU shares (a in r's allocation, temp 0), CPU does not
+ *   (temp 1024) — the transformer zoo program's copy_bitcast fusions;
+ * - reverse after the negate: shapes equal, the direct use is element-wise but the reverse
+ *   is not: GPU temp 0, CPU 1024. */
+static void cpu_sharing_needs_equal_shapes(void **state) {
+  (void)state;
+  const char *bitcast_root = "HloModule bc, is_scheduled=true\n"
+                             "%f (x: f32[256]) -> f32[4,64] {\n"
+                             "  x = f32[256]{0} parameter(0)\n"
+                             "  n = f32[256]{0} negate(x)\n"
+                             "  ROOT b = f32[4,64]{1,0} bitcast(n)\n"
+                             "}\n"
+                             "ENTRY e {\n"
+                             "  p = f32[256]{0} parameter(0)\n"
+                             "  a = f32[256]{0} exponential(p)\n"
+                             "  ROOT r = f32[4,64]{1,0} fusion(a), kind=kLoop, calls=%f\n"
+                             "}\n";
+  const char *reverse_after = "HloModule rev, is_scheduled=true\n"
+                              "%f (x: f32[256]) -> f32[256] {\n"
+                              "  x = f32[256]{0} parameter(0)\n"
+                              "  n = f32[256]{0} negate(x)\n"
+                              "  ROOT v = f32[256]{0} reverse(n), dimensions={0}\n"
+                              "}\n"
+                              "ENTRY e {\n"
+                              "  p = f32[256]{0} parameter(0)\n"
+                              "  a = f32[256]{0} exponential(p)\n"
+                              "  ROOT r = f32[256]{0} fusion(a), kind=kLoop, calls=%f\n"
+                              "}\n";
+  assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_CPU) == 1024);
+  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_CPU) == 1024);
+  /* the element-wise negate of touch_elementwise has equal shapes: shared on both */
+  assert_true(temp_of(touch_elementwise, HBM_PLAN_BACKEND_CPU) == 0);
+}
+
 /* A sort may write each sorted array over its operand: the iota i [1,2] and the sorted
  * indices s{1} [2,2] share one 256-byte chunk (without the rule: 512). The comparator's
  * values are thread-local (a, b, c, d, lt: 4+4+4+4+1 = 17 B) except its constant, which
@@ -335,8 +424,37 @@ static void competing_temporaries_are_warned_about(void **state) {
   size_t n;
   const char *const *w = hbm_plan_warnings(p, &n);
   assert_int_equal(n, 1);
-  assert_non_null(strstr(w[0], "1 temporaries (256B)"));
+  assert_non_null(strstr(w[0], "1 temporary (256B) was left"));
   assert_non_null(strstr(w[0], "competing for the same output allocations"));
+  /* with no temporary in r's allocation: t1, t2 and u all live at step 3, 1024 B; 256 more */
+  assert_non_null(strstr(w[0], "by at most 256B"));
+  hbm_plan_free(p);
+}
+
+/* The bound the warning names holds when the temporary that took the output allocation is
+ * larger than the one left out. t1 (1024 B) [1,3] takes r's allocation (1024 B, from step
+ * 4); t2 (256 B) [2,3] meets t1 there and goes to the heap with u (1280 B) [3,4]: u at 0,
+ * t2 at 1280, temp 1536. Had XLA put t2 in r instead, t1 and u would make the heap 2304:
+ * 768 more than hbm's, more than the 256 contended bytes. With no temporary in an output
+ * allocation t1, t2 and u are all live at step 3: 2560, so the bound is 2560 - 1536 =
+ * 1024, which covers it. */
+static void contention_bound_covers_the_other_choice(void **state) {
+  (void)state;
+  const char *m = "HloModule bound, is_scheduled=true\n"
+                  "ENTRY e {\n"
+                  "  p = f32[256]{0} parameter(0)\n"
+                  "  t1 = f32[256]{0} reverse(p), dimensions={0}\n"
+                  "  t2 = f32[64]{0} slice(p), slice={[0:64]}\n"
+                  "  u = f32[320]{0} concatenate(t1, t2), dimensions={0}\n"
+                  "  ROOT r = f32[256]{0} slice(u), slice={[0:256]}\n"
+                  "}\n";
+  hbm_plan_t *p = plan_as(m, HBM_PLAN_BACKEND_GPU);
+  assert_true(hbm_plan_get_summary(p)->temp_bytes == 1536);
+  size_t n;
+  const char *const *w = hbm_plan_warnings(p, &n);
+  assert_int_equal(n, 1);
+  assert_non_null(strstr(w[0], "1 temporary (256B) was left"));
+  assert_non_null(strstr(w[0], "by at most 1.0K"));
   hbm_plan_free(p);
 }
 
@@ -434,10 +552,14 @@ int main(void) {
       cmocka_unit_test(thread_local_reducer_inside_a_fusion),
       cmocka_unit_test(backend_alignment),
       cmocka_unit_test(all_reduce_over_its_operand),
+      cmocka_unit_test(sync_all_reduce_keeps_its_operand),
+      cmocka_unit_test(tuple_tables_are_not_reused),
+      cmocka_unit_test(cpu_sharing_needs_equal_shapes),
       cmocka_unit_test(sort_over_its_operands),
       cmocka_unit_test(must_alias_after_optimizations),
       cmocka_unit_test(ties_broken_in_event_time),
       cmocka_unit_test(competing_temporaries_are_warned_about),
+      cmocka_unit_test(contention_bound_covers_the_other_choice),
       cmocka_unit_test(leading_stack_frame_tables),
       cmocka_unit_test(warnings_for_modules_xla_did_not_size),
       cmocka_unit_test(dump_totals_as_written),

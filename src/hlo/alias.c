@@ -399,10 +399,11 @@ static bool fusion_inplace(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in
  * result over an operand that dies there. */
 static bool reads_elementwise(const hlo_instr_t *in, uint32_t i) {
   unsigned fl = hbm__opcode_flags((hlo_opcode_t)in->opcode);
-  /* an all-reduce combines each element with the same element elsewhere: XLA lets its
-   * result take the operand's buffer */
-  if ((fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE ||
-      in->opcode == HLO_OP_ALL_REDUCE_START)
+  /* all-reduce-start declares its operand an in-place pair (GetInPlaceInputOutputPairs);
+   * a synchronous all-reduce does not and is not element-wise in XLA's sense, so its
+   * result never takes its operand's buffer (the CPU zoo's psum keeps its operand in the
+   * temp allocation) */
+  if ((fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE_START)
     return true;
   if (in->opcode != HLO_OP_FUSION || in->fusion_kind != 'L')
     return false;
@@ -421,13 +422,88 @@ static bool reads_elementwise(const hlo_instr_t *in, uint32_t i) {
   return true;
 }
 
+/* ShapeUtil::Equal for arrays: element type, dimensions and layout (a missing layout is
+ * the default major-to-minor one). */
+static bool same_layout(const hlo_shape_t *a, const hlo_shape_t *b) {
+  const hlo_layout_t *la = a->layout, *lb = b->layout;
+  for (uint16_t k = 0; k < a->rank; k++) {
+    int64_t ma = la && k < la->n_minor_to_major ? la->minor_to_major[k] : a->rank - 1 - k;
+    int64_t mb = lb && k < lb->n_minor_to_major ? lb->minor_to_major[k] : b->rank - 1 - k;
+    if (ma != mb)
+      return false;
+  }
+  if (!la || !lb)
+    return (!la || (la->n_tiles == 0 && la->element_bits == 0 && la->memory_space == 0)) &&
+           (!lb || (lb->n_tiles == 0 && lb->element_bits == 0 && lb->memory_space == 0));
+  if (la->n_tiles != lb->n_tiles || la->element_bits != lb->element_bits ||
+      la->memory_space != lb->memory_space)
+    return false;
+  for (uint8_t t = 0; t < la->n_tiles; t++) {
+    if (la->tiles[t].rank != lb->tiles[t].rank)
+      return false;
+    for (uint8_t d = 0; d < la->tiles[t].rank; d++)
+      if (la->tiles[t].dims[d] != lb->tiles[t].dims[d])
+        return false;
+  }
+  return true;
+}
+
+static bool shapes_equal(const hlo_shape_t *a, const hlo_shape_t *b) {
+  if (a->etype != b->etype || a->rank != b->rank || a->etype == HLO_T_TUPLE)
+    return false;
+  for (uint16_t k = 0; k < a->rank; k++)
+    if (a->dims[k] != b->dims[k])
+      return false;
+  return same_layout(a, b);
+}
+
+/* XLA's AreTransitiveUsesElementwiseOrTuple: every instruction of the fusion body reached
+ * from parameter i (through any chain of uses) is element-wise on what it reads, or a
+ * tuple. The body is in program order, so one pass marks the reached instructions. */
+static bool transitive_uses_elementwise(const hlo_instr_t *in, uint32_t i) {
+  const hlo_comp_t *body = called_comp(in, HLO_CALL_CALLS, 0);
+  if (!body || i >= body->n_params || !body->params[i])
+    return false;
+  uint8_t *reached = calloc((size_t)body->n_instrs + 1, 1);
+  if (!reached)
+    return false;
+  bool ok = true;
+  for (uint32_t j = 0; j < body->n_instrs; j++)
+    reached[j] = body->instrs[j] == body->params[i];
+  for (uint32_t j = 0; ok && j < body->n_instrs; j++) {
+    const hlo_instr_t *u = body->instrs[j];
+    for (uint32_t o = 0; o < u->n_operands && !reached[j]; o++) {
+      uint32_t k = u->operands[o]->id; /* its index in the body */
+      reached[j] = k < j && body->instrs[k] == u->operands[o] && reached[k];
+    }
+    if (reached[j] && u != body->params[i] && u->opcode != HLO_OP_TUPLE &&
+        !(hbm__opcode_flags((hlo_opcode_t)u->opcode) & HLO_F_ELEMENTWISE))
+      ok = false;
+  }
+  free(reached);
+  return ok;
+}
+
+/* CanShareOperandBufferWithUser without a backend hook (the CPU's), for the element-wise
+ * cases: equal shapes, and for loop and input fusions element-wise transitive uses. */
+static bool exact_share(const hlo_instr_t *in, uint32_t i) {
+  if (!shapes_equal(in->operands[i]->shape, in->shape))
+    return false;
+  if (in->opcode == HLO_OP_FUSION)
+    return (in->fusion_kind == 'L' || in->fusion_kind == 'I') && transitive_uses_elementwise(in, i);
+  unsigned fl = hbm__opcode_flags((hlo_opcode_t)in->opcode);
+  return (fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE_START;
+}
+
 static bool share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, uint32_t off,
                         uint32_t step) {
   if (in->shape->etype == HLO_T_TUPLE)
     return true;
   for (uint32_t i = 0; i < in->n_operands; i++) {
     const hlo_shape_t *os = in->operands[i]->shape;
-    if (os->etype == HLO_T_TUPLE || os->bytes != in->shape->bytes || !reads_elementwise(in, i))
+    if (os->etype == HLO_T_TUPLE || os->bytes != in->shape->bytes)
+      continue;
+    if (df->exact_shape_sharing ? !exact_share(in, i) : !reads_elementwise(in, i))
       continue;
     uint32_t x = df->pool[operand_off(df, f, in, i)];
     if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off], 0, step))
@@ -484,7 +560,6 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
   }
   case HLO_OP_FUSION:
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
-  case HLO_OP_ALL_REDUCE:
   case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
   case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
   default:
@@ -757,9 +832,11 @@ void hbm__dataflow_free(hlo_dataflow_t *df) {
   memset(df, 0, sizeof *df);
 }
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df) {
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df,
+                               bool exact_shape_sharing) {
   memset(df, 0, sizeof *df);
   df->m = m;
+  df->exact_shape_sharing = exact_shape_sharing;
   df->max_steps = 16 * m->n_instrs + 4096;
   hbm__hlo_vec_init(&df->values, sizeof(hlo_value_t));
   hbm__hlo_vec_init(&df->steps, sizeof(hlo_step_t));

@@ -56,16 +56,18 @@ typedef struct hlo_dataflow {
   size_t pool_len, pool_cap;
   size_t max_steps;
   uint32_t entry_root_off;
+  bool exact_shape_sharing; /* XLA's sharing rule without a backend hook (HLO_XLA_CPU) */
 } hlo_dataflow_t;
 
 #define HLO_LIVE_OUT_STEP (UINT32_MAX - 1)
 
 /* XLA's BufferAssigner: a temporary may live in an output's allocation when it is no
  * larger and their live ranges do not meet (reuse.c). Such temporaries join the output's
- * buffer; as->buffers is compacted. false when memory ran out. */
-bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as);
+ * buffer; as->buffers is compacted. place = false only marks the tuple-shaped temporaries
+ * that get allocations of their own. false when memory ran out. */
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place);
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df);
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing);
 void hbm__dataflow_free(hlo_dataflow_t *df);
 
 #endif /* HBM_HLO_ALIAS_INTERNAL_H */

@@ -347,9 +347,20 @@ typedef struct hlo_plan_opts {
   uint64_t alignment; /* heap offsets are multiples of this (>= 1) */
   /* XLA's BufferAssigner on top of the heap: temporaries may live in output allocations,
    * tuple-shaped temporaries get allocations of their own, and the temp allocations are
-   * combined into one (reuse.c, combine.c) */
-  bool xla_allocations;
+   * combined into one (reuse.c, combine.c). Its value names the backend, whose rule for a
+   * result taking an operand's buffer differs: HLO_XLA_GPU, the GPU hook's (same elements
+   * and bytes, direct uses element-wise), or HLO_XLA_CPU, XLA's own
+   * CanShareOperandBufferWithUser with no hook (equal shapes, layouts included, and for a
+   * loop fusion every transitive use of the operand in its body element-wise). */
+  uint8_t xla_allocations;
 } hlo_plan_opts_t;
+
+#define HLO_XLA_GPU 1
+#define HLO_XLA_CPU 2
+#define HLO_XLA_BACKEND 3u /* the bits above */
+/* With either backend: no temporary goes into an output allocation (the worst case of
+ * XLA's choices among competing temporaries, for the contention warning). */
+#define HLO_XLA_NO_REUSE 4u
 
 /* The result of planning one module. */
 typedef struct hlo_assignment {

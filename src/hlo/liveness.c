@@ -331,7 +331,8 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
                                   const hlo_plan_opts_t *opt) {
   memset(as, 0, sizeof *as);
   hlo_dataflow_t df;
-  hbm_status_t st = hbm__dataflow_run(m, &df);
+  hbm_status_t st =
+      hbm__dataflow_run(m, &df, opt && (opt->xla_allocations & HLO_XLA_BACKEND) == HLO_XLA_CPU);
   if (st != HBM_OK)
     return st;
   uint32_t n = (uint32_t)df.values.len;
@@ -353,7 +354,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
     ok = build_buffers(&df, &u, as);
   }
   if (ok && opt && opt->xla_allocations)
-    ok = hbm__reuse_output_allocations(&df, as);
+    ok = hbm__reuse_output_allocations(&df, as, !(opt->xla_allocations & HLO_XLA_NO_REUSE));
   if (ok)
     apply_shares(&df, as);
   if (ok) {

@@ -367,21 +367,49 @@ static void module_warnings(hbm_plan_t *plan) {
   }
 }
 
+/* The temp allocation (of the planned colour) when no temporary goes into an output
+ * allocation: the most XLA's can be whichever temporaries it picks for them. 0 when it
+ * cannot be computed (out of memory). */
+static uint64_t temp_without_reuse(const hbm_plan_t *plan, const hlo_plan_opts_t *opt) {
+  hlo_plan_opts_t o = *opt;
+  o.xla_allocations |= HLO_XLA_NO_REUSE;
+  hlo_assignment_t as;
+  uint64_t bytes = 0;
+  if (hbm__hlo_assign_opts(plan->module, &as, &o) != HBM_OK)
+    return 0;
+  if (hbm__hlo_simulate_heap(&as, &o) == HBM_OK && plan->opt.space_color < as.n_colors)
+    bytes = as.heap_bytes[plan->opt.space_color];
+  hbm__hlo_assignment_free(&as);
+  return bytes;
+}
+
 /* Where hbm's choice between temporaries competing for one output allocation may differ
  * from XLA's, its temp allocation may be smaller than XLA's: say so, and by how much at
- * most. Added once (re-planning after remat would repeat it). */
-static void contention_warning(hbm_plan_t *plan) {
+ * most — the temp allocation with none of the temporaries in output allocations, which
+ * bounds every choice XLA can make (the contended bytes alone do not: a temporary that
+ * took an allocation in hbm's order may be the one XLA leaves out, and it is at least as
+ * large). Added once (re-planning after remat would repeat it). */
+static void contention_warning(hbm_plan_t *plan, const hlo_plan_opts_t *opt) {
   if (!plan->as.contended)
     return;
   for (size_t i = 0; i < plan->n_warnings; i++)
     if (strstr(plan->warnings[i], "competing for"))
       return;
-  char buf[320], a[32];
+  uint64_t worst = temp_without_reuse(plan, opt);
+  uint64_t more = worst > plan->heap_bytes ? worst - plan->heap_bytes : 0;
+  /* the heap simulator is not monotone: never claim less than the contended bytes */
+  if (more < plan->as.contended_bytes)
+    more = plan->as.contended_bytes;
+  char buf[400], a[32], b[32];
+  bool one = plan->as.contended == 1;
   snprintf(buf, sizeof buf,
-           "%u temporaries (%s) were left in the temp allocation because others competing for "
-           "the same output allocations came first; XLA picks among them by its post-order, "
-           "which hbm approximates, so XLA's temp allocation may be larger by up to that much",
-           plan->as.contended, hbm__xla_bytes(plan->as.contended_bytes, a, sizeof a));
+           "%u %s (%s) %s left in the temp allocation because others competing for the same "
+           "output allocations came first; XLA picks among them by its post-order, which hbm "
+           "approximates, so XLA's temp allocation may be larger, by at most %s (its size "
+           "with no temporary in an output allocation)",
+           plan->as.contended, one ? "temporary" : "temporaries",
+           hbm__xla_bytes(plan->as.contended_bytes, a, sizeof a), one ? "was" : "were",
+           hbm__xla_bytes(more, b, sizeof b));
   add_warning(plan, buf);
 }
 
@@ -395,8 +423,10 @@ static uint64_t plan_alignment(const hbm_plan_t *plan) {
  * real TPU error (examples/seed_oom.hlo) counts its temporaries apart from the outputs; NONE
  * is the plain planner (XLA's dataflow and heap only). */
 static hlo_plan_opts_t plan_opts(const hbm_plan_t *plan) {
-  return (hlo_plan_opts_t){plan_alignment(plan), plan->backend == HBM_PLAN_BACKEND_GPU ||
-                                                     plan->backend == HBM_PLAN_BACKEND_CPU};
+  uint8_t xla = plan->backend == HBM_PLAN_BACKEND_GPU   ? HLO_XLA_GPU
+                : plan->backend == HBM_PLAN_BACKEND_CPU ? HLO_XLA_CPU
+                                                        : 0;
+  return (hlo_plan_opts_t){plan_alignment(plan), xla};
 }
 
 static hbm_status_t plan_module(hbm_plan_t *plan) {
@@ -414,7 +444,7 @@ static hbm_status_t plan_module(hbm_plan_t *plan) {
     return st;
   int c = plan->opt.space_color;
   plan->heap_bytes = c < plan->as.n_colors ? plan->as.heap_bytes[c] : 0;
-  contention_warning(plan);
+  contention_warning(plan, &o);
   st = build_profile(plan);
   return st == HBM_OK ? hbm__plan_finish(plan) : st;
 }

@@ -157,9 +157,13 @@ static bool fits_in(const reuse_state_t *s, uint32_t t, uint32_t o, bool *by_tem
 }
 
 /* Allocations XLA may put other buffers in: outputs, and parameters aliased with an output
- * (input_output_alias), which XLA keeps in its list of reusable allocations. */
-static bool is_reusable_allocation(const hlo_buffer_t *b) {
+ * (input_output_alias), which XLA keeps in its list of reusable allocations — except
+ * tuple tables: BufferAllocation::is_reusable() is false for an is_tuple allocation, so a
+ * scalar that dies before the output tuple is built still goes to the temp allocation. */
+static bool is_reusable_allocation(const hlo_assignment_t *as, const hlo_buffer_t *b) {
   if (!b->indefinite || !(b->flags & HLO_V_OUTPUT) || (b->flags & (HLO_V_CONST | HLO_V_THREAD)))
+    return false;
+  if (as->values[b->value].shape->etype == HLO_T_TUPLE)
     return false;
   return !(b->flags & HLO_V_PARAM) || (b->flags & HLO_V_ALIASED);
 }
@@ -341,12 +345,14 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
   return true;
 }
 
-bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place) {
   mark_separate(as);
+  if (!place)
+    return true;
   uint32_t nb = as->n_buffers;
   size_t nt = 0, no = 0;
   for (uint32_t i = 0; i < nb; i++) {
-    no += is_reusable_allocation(&as->buffers[i]);
+    no += is_reusable_allocation(as, &as->buffers[i]);
     nt += is_temporary(&as->buffers[i]);
   }
   if (no == 0 || nt == 0)
@@ -364,7 +370,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
     nt = no = 0;
     for (uint32_t i = 0; i < nb; i++) {
       s.alloc_of[i] = s.first[i] = NIL;
-      if (is_reusable_allocation(&as->buffers[i])) {
+      if (is_reusable_allocation(as, &as->buffers[i])) {
         outs[no++] = i;
         is_alloc[i] = 1;
       } else if (is_temporary(&as->buffers[i])) {
