@@ -12,12 +12,17 @@ import xml.etree.ElementTree as ET
 
 
 def reason_of(case):
-    """The skip reason: the test's own 'skipped (...)' line, else the runner's message."""
+    """The skip reason: the test's own 'skipped: ...' lines (distinct, first three), else the
+    runner's message."""
     out = case.findtext("system-out") or ""
-    for line in reversed(out.splitlines()):
+    reasons = []
+    for line in out.splitlines():
         own = line.startswith("[") or "SKIPPED TEST" in line  # cmocka's lines, not a reason
-        if "skip" in line.lower() and not own:
-            return line.strip()
+        line = line.strip()
+        if "skip" in line.lower() and not own and line not in reasons:
+            reasons.append(line)
+    if reasons:
+        return " / ".join(reasons[:3]) + (" / ..." if len(reasons) > 3 else "")
     skipped = case.find("skipped")
     if skipped is not None:
         return (skipped.get("message") or skipped.text or "").strip() or "no reason given"
@@ -60,7 +65,7 @@ def read_suite(path):
             notes.append(f"skipped {name}: {reason_of(case)}")
         elif kind == "failed":
             notes.append(f"FAILED {name}")
-        inner = cmocka_skips(case)
+        inner = cmocka_skips(case) if kind == "passed" else []
         if inner:
             notes.append(f"{name} ran, but skipped the cases {', '.join(inner)}: "
                          f"{reason_of(case)}")

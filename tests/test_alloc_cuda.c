@@ -31,7 +31,7 @@ static hbm__device_t *open_gpu(void) {
   hbm__device_t *d = NULL;
   hbm_status_t st = hbm__cuda_open(&cfg, &d);
   if (st == HBM_ERR_UNAVAILABLE) {
-    print_message("no GPU: %s\n", hbm_last_error());
+    print_message("skipped: no GPU: %s\n", hbm_last_error());
     skip();
   }
   assert_int_equal(st, HBM_OK);
