@@ -7,6 +7,7 @@
  * size. The buffers at the first step reaching the maximum are XProf's "HLO Ops at Peak".
  * The HloProto is unpacked with protobuf-c (proto/hlo.proto); when that fails, a walk of the
  * bytes against the same descriptors says where and what was expected. */
+#include "import/hlo_proto_text.h"
 #include "import/hlo_shape.h"
 #include "import/pb_wire.h"
 #include "import/xprof.h"
@@ -519,6 +520,8 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
   hbm_u64map_init(&c.inst_by_id);
   hbm_u64map_init(&c.lbuf_by_id);
   hbm_status_t st = c.program ? convert(&c) : HBM_ERR_HOST_MEMORY;
+  if (st == HBM_OK) /* hbm's own plan of the module, beside XLA's */
+    hlo_proto_plan(im, hp, c.program);
   hbm_u64map_free(&c.inst_by_id);
   hbm_u64map_free(&c.lbuf_by_id);
   free(c.insts);

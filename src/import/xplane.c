@@ -539,8 +539,37 @@ static bool build_allocators(space_reader_t *sr) {
   return ok;
 }
 
+/* A plane's backend from its name (field 2): "/device:TPU:0", "/device:GPU:0"; else 0. */
+static int plane_backend(pb_reader_t p) {
+  pb_field_t g;
+  while (pb_next(&p, &g) > 0)
+    if (g.number == 2 && g.wire == PB_LEN) {
+      bool device = g.len > 11 && !memcmp(g.data, "/device:", 8);
+      if (device && !memcmp(g.data + 8, "TPU", 3))
+        return HBM_PLAN_BACKEND_TPU;
+      if (device && !memcmp(g.data + 8, "GPU", 3))
+        return HBM_PLAN_BACKEND_GPU;
+      return 0;
+    }
+  return 0;
+}
+
+/* The backend whose buffer assignment hbm's planner reproduces: a "/device:GPU:n" or
+ * "/device:TPU:n" plane names it; a trace with neither ran on the host's CPU. */
+static int backend_of(const xprof_import_t *im, const uint8_t *data, size_t len) {
+  pb_reader_t r = pb_reader(data, len, data, im->file, "XSpace");
+  pb_field_t f;
+  while (pb_next(&r, &f) > 0) {
+    int backend = f.number == 1 && f.wire == PB_LEN ? plane_backend(pb_sub(&r, &f, "XPlane")) : 0;
+    if (backend)
+      return backend;
+  }
+  return HBM_PLAN_BACKEND_CPU;
+}
+
 hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t len) {
   space_reader_t sr = {.im = im};
+  im->backend = backend_of(im, data, len);
   pb_reader_t r = pb_reader(data, len, data, im->file, "XSpace");
   pb_field_t f;
   int got;

@@ -26,6 +26,7 @@ void xprof_import_free(xprof_import_t *im) {
     free(im->spaces[i].step_times);
   }
   free(im->spaces);
+  free(im->meta);
   hbm_strbuf_free(&im->problems);
   hbm_intern_free(im->strings);
 }
@@ -61,6 +62,22 @@ xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
   xprof_buffer_t *b = &s->buffers[s->n_buffers++];
   memset(b, 0, sizeof *b);
   return b;
+}
+
+bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value) {
+  if (im->n_meta + 2 > im->cap_meta) {
+    size_t cap = im->cap_meta ? im->cap_meta * 2 : 16;
+    const char **m = realloc(im->meta, cap * sizeof *m);
+    if (!m)
+      return false;
+    im->meta = m, im->cap_meta = cap;
+  }
+  const char *k = hbm_intern(im->strings, key), *v = hbm_intern(im->strings, value);
+  if (!k || !v)
+    return false;
+  im->meta[im->n_meta++] = k;
+  im->meta[im->n_meta++] = v;
+  return true;
 }
 
 void xprof_note_problem(xprof_import_t *im) {
@@ -140,6 +157,8 @@ hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
   set_meta(p, "programs", im->n_programs);
   if (im->n_problems)
     hbm_profile_set_meta(p, "lost", hbm_strbuf_str(&im->problems));
+  for (size_t i = 0; i + 1 < im->n_meta; i += 2)
+    hbm_profile_set_meta(p, im->meta[i], im->meta[i + 1]);
   bool ok = true;
   hbm_strbuf_t ranges; /* "from-to" of each space's steps, for the viewer's first zoom */
   hbm_strbuf_init(&ranges);

@@ -347,6 +347,11 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
   fprintf(out, "\n== %s on %s ==\n",
           strcmp(info->name, "unknown") ? info->name : "memory of unknown type",
           info->device && *info->device ? info->device : "-");
+  char key[512]; /* an XProf program: hbm's own plan of it beside XLA's (hlo_proto_text.c) */
+  snprintf(key, sizeof key, "hbm_plan:%s", info->device ? info->device : "");
+  const char *plan = info->color == 0 ? hbm_profile_meta(p, key) : NULL;
+  if (plan)
+    fprintf(out, "  %s\n", plan);
   write_numbers(out, p, hbm_analysis_summary(a));
   draw_chart(out, p, a, width);
   write_buffers(out, p, a);

@@ -63,5 +63,8 @@ export function summaryHtml(s, info) {
   const counts = `<div class="counts">${formatCount(s.n_buffers)} buffers · ${formatCount(s.n_steps)} ${runtime ? 'events' : 'steps'} ·
     ${formatCount(s.n_buffers_at_peak)} live at the peak${s.n_oom ? ` · <b class="oom">${s.n_oom} OOM event${s.n_oom > 1 ? 's' : ''}</b>` : ''}
     · ${escapeHtml(info.kind)} profile ${escapeHtml(info.name || '')}</div>`;
-  return parts.join('') + counts;
+  // An XProf program: hbm's own plan of the module beside XLA's buffer assignment.
+  const plan = info.meta?.[`hbm_plan:${s.device}`];
+  const planLine = plan ? `<div class="counts" id="hbm-plan">${escapeHtml(plan)}</div>` : '';
+  return parts.join('') + counts + planLine;
 }
