@@ -3,7 +3,8 @@
 // tests/viewer_browser.sh. Checks: the page opens on the largest program's HBM; the memory
 // type list groups every program (XProf's module list), largest peak first; the peak shown
 // equals `hbm report --json`'s for that program; picking another program shows its peak; the
-// first view is zoomed to the program's own steps; no page errors. Screenshots: --artifacts.
+// first view is zoomed to the program's own steps; hbm's own plan of the program is shown
+// beside XLA's; no page errors. Screenshots: --artifacts.
 import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync } from 'node:fs';
@@ -60,6 +61,10 @@ async function main() {
     check(await page.locator('#space-select').inputValue() === '0', 'the largest program is shown first');
     const shown = Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
     check(shown === spaces[0].peak_bytes, `the peak shown (${shown}) equals hbm report's (${spaces[0].peak_bytes})`);
+    // hbm's own plan of the program, beside XLA's buffer assignment (the report's meta).
+    const planText = report.meta?.[`hbm_plan:${spaces[0].device}`];
+    const planShown = await page.locator('#hbm-plan').count() ? await page.locator('#hbm-plan').innerText() : null;
+    check(planText && planShown && planShown.trim() === planText.trim(), `hbm's plan is shown beside XLA's (${planShown})`);
     await page.screenshot({ path: path.join(args.artifacts, 'xplane_first.png') });
 
     // Another program: its own peak.
