@@ -289,12 +289,8 @@ static inline void release_block(hbm_device_t *dev, const hbm__block_t *b, hbm_s
     s->ops->free(s, b, stream, ordered);
 }
 
-/* hbm__alloc's body, inlined where it is called so that hbm_alloc's constant arguments (no
- * stream, no tag) drop their checks from the hot path. */
-static inline __attribute__((always_inline)) void *alloc_block(hbm_device_t *dev, size_t size,
-                                                               size_t alignment,
-                                                               hbm_stream_t *stream,
-                                                               const hbm_tag_t *tag) {
+void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
+                 const hbm_tag_t *tag) {
   if (HBM_UNLIKELY(!dev || size == 0 || (alignment & (alignment - 1)) ||
                    alignment > HBM__MIN_BLOCK || stream) &&
       arguments_refused(dev, size, &alignment, stream))
@@ -326,17 +322,12 @@ static inline __attribute__((always_inline)) void *alloc_block(hbm_device_t *dev
   return st == HBM_OK ? (void *)(uintptr_t)b.addr : NULL;
 }
 
-void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
-                 const hbm_tag_t *tag) {
-  return alloc_block(dev, size, alignment, stream, tag);
-}
-
 void *hbm_alloc(hbm_device_t *dev, size_t size, size_t alignment) {
-  return alloc_block(dev, size, alignment, NULL, NULL);
+  return hbm__alloc(dev, size, alignment, NULL, NULL);
 }
 
 void *hbm_alloc_async(hbm_device_t *dev, size_t size, hbm_stream_t *stream) {
-  return alloc_block(dev, size, 0, stream, NULL);
+  return hbm__alloc(dev, size, 0, stream, NULL);
 }
 
 /* What forget_block found. */
@@ -389,10 +380,7 @@ static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_str
   return DEVICE_BLOCK;
 }
 
-/* Inlined into hbm_free and hbm_free_async: hbm_free's constant arguments drop the stream's
- * checks from the hot path. */
-static inline __attribute__((always_inline)) hbm_status_t
-free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream, bool ordered) {
+static hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream, bool ordered) {
   if (!ptr)
     return HBM_OK;
   if (HBM_UNLIKELY(!dev))
