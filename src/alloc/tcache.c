@@ -221,14 +221,19 @@ static void forget_orphans(void) {
   pthread_setspecific(thread_key, thread_caches);
 }
 
-static hbm__tcache_t *find_cache(hbm_device_t *dev) {
-  hbm__tcache_t *c = last_used;
-  if (HBM_LIKELY(c && c->dev == dev && c->dev_uid == dev->uid))
-    return c;
-  for (c = thread_caches; c; c = c->thread_next)
+static hbm__tcache_t *find_cache_slow(hbm_device_t *dev) {
+  for (hbm__tcache_t *c = thread_caches; c; c = c->thread_next)
     if (c->dev == dev && c->dev_uid == dev->uid)
       return last_used = c;
   return NULL;
+}
+
+/* The last cache used (inlined: every cached operation asks), else a search. */
+static inline hbm__tcache_t *find_cache(hbm_device_t *dev) {
+  hbm__tcache_t *c = last_used;
+  if (HBM_LIKELY(c && c->dev == dev && c->dev_uid == dev->uid))
+    return c;
+  return find_cache_slow(dev);
 }
 
 /* A new cache for this thread, registered with the device. Under dev->lock. */
@@ -303,7 +308,7 @@ bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uin
 }
 
 /* Takes block o out of c's owned table (and its statistics). Under c->lock. */
-static void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
+static inline void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
   uint64_t requested = o->requested;
   owned_erase(c, o);
   atomic_store_explicit(&c->in_use,
@@ -312,12 +317,8 @@ static void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
   c->frees++;
 }
 
-/* Whether the bin may take a block of `bytes` (growing it if it is full). */
-static bool has_room(hbm__tcache_t *c, bin_t *bin, uint64_t bytes) {
-  if (c->cached + bytes > c->budget || bin->n >= BIN_CAPACITY)
-    return false;
-  if (bin->n < bin->cap)
-    return true;
+/* Doubles a full bin's room (16 at first); false: out of host memory. */
+static bool grow_bin(bin_t *bin) {
   uint32_t cap = bin->cap ? 2 * bin->cap : 16;
   cached_block_t *grown = realloc(bin->blocks, cap * sizeof *grown);
   if (!grown)
@@ -325,6 +326,13 @@ static bool has_room(hbm__tcache_t *c, bin_t *bin, uint64_t bytes) {
   bin->blocks = grown;
   bin->cap = cap;
   return true;
+}
+
+/* Whether the bin may take a block of `bytes` (growing it if it is full). */
+static inline bool has_room(hbm__tcache_t *c, bin_t *bin, uint64_t bytes) {
+  if (c->cached + bytes > c->budget || bin->n >= BIN_CAPACITY)
+    return false;
+  return HBM_LIKELY(bin->n < bin->cap) || grow_bin(bin);
 }
 
 /* Makes room for a block of `bytes` in `bin` by taking blocks out of the bins (the largest
