@@ -2,8 +2,9 @@
  * thread and then by two threads at once on one device (default mode); the ratio is the
  * two-thread throughput (operations per second, both threads together) over the one-thread
  * throughput: 2.0 is perfect, 1.0 is no gain. Each run opens a fresh device, passes over the
- * workload untimed (every thread; logs twice) and then times one more pass. Runs alternate
- * 1 and 2 threads; medians.
+ * workload untimed (every thread; logs twice) and then times --ops operations (logs: as many
+ * whole passes as make that many; one pass of a GPT log is 50-300 us, too short a window to
+ * time two threads in). Runs alternate 1 and 2 threads; medians.
  *
  *   no allocator: independent integer work and memory traffic per thread, no shared state:
  *            what the machine gives two threads at the time of the run (on a shared
@@ -50,6 +51,7 @@ typedef struct work {
   hbm_device_t *dev;
   const workload_t *load;
   uint64_t ops;
+  uint64_t passes; /* timed passes over the workload */
   uint64_t seed;
   pthread_barrier_t *start;
   double seconds;
@@ -108,7 +110,7 @@ static void run_log(work_t *w) {
     else if (slots[op->slot])
       hbm_free(w->dev, slots[op->slot]);
   }
-  w->done = l->n_ops;
+  w->done += l->n_ops;
   /* what the log leaves live */
   for (size_t i = l->n_ops; i-- > 0;)
     if (l->ops[i].size && slots[l->ops[i].slot]) {
@@ -139,8 +141,10 @@ static void *thread_main(void *arg) {
   for (int pass = 0; pass < (w->load->kind == 2 ? 2 : 1); pass++)
     run(w);
   pthread_barrier_wait(w->start);
+  w->done = 0;
   double t0 = now();
-  run(w);
+  for (uint64_t pass = 0; pass < w->passes; pass++)
+    run(w);
   w->seconds = now() - t0;
   return NULL;
 }
@@ -169,7 +173,9 @@ static double throughput(int threads, const workload_t *load, uint64_t ops) {
   work_t w[MAX_THREADS];
   pthread_t tid[MAX_THREADS];
   for (int t = 0; t < threads; t++) {
-    w[t] = (work_t){.dev = dev, .load = load, .ops = ops, .start = &start};
+    w[t] = (work_t){.dev = dev, .load = load, .ops = ops, .passes = 1, .start = &start};
+    if (load->kind == 2) /* about `ops` operations: one pass of a short log is ~50 us */
+      w[t].passes = ops / load->n_ops + 1;
     w[t].seed = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
     pthread_create(&tid[t], NULL, thread_main, &w[t]);
   }
@@ -287,7 +293,7 @@ int main(int argc, char **argv) {
     const char *slash = strrchr(argv[i], '/');
     workload_t load = {.name = slash ? slash + 1 : argv[i], .kind = 2};
     load.memory = 4 * peak_of(&log) + (1ull << 30);
-    double ratio = resolve(&log, &load) && load.n_ops ? row(&load, 0, runs) : 0;
+    double ratio = resolve(&log, &load) && load.n_ops ? row(&load, ops, runs) : 0;
     if (ratio > 0) {
       logs++;
       worst_log = ratio < worst_log ? ratio : worst_log;

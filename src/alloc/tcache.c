@@ -5,13 +5,15 @@
  *
  * A cache belongs to one thread and one device, and holds
  *   - bins: blocks (of any size below 1 TiB) this thread freed, by size class, kept
- *     allocated in the arena, at most its budget in all: CACHE_BYTES, or an eighth of the
- *     device's limit when that is more (a quarter made two threads replaying an 8 GiB log on
- *     a 20 GiB limit empty every cache before most allocations: live blocks and caches
- *     together passed the limit) — big blocks too, so that two threads each cycling
+ *     allocated in the arena, at most its budget in all: CACHE_BYTES, or a third of the
+ *     device's limit when that is more — big blocks too, so that two threads each cycling
  *     through hundred-megabyte activations (the GPT logs) do not queue on the device's lock
- *     for every one. What the bins hold is given back before an allocation would fail or
- *     the arena grow, so the budget never costs an OOM or a byte of reserved memory;
+ *     for every one. The budget must hold a thread's working set: at an eighth (3.5 GiB of
+ *     a 28 GiB device) two threads replaying a 6.7 GiB log sent 8% of their allocations
+ *     to the locked arena every pass, and ran at 0.3-0.8x of one thread. Where live blocks
+ *     and caches together pass the limit, caches are emptied (below), which costs speed,
+ *     not memory: what the bins hold is given back before an allocation would fail or the
+ *     arena grow, so the budget never costs an OOM or a byte of reserved memory;
  *   - owned: the blocks it handed out from its bins and not yet freed (address → block and
  *     requested size): a free by the same thread finds them here;
  *   - the statistics of what went through it.
@@ -41,7 +43,8 @@
 #define CACHE_BYTES (64ull << 20)  /* what one cache may hold in its bins, at least */
 #define EXACT_UNITS 64             /* below this, one bin per size */
 #define BIN_SUBDIVISIONS 8         /* above, this many bins per power of two */
-#define BIN_CAPACITY 32
+#define BIN_CAPACITY 4096          /* blocks in one bin, at most (a bin grows as it fills) */
+#define BIN_SCAN 16                /* blocks looked at in one bin for one allocation */
 #define N_BINS (EXACT_UNITS + 26 * BIN_SUBDIVISIONS) /* up to 2^32 - 1 units */
 
 typedef struct cached_block {
@@ -57,9 +60,12 @@ typedef struct owned_block {
   uint64_t requested;
 } owned_block_t;
 
+/* A bin grows (doubling, from 16) as blocks come: the GPT logs keep hundreds of live blocks
+ * of one size (4 KiB, 4 MiB, 16 MiB), and a bin of fixed room sent every one past its room
+ * back to the arena, under the device's lock, each pass. */
 typedef struct bin {
-  uint32_t n;
-  cached_block_t blocks[BIN_CAPACITY];
+  uint32_t n, cap;
+  cached_block_t *blocks;
 } bin_t;
 
 struct hbm__tcache {
@@ -179,6 +185,8 @@ static _Thread_local hbm__tcache_t *last_used;
 
 static void drop_ref(hbm__tcache_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) == 1) {
+    for (unsigned k = 0; k < N_BINS; k++)
+      free(c->bins[k].blocks);
     free(c->owned);
     free(c);
   }
@@ -213,14 +221,19 @@ static void forget_orphans(void) {
   pthread_setspecific(thread_key, thread_caches);
 }
 
-static hbm__tcache_t *find_cache(hbm_device_t *dev) {
-  hbm__tcache_t *c = last_used;
-  if (HBM_LIKELY(c && c->dev == dev && c->dev_uid == dev->uid))
-    return c;
-  for (c = thread_caches; c; c = c->thread_next)
+static hbm__tcache_t *find_cache_slow(hbm_device_t *dev) {
+  for (hbm__tcache_t *c = thread_caches; c; c = c->thread_next)
     if (c->dev == dev && c->dev_uid == dev->uid)
       return last_used = c;
   return NULL;
+}
+
+/* The last cache used (inlined: every cached operation asks), else a search. */
+static inline hbm__tcache_t *find_cache(hbm_device_t *dev) {
+  hbm__tcache_t *c = last_used;
+  if (HBM_LIKELY(c && c->dev == dev && c->dev_uid == dev->uid))
+    return c;
+  return find_cache_slow(dev);
 }
 
 /* A new cache for this thread, registered with the device. Under dev->lock. */
@@ -243,7 +256,7 @@ static hbm__tcache_t *create_cache(hbm_device_t *dev) {
   if (!c)
     return NULL;
   atomic_init(&c->refs, 2);
-  c->budget = dev->limit / 8 > CACHE_BYTES ? dev->limit / 8 : CACHE_BYTES;
+  c->budget = dev->limit / 3 > CACHE_BYTES ? dev->limit / 3 : CACHE_BYTES;
   c->dev = dev;
   c->dev_uid = dev->uid;
   c->slot = slot;
@@ -272,7 +285,7 @@ bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uin
   /* Its own bin (whose blocks may be a little smaller) or, above the exact sizes, the next. */
   for (unsigned k = first; k <= first + (first >= EXACT_UNITS) && k < N_BINS; k++) {
     bin_t *bin = &c->bins[k];
-    for (uint32_t i = bin->n; i-- > 0;) {
+    for (uint32_t i = bin->n, end = i > BIN_SCAN ? i - BIN_SCAN : 0; i-- > end;) {
       cached_block_t b = bin->blocks[i];
       if (b.units < units || b.addr & (alignment - 1))
         continue;
@@ -295,7 +308,7 @@ bool hbm__tcache_alloc(hbm_device_t *dev, uint64_t size, uint64_t alignment, uin
 }
 
 /* Takes block o out of c's owned table (and its statistics). Under c->lock. */
-static void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
+static inline void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
   uint64_t requested = o->requested;
   owned_erase(c, o);
   atomic_store_explicit(&c->in_use,
@@ -304,8 +317,22 @@ static void forget_owned(hbm__tcache_t *c, owned_block_t *o) {
   c->frees++;
 }
 
-static bool has_room(const hbm__tcache_t *c, const bin_t *bin, uint64_t bytes) {
-  return bin->n < BIN_CAPACITY && c->cached + bytes <= c->budget;
+/* Doubles a full bin's room (16 at first); false: out of host memory. */
+static bool grow_bin(bin_t *bin) {
+  uint32_t cap = bin->cap ? 2 * bin->cap : 16;
+  cached_block_t *grown = realloc(bin->blocks, cap * sizeof *grown);
+  if (!grown)
+    return false;
+  bin->blocks = grown;
+  bin->cap = cap;
+  return true;
+}
+
+/* Whether the bin may take a block of `bytes` (growing it if it is full). */
+static inline bool has_room(hbm__tcache_t *c, bin_t *bin, uint64_t bytes) {
+  if (c->cached + bytes > c->budget || bin->n >= BIN_CAPACITY)
+    return false;
+  return HBM_LIKELY(bin->n < bin->cap) || grow_bin(bin);
 }
 
 /* Makes room for a block of `bytes` in `bin` by taking blocks out of the bins (the largest
