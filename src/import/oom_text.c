@@ -103,17 +103,18 @@ static void append_without_escapes(hbm_strbuf_t *sb, const char *p, const char *
 }
 
 static hbm_status_t add_line(oom_doc_t *doc, size_t *cap, size_t start, int64_t number) {
-  if (doc->n_lines == *cap) {
-    size_t n = *cap ? *cap * 2 : 256;
-    size_t *starts = realloc(doc->line_start, n * sizeof *starts);
+  if (doc->n_lines == *cap) { /* the two arrays share one capacity, *cap */
+    size_t starts_cap = *cap;
+    size_t *starts =
+        hbm__grow_array(doc->line_start, &starts_cap, doc->n_lines + 1, sizeof *starts, 256);
     if (!starts)
       return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
     doc->line_start = starts;
-    int64_t *numbers = realloc(doc->line_number, n * sizeof *numbers);
+    int64_t *numbers =
+        hbm__grow_array(doc->line_number, cap, doc->n_lines + 1, sizeof *numbers, 256);
     if (!numbers)
       return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
     doc->line_number = numbers;
-    *cap = n;
   }
   doc->line_start[doc->n_lines] = start;
   doc->line_number[doc->n_lines++] = number;

@@ -108,12 +108,10 @@ static int64_t get_i64(const pk_value_t *dict, const char *key, int64_t fallback
 
 static bool push_event(device_t *d, const tevent_t *e) {
   if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 256;
-    tevent_t *grown = realloc(d->events, cap * sizeof *grown);
+    tevent_t *grown = hbm__grow_array(d->events, &d->cap, d->n + 1, sizeof *grown, 256);
     if (!grown)
       return false;
     d->events = grown;
-    d->cap = cap;
   }
   d->events[d->n++] = *e;
   return true;
@@ -151,12 +149,11 @@ typedef struct trace_reader {
 static bool add_before(trace_reader_t *tr, ev_kind_t kind, uint64_t addr, uint64_t size,
                        const pk_value_t *frames) {
   if (tr->n_before == tr->cap_before) {
-    size_t cap = tr->cap_before ? tr->cap_before * 2 : 64;
-    tevent_t *grown = realloc(tr->before, cap * sizeof *grown);
+    tevent_t *grown =
+        hbm__grow_array(tr->before, &tr->cap_before, tr->n_before + 1, sizeof *grown, 64);
     if (!grown)
       return false;
     tr->before = grown;
-    tr->cap_before = cap;
   }
   tr->before[tr->n_before++] = (tevent_t){
       .kind = kind, .before = true, .addr = addr, .size = size, .index = -1, .frames = frames};

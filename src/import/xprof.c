@@ -34,11 +34,10 @@ void xprof_import_free(xprof_import_t *im) {
 xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char *device,
                                int color) {
   if (im->n_spaces == im->cap_spaces) {
-    size_t cap = im->cap_spaces ? im->cap_spaces * 2 : 8;
-    xprof_space_t *s = realloc(im->spaces, cap * sizeof *s);
+    xprof_space_t *s = hbm__grow_array(im->spaces, &im->cap_spaces, im->n_spaces + 1, sizeof *s, 8);
     if (!s)
       return NULL;
-    im->spaces = s, im->cap_spaces = cap;
+    im->spaces = s;
   }
   xprof_space_t *s = &im->spaces[im->n_spaces];
   memset(s, 0, sizeof *s);
@@ -53,11 +52,11 @@ xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char 
 
 xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
   if (s->n_buffers == s->cap_buffers) {
-    size_t cap = s->cap_buffers ? s->cap_buffers * 2 : 64;
-    xprof_buffer_t *b = realloc(s->buffers, cap * sizeof *b);
+    xprof_buffer_t *b =
+        hbm__grow_array(s->buffers, &s->cap_buffers, s->n_buffers + 1, sizeof *b, 64);
     if (!b)
       return NULL;
-    s->buffers = b, s->cap_buffers = cap;
+    s->buffers = b;
   }
   xprof_buffer_t *b = &s->buffers[s->n_buffers++];
   memset(b, 0, sizeof *b);
@@ -66,11 +65,10 @@ xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
 
 bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value) {
   if (im->n_meta + 2 > im->cap_meta) {
-    size_t cap = im->cap_meta ? im->cap_meta * 2 : 16;
-    const char **m = realloc(im->meta, cap * sizeof *m);
+    const char **m = hbm__grow_array(im->meta, &im->cap_meta, im->n_meta + 2, sizeof *m, 16);
     if (!m)
       return false;
-    im->meta = m, im->cap_meta = cap;
+    im->meta = m;
   }
   const char *k = hbm_intern(im->strings, key), *v = hbm_intern(im->strings, value);
   if (!k || !v)

@@ -143,12 +143,10 @@ static bool add_entry(listing_t *l, const char *run, const char *dir, const char
   e.mtime = (int64_t)st.st_mtime;
   e.bytes = (uint64_t)st.st_size;
   if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    hbm_logdir_entry_t *grown = realloc(l->items, cap * sizeof *grown);
+    hbm_logdir_entry_t *grown = hbm__grow_array(l->items, &l->cap, l->n + 1, sizeof *grown, 16);
     if (!grown)
       return false;
     l->items = grown;
-    l->cap = cap;
   }
   l->items[l->n++] = e;
   return true;
