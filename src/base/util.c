@@ -1,5 +1,5 @@
-/* util.c — small system helpers: whole-file reads, a monotonic clock, checked strdup, growing
- * arrays. */
+/* util.c — small system helpers: whole-file reads, a monotonic clock, checked strdup, file
+ * names, growing arrays. */
 #include "base.h"
 
 #include <errno.h>
@@ -51,6 +51,16 @@ char *hbm__strdup(const char *s) {
   if (!copy)
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory copying a string");
   return copy;
+}
+
+const char *hbm__base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+bool hbm__ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
 }
 
 void *hbm__grow_array(void *items, size_t *cap, size_t need, size_t elem_size, size_t first_cap) {

@@ -78,11 +78,6 @@ static bool spend(snapshot_t *s, size_t n) {
 
 /* ---- reading the pickle ---- */
 
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
 /* A key of an event, block, segment or frame. These dicts have a dozen keys in PyTorch; a
  * bigger one is not PyTorch's, and since one dict may be shared by every event of a hostile
  * file, looking into it could cost (keys x events): it reads as empty instead. */
@@ -430,7 +425,7 @@ static void snapshot_free(snapshot_t *s) {
 
 static bool snapshot_read(snapshot_t *s, const uint8_t *data, size_t len, const char *path) {
   memset(s, 0, sizeof *s);
-  s->name = base_name(path ? path : "snapshot");
+  s->name = hbm__base_name(path ? path : "snapshot");
   if (!(s->doc = pk_parse(data, len, s->name, NULL)))
     return false;
   const pk_value_t *root = pk_root(s->doc);

@@ -179,11 +179,6 @@ hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
 
 /* ---- recognising the files ---- */
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
 static bool is_gzip(const uint8_t *d, size_t len) {
   return len >= 2 && d[0] == 0x1f && d[1] == 0x8b;
 }
@@ -208,8 +203,8 @@ static int first_inner_tag(const uint8_t *d, size_t len) {
 bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
   if (is_gzip(data, len) && path && strstr(path, ".pb"))
     return true;
-  if (path && (ends_with(path, ".xplane.pb") || ends_with(path, ".hlo_proto.pb") ||
-               ends_with(path, ".pb.gz") || ends_with(path, ".pb")))
+  if (path && (hbm__ends_with(path, ".xplane.pb") || hbm__ends_with(path, ".hlo_proto.pb") ||
+               hbm__ends_with(path, ".pb.gz") || hbm__ends_with(path, ".pb")))
     return true;
   int tag = first_inner_tag(data, len);
   if (tag != 0x08 && tag != 0x12 && tag != 0x0a)
@@ -218,11 +213,6 @@ bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
     if (data[i] < 0x09) /* binary, not a text file that starts with a blank line */
       return true;
   return false;
-}
-
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
 }
 
 hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len) {
@@ -246,8 +236,8 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", path);
     return NULL;
   }
-  bool hlo = ends_with(path, ".hlo_proto.pb") ||
-             (!ends_with(path, ".xplane.pb") && first_inner_tag(data, len) == 0x0a);
+  bool hlo = hbm__ends_with(path, ".hlo_proto.pb") ||
+             (!hbm__ends_with(path, ".xplane.pb") && first_inner_tag(data, len) == 0x0a);
   hbm_status_t st =
       hlo ? xprof_read_hlo_proto(&im, data, len, data, NULL) : xprof_read_xspace(&im, data, len);
   hbm_profile_t *p = NULL;
@@ -259,7 +249,7 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
   else if (st == HBM_OK || im.n_spaces > 0) {
     if (st != HBM_OK)
       xprof_note_problem(&im);
-    p = xprof_to_profile(&im, base_name(path));
+    p = xprof_to_profile(&im, hbm__base_name(path));
   }
   xprof_import_free(&im);
   return p;

@@ -71,11 +71,6 @@ hbm_status_t hbm_logdir_new_run(const char *logdir, char *buf, size_t cap) {
 
 /* ---- listing ---- */
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /* Files hbm can read, by name (the content decides the format when loading). */
 static bool is_profile_name(const char *name) {
   static const char *const suffixes[] = {".hbmtrace",
@@ -92,7 +87,7 @@ static bool is_profile_name(const char *name) {
   if (name[0] == '.')
     return false;
   for (size_t i = 0; i < HBM_ARRAY_LEN(suffixes); i++)
-    if (ends_with(name, suffixes[i]))
+    if (hbm__ends_with(name, suffixes[i]))
       return true;
   return false;
 }
