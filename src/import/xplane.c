@@ -193,8 +193,10 @@ static int read_stat(pb_reader_t *r, const pb_field_t *f, stat_value_t *out) {
 static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
   int64_t key;
   pb_field_t v;
-  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
-    return xprof_note_problem(pl->im);
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
   pb_field_t g;
   slice_t name = {(const uint8_t *)"", 0};
@@ -206,15 +208,19 @@ static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
     if (g.number != 5 || !pb_expect(&m, &g, PB_LEN, "stats"))
       continue;
     stat_value_t sv;
-    if (read_stat(&m, &g, &sv) < 0)
-      return xprof_note_problem(pl->im);
+    if (read_stat(&m, &g, &sv) < 0) {
+      xprof_note_problem(pl->im);
+      return;
+    }
     if (stat_kind(pl, sv.id) == STAT_HLO_PROTO && sv.is_string) {
       hlo = g;
       hlo.data = sv.s.p, hlo.len = sv.s.n;
     }
   }
-  if (got < 0)
-    return xprof_note_problem(pl->im);
+  if (got < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   if (!hlo.data)
     return; /* metadata of something else */
   char id[32];
@@ -229,8 +235,10 @@ static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
 static void note_memory_kind(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
   int64_t key;
   pb_field_t v;
-  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
-    return xprof_note_problem(pl->im);
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
   pb_field_t g;
   int got;
