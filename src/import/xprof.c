@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool xprof_import_init(xprof_import_t *im, const char *file) {
+static bool xprof_import_init(xprof_import_t *im, const char *file) {
   memset(im, 0, sizeof *im);
   im->file = file;
   hbm_strbuf_init(&im->problems);
@@ -19,7 +19,7 @@ bool xprof_import_init(xprof_import_t *im, const char *file) {
   return im->strings != NULL;
 }
 
-void xprof_import_free(xprof_import_t *im) {
+static void xprof_import_free(xprof_import_t *im) {
   for (size_t i = 0; i < im->n_spaces; i++) {
     free(im->spaces[i].buffers);
     free(im->spaces[i].step_labels);
@@ -138,7 +138,8 @@ static void set_meta(hbm_profile_t *p, const char *key, size_t value) {
   hbm_profile_set_meta(p, key, buf);
 }
 
-hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
+/* One profile of everything read: programs largest peak first, then allocator timelines. */
+static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
   xprof_space_t **order = malloc((im->n_spaces + 1) * sizeof *order);
   hbm_profile_t *p = order ? hbm_profile_new(HBM_PROFILE_PLAN, name) : NULL;
   if (!p) {
