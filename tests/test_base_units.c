@@ -1,4 +1,5 @@
-/* test_base_units.c — sizes in and out, the error buffer, the u64 map and the interner. */
+/* test_base_units.c — sizes in and out, the error buffer, the u64 map, the interner, growing
+ * arrays and file names. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,6 +7,7 @@
 /* cmocka needs the headers above first: keep it in its own include block. */
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -85,11 +87,49 @@ static void intern_shares_copies(void **state) {
   hbm_intern_free(in);
 }
 
+/* Capacities by hand: from 0 the first capacity (8), then doubling until `need` fits: 8 -> 16
+ * for 9 items, 16 -> 128 for 100. A size past SIZE_MAX is refused with the array and its
+ * capacity untouched. */
+static void grow_array_doubles_and_refuses_overflow(void **state) {
+  (void)state;
+  size_t cap = 0;
+  int *a = hbm__grow_array(NULL, &cap, 1, sizeof *a, 8);
+  assert_non_null(a);
+  assert_int_equal(cap, 8);
+  assert_ptr_equal(hbm__grow_array(a, &cap, 8, sizeof *a, 8), a); /* fits: unchanged */
+  assert_int_equal(cap, 8);
+  a = hbm__grow_array(a, &cap, 9, sizeof *a, 8);
+  assert_non_null(a);
+  assert_int_equal(cap, 16);
+  a[15] = 7;
+  a = hbm__grow_array(a, &cap, 100, sizeof *a, 8);
+  assert_non_null(a);
+  assert_int_equal(cap, 128);
+  assert_int_equal(a[15], 7);
+  assert_null(hbm__grow_array(a, &cap, SIZE_MAX / 2, sizeof *a, 8));
+  assert_int_equal(hbm_last_status(), HBM_ERR_HOST_MEMORY);
+  assert_int_equal(cap, 128);
+  free(a);
+}
+
+static void file_names(void **state) {
+  (void)state;
+  assert_string_equal(hbm__base_name("/tmp/run/host.123.hbmtrace"), "host.123.hbmtrace");
+  assert_string_equal(hbm__base_name("plain.pb"), "plain.pb");
+  assert_true(hbm__ends_with("x.xplane.pb", ".xplane.pb"));
+  assert_false(hbm__ends_with("pb", ".pb"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(parse_size_accepts_units), cmocka_unit_test(parse_size_refuses_garbage),
-      cmocka_unit_test(format_bytes_is_readable), cmocka_unit_test(long_errors_are_kept_whole),
-      cmocka_unit_test(u64map_survives_churn),    cmocka_unit_test(intern_shares_copies),
+      cmocka_unit_test(parse_size_accepts_units),
+      cmocka_unit_test(parse_size_refuses_garbage),
+      cmocka_unit_test(format_bytes_is_readable),
+      cmocka_unit_test(long_errors_are_kept_whole),
+      cmocka_unit_test(u64map_survives_churn),
+      cmocka_unit_test(intern_shares_copies),
+      cmocka_unit_test(grow_array_doubles_and_refuses_overflow),
+      cmocka_unit_test(file_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,12 +111,10 @@ static bool have_range(bfc_t *b) {
 
 static bool remember_piece(bfc_t *b, piece_t piece) {
   if (b->n_pieces == b->cap_pieces) {
-    size_t cap = b->cap_pieces ? b->cap_pieces * 2 : 16;
-    piece_t *grown = realloc(b->pieces, cap * sizeof *grown);
+    piece_t *grown = hbm__grow_array(b->pieces, &b->cap_pieces, b->n_pieces + 1, sizeof *grown, 16);
     if (!grown)
       return false;
     b->pieces = grown;
-    b->cap_pieces = cap;
   }
   b->pieces[b->n_pieces++] = piece;
   return true;

@@ -37,12 +37,10 @@ hbm_status_t hbm_annotate_push(const hbm_tag_t *tag) {
                       "hbm_category_t",
                       (int)tag->category);
   if (depth == capacity) {
-    size_t cap = capacity ? capacity * 2 : 8;
-    scope_t *grown = realloc(scopes, cap * sizeof *grown);
+    scope_t *grown = hbm__grow_array(scopes, &capacity, depth + 1, sizeof *grown, 8);
     if (!grown)
       return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for an annotation scope");
     scopes = grown;
-    capacity = cap;
   }
   scope_t s;
   memset(&s, 0, sizeof s);

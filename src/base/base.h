@@ -87,5 +87,14 @@ hbm_status_t hbm__read_file(const char *path, char **data, size_t *len);
 int64_t hbm__now_ns(void);
 /* strdup that sets an error on failure. */
 char *hbm__strdup(const char *s);
+/* The file name at the end of path (after its last '/'). */
+const char *hbm__base_name(const char *path);
+/* Whether s ends with suffix. */
+bool hbm__ends_with(const char *s, const char *suffix);
+/* Makes room for `need` items of `elem_size` bytes in the malloc'd array `items` of *cap items:
+ * the capacity doubles (starting at `first_cap`) until it holds `need`. Returns the array,
+ * moved or not, with *cap updated; NULL (items untouched, error set) when memory ran out or the
+ * size overflows. */
+void *hbm__grow_array(void *items, size_t *cap, size_t need, size_t elem_size, size_t first_cap);
 
 #endif /* HBM_BASE_H */

@@ -1,7 +1,9 @@
-/* util.c — small system helpers: whole-file reads, a monotonic clock, checked strdup. */
+/* util.c — small system helpers: whole-file reads, a monotonic clock, checked strdup, file
+ * names, growing arrays. */
 #include "base.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,4 +51,33 @@ char *hbm__strdup(const char *s) {
   if (!copy)
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory copying a string");
   return copy;
+}
+
+const char *hbm__base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+bool hbm__ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+void *hbm__grow_array(void *items, size_t *cap, size_t need, size_t elem_size, size_t first_cap) {
+  if (need <= *cap)
+    return items;
+  size_t grown_cap = *cap ? *cap : (first_cap ? first_cap : 1);
+  while (grown_cap < need && grown_cap <= SIZE_MAX / 2)
+    grown_cap *= 2;
+  if (grown_cap < need || grown_cap > SIZE_MAX / elem_size) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "an array of %zu items is too large", need);
+    return NULL;
+  }
+  void *grown = realloc(items, grown_cap * elem_size);
+  if (!grown) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory growing an array to %zu items", grown_cap);
+    return NULL;
+  }
+  *cap = grown_cap;
+  return grown;
 }

@@ -32,14 +32,10 @@
 static bool pool_reserve(hlo_dataflow_t *df, size_t extra) {
   if (df->pool_len + extra <= df->pool_cap)
     return true;
-  size_t cap = df->pool_cap ? df->pool_cap : 4096;
-  while (cap < df->pool_len + extra)
-    cap *= 2;
-  uint32_t *p = realloc(df->pool, cap * sizeof *p);
+  uint32_t *p = hbm__grow_array(df->pool, &df->pool_cap, df->pool_len + extra, sizeof *p, 4096);
   if (!p)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (planner)") == HBM_OK;
   df->pool = p;
-  df->pool_cap = cap;
   return true;
 }
 

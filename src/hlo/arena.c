@@ -99,14 +99,12 @@ bool hbm__hlo_vec_reserve(hlo_vec_t *v, size_t n) {
 
 bool hbm__hlo_vec_push(hlo_vec_t *v, const void *item) {
   if (v->len == v->cap) {
-    size_t cap = v->cap ? v->cap * 2 : 16;
-    void *d = realloc(v->data, cap * v->item);
+    void *d = hbm__grow_array(v->data, &v->cap, v->len + 1, v->item, 16);
     if (!d) {
       hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (planner)");
       return false;
     }
     v->data = d;
-    v->cap = cap;
   }
   char *slot = (char *)v->data + v->len * v->item;
   if (v->item == sizeof(void *)) /* most vectors hold pointers: a move, not a call */

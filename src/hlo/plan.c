@@ -309,8 +309,7 @@ static bool text_has(const hlo_module_t *m, const char *needle) {
 /* XLA_FLAGS=--xla_dump_to names files `module_N.name.<platform>_after_optimizations.txt`;
  * without such a name, what only one backend writes into its modules. */
 static int detect_backend(const hbm_plan_t *plan) {
-  const char *base = strrchr(plan->path, '/');
-  base = base ? base + 1 : plan->path;
+  const char *base = hbm__base_name(plan->path);
   if (strstr(base, "gpu_after_optimizations"))
     return HBM_PLAN_BACKEND_GPU;
   if (strstr(base, "cpu_after_optimizations"))

@@ -680,8 +680,7 @@ static hbm_status_t build_dump_profile(hbm_plan_t *plan, dump_parser_t *dp) {
 /* XLA names its dumps module_NNNN.<module>.<platform>_after_optimizations-<what>.txt: the
  * module name is what lies between, or else the file name. */
 static char *dump_module_name(const char *path) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
+  const char *base = hbm__base_name(path);
   const char *start = base, *end = base + strlen(base);
   const char *mod = strstr(base, "module_"); /* also behind a prefix (hash__module_N...) */
   if (mod && strchr(mod, '.'))

@@ -103,24 +103,32 @@ static void append_without_escapes(hbm_strbuf_t *sb, const char *p, const char *
 }
 
 static hbm_status_t add_line(oom_doc_t *doc, size_t *cap, size_t start, int64_t number) {
-  if (doc->n_lines == *cap) {
-    size_t n = *cap ? *cap * 2 : 256;
-    size_t *starts = realloc(doc->line_start, n * sizeof *starts);
+  if (doc->n_lines == *cap) { /* the two arrays share one capacity, *cap */
+    size_t starts_cap = *cap;
+    size_t *starts =
+        hbm__grow_array(doc->line_start, &starts_cap, doc->n_lines + 1, sizeof *starts, 256);
     if (!starts)
       return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
     doc->line_start = starts;
-    int64_t *numbers = realloc(doc->line_number, n * sizeof *numbers);
+    int64_t *numbers =
+        hbm__grow_array(doc->line_number, cap, doc->n_lines + 1, sizeof *numbers, 256);
     if (!numbers)
       return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
     doc->line_number = numbers;
-    *cap = n;
   }
   doc->line_start[doc->n_lines] = start;
   doc->line_number[doc->n_lines++] = number;
   return HBM_OK;
 }
 
-hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len) {
+static void doc_free(oom_doc_t *doc) {
+  free(doc->text);
+  free(doc->line_start);
+  free(doc->line_number);
+  memset(doc, 0, sizeof *doc);
+}
+
+static hbm_status_t doc_build(oom_doc_t *doc, const char *data, size_t len) {
   memset(doc, 0, sizeof *doc);
   hbm_strbuf_t sb, raw;
   hbm_strbuf_init(&sb);
@@ -150,7 +158,7 @@ hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len) {
   hbm_strbuf_free(&raw);
   if (failed) {
     hbm_strbuf_free(&sb);
-    hbm__oom_doc_free(doc);
+    doc_free(doc);
     return hbm__error(HBM_ERR_NO_MEMORY, "out of memory reading the text");
   }
   /* NUL bytes in the input would cut the text short: make them blanks. */
@@ -162,14 +170,8 @@ hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len) {
   return HBM_OK;
 }
 
-void hbm__oom_doc_free(oom_doc_t *doc) {
-  free(doc->text);
-  free(doc->line_start);
-  free(doc->line_number);
-  memset(doc, 0, sizeof *doc);
-}
-
-size_t hbm__oom_doc_line_of(const oom_doc_t *doc, size_t at) {
+/* The clean line that holds offset `at`. */
+static size_t doc_line_of(const oom_doc_t *doc, size_t at) {
   size_t lo = 0, hi = doc->n_lines;
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
@@ -430,11 +432,11 @@ void hbm_oom_text_free(hbm_oom_text_t *t) {
 
 int hbm_oom_text_is(const char *data, size_t len) {
   oom_doc_t doc;
-  if (!data || hbm__oom_doc_build(&doc, data, len) != HBM_OK)
+  if (!data || doc_build(&doc, data, len) != HBM_OK)
     return 0;
   oom_headline_t h;
   bool found = hbm__oom_find_headline(&doc, &h);
-  hbm__oom_doc_free(&doc);
+  doc_free(&doc);
   return found;
 }
 
@@ -468,11 +470,11 @@ hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *nam
     return NULL;
   }
   oom_doc_t doc;
-  if (hbm__oom_doc_build(&doc, data ? data : "", len) != HBM_OK)
+  if (doc_build(&doc, data ? data : "", len) != HBM_OK)
     return NULL;
   oom_headline_t h;
   if (!hbm__oom_find_headline(&doc, &h)) {
-    hbm__oom_doc_free(&doc);
+    doc_free(&doc);
     hbm__error(HBM_ERR_NOT_FOUND,
                "%s: no out-of-memory error found (expected XLA's 'RESOURCE_EXHAUSTED: Out of "
                "memory while trying to allocate', 'Allocation (size=...) would exceed memory' "
@@ -483,15 +485,15 @@ hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *nam
   }
   hbm_oom_text_t *t = calloc(1, sizeof *t);
   if (!t) {
-    hbm__oom_doc_free(&doc);
+    doc_free(&doc);
     hbm__error(HBM_ERR_NO_MEMORY, "%s: out of memory", name);
     return NULL;
   }
   t->kind = h.kind;
-  size_t line = hbm__oom_doc_line_of(&doc, (size_t)(h.at - doc.text));
+  size_t line = doc_line_of(&doc, (size_t)(h.at - doc.text));
   t->line = doc.line_number[line];
   t->headline = headline_text(&doc, line);
   hbm__oom_parse_kind(&doc, &h, t);
-  hbm__oom_doc_free(&doc);
+  doc_free(&doc);
   return t;
 }

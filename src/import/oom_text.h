@@ -16,10 +16,6 @@ typedef struct oom_doc {
   size_t n_lines;
 } oom_doc_t;
 
-hbm_status_t hbm__oom_doc_build(oom_doc_t *doc, const char *data, size_t len);
-void hbm__oom_doc_free(oom_doc_t *doc);
-/* The clean line that holds offset `at`. */
-size_t hbm__oom_doc_line_of(const oom_doc_t *doc, size_t at);
 /* Line i as [*begin, *end) in doc->text. */
 void hbm__oom_doc_line(const oom_doc_t *doc, size_t i, const char **begin, const char **end);
 

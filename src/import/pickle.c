@@ -233,12 +233,10 @@ static bool push(parser_t *ps, pk_value_t *v) {
   if (!v)
     return false;
   if (ps->sp == ps->stack_cap) {
-    size_t cap = ps->stack_cap ? ps->stack_cap * 2 : 256;
-    pk_value_t **grown = realloc(ps->stack, cap * sizeof *grown);
+    pk_value_t **grown = hbm__grow_array(ps->stack, &ps->stack_cap, ps->sp + 1, sizeof *grown, 256);
     if (!grown)
       return out_of_memory(ps);
     ps->stack = grown;
-    ps->stack_cap = cap;
   }
   ps->stack[ps->sp++] = v;
   return true;
@@ -381,15 +379,13 @@ static bool memo_put(parser_t *ps, uint64_t index) {
     return fail(ps, "memo index %llu is beyond the %zu-byte input", (unsigned long long)index,
                 ps->len);
   if (index >= ps->memo_cap) {
-    size_t cap = ps->memo_cap ? ps->memo_cap : 1024;
-    while (cap <= index)
-      cap *= 2;
-    pk_value_t **grown = realloc(ps->memo, cap * sizeof *grown);
+    size_t old_cap = ps->memo_cap;
+    pk_value_t **grown =
+        hbm__grow_array(ps->memo, &ps->memo_cap, (size_t)index + 1, sizeof *grown, 1024);
     if (!grown)
       return out_of_memory(ps);
-    memset(grown + ps->memo_cap, 0, (cap - ps->memo_cap) * sizeof *grown);
+    memset(grown + old_cap, 0, (ps->memo_cap - old_cap) * sizeof *grown);
     ps->memo = grown;
-    ps->memo_cap = cap;
   }
   if (!ps->memo[index])
     ps->memo_count++;
@@ -459,12 +455,10 @@ static bool extend_marked(parser_t *ps, pk_kind_t kind, const char *what) {
 
 static bool push_mark(parser_t *ps) {
   if (ps->n_marks == ps->marks_cap) {
-    size_t cap = ps->marks_cap ? ps->marks_cap * 2 : 64;
-    size_t *grown = realloc(ps->marks, cap * sizeof *grown);
+    size_t *grown = hbm__grow_array(ps->marks, &ps->marks_cap, ps->n_marks + 1, sizeof *grown, 64);
     if (!grown)
       return out_of_memory(ps);
     ps->marks = grown;
-    ps->marks_cap = cap;
   }
   ps->marks[ps->n_marks++] = ps->sp;
   return true;

@@ -78,11 +78,6 @@ static bool spend(snapshot_t *s, size_t n) {
 
 /* ---- reading the pickle ---- */
 
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
 /* A key of an event, block, segment or frame. These dicts have a dozen keys in PyTorch; a
  * bigger one is not PyTorch's, and since one dict may be shared by every event of a hostile
  * file, looking into it could cost (keys x events): it reads as empty instead. */
@@ -108,12 +103,10 @@ static int64_t get_i64(const pk_value_t *dict, const char *key, int64_t fallback
 
 static bool push_event(device_t *d, const tevent_t *e) {
   if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 256;
-    tevent_t *grown = realloc(d->events, cap * sizeof *grown);
+    tevent_t *grown = hbm__grow_array(d->events, &d->cap, d->n + 1, sizeof *grown, 256);
     if (!grown)
       return false;
     d->events = grown;
-    d->cap = cap;
   }
   d->events[d->n++] = *e;
   return true;
@@ -151,12 +144,11 @@ typedef struct trace_reader {
 static bool add_before(trace_reader_t *tr, ev_kind_t kind, uint64_t addr, uint64_t size,
                        const pk_value_t *frames) {
   if (tr->n_before == tr->cap_before) {
-    size_t cap = tr->cap_before ? tr->cap_before * 2 : 64;
-    tevent_t *grown = realloc(tr->before, cap * sizeof *grown);
+    tevent_t *grown =
+        hbm__grow_array(tr->before, &tr->cap_before, tr->n_before + 1, sizeof *grown, 64);
     if (!grown)
       return false;
     tr->before = grown;
-    tr->cap_before = cap;
   }
   tr->before[tr->n_before++] = (tevent_t){
       .kind = kind, .before = true, .addr = addr, .size = size, .index = -1, .frames = frames};
@@ -433,7 +425,7 @@ static void snapshot_free(snapshot_t *s) {
 
 static bool snapshot_read(snapshot_t *s, const uint8_t *data, size_t len, const char *path) {
   memset(s, 0, sizeof *s);
-  s->name = base_name(path ? path : "snapshot");
+  s->name = hbm__base_name(path ? path : "snapshot");
   if (!(s->doc = pk_parse(data, len, s->name, NULL)))
     return false;
   const pk_value_t *root = pk_root(s->doc);

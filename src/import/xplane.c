@@ -141,11 +141,10 @@ static bool read_stat_metadata(plane_t *pl, pb_reader_t *r, const pb_field_t *f)
   if (got < 0)
     return false;
   if (pl->n_stats == pl->cap_stats) {
-    size_t cap = pl->cap_stats ? pl->cap_stats * 2 : 64;
-    slice_t *s = realloc(pl->stat_name, cap * sizeof *s);
+    slice_t *s = hbm__grow_array(pl->stat_name, &pl->cap_stats, pl->n_stats + 1, sizeof *s, 64);
     if (!s)
-      return hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false;
-    pl->stat_name = s, pl->cap_stats = cap;
+      return false;
+    pl->stat_name = s;
   }
   pl->stat_name[pl->n_stats] = name;
   return hbm_u64map_put(&pl->stat_ids, (uint64_t)key, pl->n_stats++) ||
@@ -194,8 +193,10 @@ static int read_stat(pb_reader_t *r, const pb_field_t *f, stat_value_t *out) {
 static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
   int64_t key;
   pb_field_t v;
-  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
-    return xprof_note_problem(pl->im);
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
   pb_field_t g;
   slice_t name = {(const uint8_t *)"", 0};
@@ -207,15 +208,19 @@ static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
     if (g.number != 5 || !pb_expect(&m, &g, PB_LEN, "stats"))
       continue;
     stat_value_t sv;
-    if (read_stat(&m, &g, &sv) < 0)
-      return xprof_note_problem(pl->im);
+    if (read_stat(&m, &g, &sv) < 0) {
+      xprof_note_problem(pl->im);
+      return;
+    }
     if (stat_kind(pl, sv.id) == STAT_HLO_PROTO && sv.is_string) {
       hlo = g;
       hlo.data = sv.s.p, hlo.len = sv.s.n;
     }
   }
-  if (got < 0)
-    return xprof_note_problem(pl->im);
+  if (got < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   if (!hlo.data)
     return; /* metadata of something else */
   char id[32];
@@ -230,8 +235,10 @@ static void read_program(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
 static void note_memory_kind(plane_t *pl, pb_reader_t *r, const pb_field_t *f) {
   int64_t key;
   pb_field_t v;
-  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0)
-    return xprof_note_problem(pl->im);
+  if (map_entry(r, f, "XPlane.event_metadata entry", &key, &v) < 0) {
+    xprof_note_problem(pl->im);
+    return;
+  }
   pb_reader_t m = pb_sub(r, &v, "XEventMetadata");
   pb_field_t g;
   int got;
@@ -287,13 +294,13 @@ static mem_event_t *new_event(space_reader_t *sr) {
     return NULL;
   }
   if (sr->n_events == sr->cap_events) {
-    size_t cap = sr->cap_events ? sr->cap_events * 2 : 1024;
-    mem_event_t *e = realloc(sr->events, cap * sizeof *e);
+    mem_event_t *e =
+        hbm__grow_array(sr->events, &sr->cap_events, sr->n_events + 1, sizeof *e, 1024);
     if (!e) {
       sr->dropped++;
       return NULL;
     }
-    sr->events = e, sr->cap_events = cap;
+    sr->events = e;
   }
   mem_event_t *e = &sr->events[sr->n_events];
   memset(e, 0, sizeof *e);

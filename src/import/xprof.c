@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool xprof_import_init(xprof_import_t *im, const char *file) {
+static bool xprof_import_init(xprof_import_t *im, const char *file) {
   memset(im, 0, sizeof *im);
   im->file = file;
   hbm_strbuf_init(&im->problems);
@@ -19,7 +19,7 @@ bool xprof_import_init(xprof_import_t *im, const char *file) {
   return im->strings != NULL;
 }
 
-void xprof_import_free(xprof_import_t *im) {
+static void xprof_import_free(xprof_import_t *im) {
   for (size_t i = 0; i < im->n_spaces; i++) {
     free(im->spaces[i].buffers);
     free(im->spaces[i].step_labels);
@@ -34,11 +34,10 @@ void xprof_import_free(xprof_import_t *im) {
 xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char *device,
                                int color) {
   if (im->n_spaces == im->cap_spaces) {
-    size_t cap = im->cap_spaces ? im->cap_spaces * 2 : 8;
-    xprof_space_t *s = realloc(im->spaces, cap * sizeof *s);
+    xprof_space_t *s = hbm__grow_array(im->spaces, &im->cap_spaces, im->n_spaces + 1, sizeof *s, 8);
     if (!s)
       return NULL;
-    im->spaces = s, im->cap_spaces = cap;
+    im->spaces = s;
   }
   xprof_space_t *s = &im->spaces[im->n_spaces];
   memset(s, 0, sizeof *s);
@@ -53,11 +52,11 @@ xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char 
 
 xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
   if (s->n_buffers == s->cap_buffers) {
-    size_t cap = s->cap_buffers ? s->cap_buffers * 2 : 64;
-    xprof_buffer_t *b = realloc(s->buffers, cap * sizeof *b);
+    xprof_buffer_t *b =
+        hbm__grow_array(s->buffers, &s->cap_buffers, s->n_buffers + 1, sizeof *b, 64);
     if (!b)
       return NULL;
-    s->buffers = b, s->cap_buffers = cap;
+    s->buffers = b;
   }
   xprof_buffer_t *b = &s->buffers[s->n_buffers++];
   memset(b, 0, sizeof *b);
@@ -66,11 +65,10 @@ xprof_buffer_t *xprof_add_buffer(xprof_space_t *s) {
 
 bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value) {
   if (im->n_meta + 2 > im->cap_meta) {
-    size_t cap = im->cap_meta ? im->cap_meta * 2 : 16;
-    const char **m = realloc(im->meta, cap * sizeof *m);
+    const char **m = hbm__grow_array(im->meta, &im->cap_meta, im->n_meta + 2, sizeof *m, 16);
     if (!m)
       return false;
-    im->meta = m, im->cap_meta = cap;
+    im->meta = m;
   }
   const char *k = hbm_intern(im->strings, key), *v = hbm_intern(im->strings, value);
   if (!k || !v)
@@ -140,7 +138,8 @@ static void set_meta(hbm_profile_t *p, const char *key, size_t value) {
   hbm_profile_set_meta(p, key, buf);
 }
 
-hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
+/* One profile of everything read: programs largest peak first, then allocator timelines. */
+static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
   xprof_space_t **order = malloc((im->n_spaces + 1) * sizeof *order);
   hbm_profile_t *p = order ? hbm_profile_new(HBM_PROFILE_PLAN, name) : NULL;
   if (!p) {
@@ -181,11 +180,6 @@ hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
 
 /* ---- recognising the files ---- */
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
 static bool is_gzip(const uint8_t *d, size_t len) {
   return len >= 2 && d[0] == 0x1f && d[1] == 0x8b;
 }
@@ -210,8 +204,8 @@ static int first_inner_tag(const uint8_t *d, size_t len) {
 bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
   if (is_gzip(data, len) && path && strstr(path, ".pb"))
     return true;
-  if (path && (ends_with(path, ".xplane.pb") || ends_with(path, ".hlo_proto.pb") ||
-               ends_with(path, ".pb.gz") || ends_with(path, ".pb")))
+  if (path && (hbm__ends_with(path, ".xplane.pb") || hbm__ends_with(path, ".hlo_proto.pb") ||
+               hbm__ends_with(path, ".pb.gz") || hbm__ends_with(path, ".pb")))
     return true;
   int tag = first_inner_tag(data, len);
   if (tag != 0x08 && tag != 0x12 && tag != 0x0a)
@@ -220,11 +214,6 @@ bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
     if (data[i] < 0x09) /* binary, not a text file that starts with a blank line */
       return true;
   return false;
-}
-
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
 }
 
 hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len) {
@@ -248,8 +237,8 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", path);
     return NULL;
   }
-  bool hlo = ends_with(path, ".hlo_proto.pb") ||
-             (!ends_with(path, ".xplane.pb") && first_inner_tag(data, len) == 0x0a);
+  bool hlo = hbm__ends_with(path, ".hlo_proto.pb") ||
+             (!hbm__ends_with(path, ".xplane.pb") && first_inner_tag(data, len) == 0x0a);
   hbm_status_t st =
       hlo ? xprof_read_hlo_proto(&im, data, len, data, NULL) : xprof_read_xspace(&im, data, len);
   hbm_profile_t *p = NULL;
@@ -261,7 +250,7 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
   else if (st == HBM_OK || im.n_spaces > 0) {
     if (st != HBM_OK)
       xprof_note_problem(&im);
-    p = xprof_to_profile(&im, base_name(path));
+    p = xprof_to_profile(&im, hbm__base_name(path));
   }
   xprof_import_free(&im);
   return p;

@@ -42,16 +42,12 @@ typedef struct xprof_import {
   size_t n_meta, cap_meta;
 } xprof_import_t;
 
-bool xprof_import_init(xprof_import_t *im, const char *file);
-void xprof_import_free(xprof_import_t *im);
 xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char *device, int color);
 xprof_buffer_t *xprof_add_buffer(xprof_space_t *s);
 /* A profile meta entry (copied); false when memory ran out. */
 bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value);
 /* Records a problem (the last error's text) and carries on with what could be read. */
 void xprof_note_problem(xprof_import_t *im);
-/* One profile of everything read: programs largest peak first, then allocator timelines. */
-hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name);
 
 /* hlo_proto.c: one serialized HloProto (data inside a file that starts at file_start) → one
  * space per memory colour, replaying XLA's heap-simulator trace as XProf does. `program`

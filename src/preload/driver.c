@@ -10,14 +10,7 @@
 #include <string.h>
 
 #define REAL(fn, type, ...)                                                                        \
-  do {                                                                                             \
-    void *real_ = preload_real_driver(fn);                                                         \
-    type f_;                                                                                       \
-    if (!real_)                                                                                    \
-      return PRELOAD_CU_ERROR_NOT_INITIALIZED;                                                     \
-    memcpy(&f_, &real_, sizeof f_);                                                                \
-    return f_(__VA_ARGS__);                                                                        \
-  } while (0)
+  PRELOAD_RETURN_REAL(preload_real_driver, PRELOAD_CU_ERROR_NOT_INITIALIZED, fn, type, __VA_ARGS__)
 
 typedef preload_cu_t (*alloc_fn)(preload_devptr_t *, size_t);
 typedef preload_cu_t (*free_fn)(preload_devptr_t);

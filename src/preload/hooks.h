@@ -6,9 +6,22 @@
 
 #include "preload/preload.h"
 
+#include <string.h>
 #include <sys/types.h>
 
 #define PRELOAD_EXPORT __attribute__((visibility("default")))
+
+/* Returns what the real fn (found by `lookup`; `missing` when there is none) returns for the
+ * arguments. memcpy, not a cast: ISO C has no conversion from void * to a function pointer. */
+#define PRELOAD_RETURN_REAL(lookup, missing, fn, type, ...)                                        \
+  do {                                                                                             \
+    void *real_ = lookup(fn);                                                                      \
+    type f_;                                                                                       \
+    if (!real_)                                                                                    \
+      return missing;                                                                              \
+    memcpy(&f_, &real_, sizeof f_);                                                                \
+    return f_(__VA_ARGS__);                                                                        \
+  } while (0)
 
 typedef unsigned long long preload_devptr_t; /* CUdeviceptr */
 

@@ -83,8 +83,7 @@ typedef struct preload_driver {
 
 /* ---- real.c ---- */
 
-/* The interposed name of fn ("cuMemAlloc_v2"); preload_fn_by_name: -1 when not ours. */
-const char *preload_fn_name(preload_fn_t fn);
+/* Which of our hooks an interposed name ("cuMemAlloc_v2") is; -1 when not ours. */
 int preload_fn_by_name(const char *name);
 /* glibc's dlsym (never ours), found once. */
 void *preload_real_dlsym(void *handle, const char *name);

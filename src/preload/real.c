@@ -33,10 +33,6 @@ static const char *const fn_names[FN_COUNT] = {
     [FN_CUDA_FREE_ASYNC_PTSZ] = "cudaFreeAsync_ptsz",
 };
 
-const char *preload_fn_name(preload_fn_t fn) {
-  return (unsigned)fn < FN_COUNT ? fn_names[fn] : "?";
-}
-
 PRELOAD_UNINSTRUMENTED int preload_fn_by_name(const char *name) {
   if (!name || name[0] != 'c' || name[1] != 'u') /* most lookups end here */
     return -1;

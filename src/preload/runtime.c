@@ -8,14 +8,7 @@
 #include <string.h>
 
 #define REAL(fn, type, ...)                                                                        \
-  do {                                                                                             \
-    void *real_ = preload_real_runtime(fn);                                                        \
-    type f_;                                                                                       \
-    if (!real_)                                                                                    \
-      return PRELOAD_CUDART_UNKNOWN;                                                               \
-    memcpy(&f_, &real_, sizeof f_);                                                                \
-    return f_(__VA_ARGS__);                                                                        \
-  } while (0)
+  PRELOAD_RETURN_REAL(preload_real_runtime, PRELOAD_CUDART_UNKNOWN, fn, type, __VA_ARGS__)
 
 typedef preload_cudart_t (*malloc_fn)(void **, size_t);
 typedef preload_cudart_t (*free_fn)(void *);

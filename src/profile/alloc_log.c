@@ -351,11 +351,6 @@ void hbm_alloc_log_free(hbm_alloc_log_t *log) {
 
 /* ---- as a profile ---- */
 
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
 static hbm_status_t add_event(hbm_profile_t *p, const hbm_log_event_t *e, int64_t t0,
                               const char *file) {
   int64_t step = hbm_profile_add_step(p, e->time_ns - t0, NULL);
@@ -384,7 +379,7 @@ hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *
     hbm__error(HBM_ERR_INVALID, "hbm_alloc_log_to_profile: NULL log");
     return NULL;
   }
-  const char *file = base_name(name ? name : "log");
+  const char *file = hbm__base_name(name ? name : "log");
   hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, file);
   if (!p)
     return NULL;

@@ -71,11 +71,6 @@ hbm_status_t hbm_logdir_new_run(const char *logdir, char *buf, size_t cap) {
 
 /* ---- listing ---- */
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /* Files hbm can read, by name (the content decides the format when loading). */
 static bool is_profile_name(const char *name) {
   static const char *const suffixes[] = {".hbmtrace",
@@ -92,7 +87,7 @@ static bool is_profile_name(const char *name) {
   if (name[0] == '.')
     return false;
   for (size_t i = 0; i < HBM_ARRAY_LEN(suffixes); i++)
-    if (ends_with(name, suffixes[i]))
+    if (hbm__ends_with(name, suffixes[i]))
       return true;
   return false;
 }
@@ -143,12 +138,10 @@ static bool add_entry(listing_t *l, const char *run, const char *dir, const char
   e.mtime = (int64_t)st.st_mtime;
   e.bytes = (uint64_t)st.st_size;
   if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    hbm_logdir_entry_t *grown = realloc(l->items, cap * sizeof *grown);
+    hbm_logdir_entry_t *grown = hbm__grow_array(l->items, &l->cap, l->n + 1, sizeof *grown, 16);
     if (!grown)
       return false;
     l->items = grown;
-    l->cap = cap;
   }
   l->items[l->n++] = e;
   return true;

@@ -13,16 +13,10 @@
 
 /* Grows *items (of `elem` bytes each) so that it holds at least `need` items. */
 static bool grow_array(void **items, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap)
-    return true;
-  size_t cap2 = *cap ? *cap : 16;
-  while (cap2 < need)
-    cap2 *= 2;
-  void *grown = realloc(*items, cap2 * elem);
+  void *grown = hbm__grow_array(*items, cap, need, elem, 16);
   if (!grown)
     return false;
   *items = grown;
-  *cap = cap2;
   return true;
 }
 

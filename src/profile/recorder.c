@@ -405,8 +405,10 @@ void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
     need = (need + 7) & ~(size_t)7;
   }
   uint8_t *p = reserve(need);
-  if (HBM_UNLIKELY(!p))
-    return drop_event();
+  if (HBM_UNLIKELY(!p)) {
+    drop_event();
+    return;
+  }
   raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_TAGGED),
                     (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
                    address,
@@ -433,8 +435,10 @@ void hbm__rec_alloc_stable(int id, uint64_t address, uint64_t size, uint64_t all
     return;
   size_t need = sizeof(raw_alloc_t) + (tag ? 4 * sizeof(const char *) : 0);
   uint8_t *p = reserve(need);
-  if (HBM_UNLIKELY(!p))
-    return drop_event();
+  if (HBM_UNLIKELY(!p)) {
+    drop_event();
+    return;
+  }
   raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_STABLE),
                     (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
                    address,
@@ -452,8 +456,10 @@ void hbm__rec_free(int id, uint64_t address) {
   if (!hbm__rec_active())
     return;
   uint8_t *p = reserve(sizeof(raw_free_t));
-  if (HBM_UNLIKELY(!p))
-    return drop_event();
+  if (HBM_UNLIKELY(!p)) {
+    drop_event();
+    return;
+  }
   raw_free_t r = {{RAW_FREE, 0, 0, id, read_ticks()}, address};
   memcpy(p, &r, sizeof r);
   commit(sizeof r);
@@ -463,8 +469,10 @@ void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t si
   if (!hbm__rec_active())
     return;
   uint8_t *p = reserve(sizeof(raw_reserve_t));
-  if (HBM_UNLIKELY(!p))
-    return drop_event();
+  if (HBM_UNLIKELY(!p)) {
+    drop_event();
+    return;
+  }
   raw_reserve_t r = {{RAW_RESERVE, 0, (uint16_t)op, id, read_ticks()}, address, size};
   memcpy(p, &r, sizeof r);
   commit(sizeof r);
@@ -869,10 +877,10 @@ static hbm_status_t open_trace(const char *logdir) {
   hbm_strbuf_t path;
   hbm_strbuf_init(&path);
   hbm_strbuf_printf(&path, "%s/%s.%ld.hbmtrace", run, host, (long)getpid());
-  const char *meta[][2] = {{"host", values[0]},        {"pid", values[1]},
-                           {"started", values[2]},     {"clock", values[3]},
-                           {"hbm_version", values[4]}, {"command", values[5]},
-                           {"devices", values[6]}};
+  const char *const meta[][2] = {{"host", values[0]},        {"pid", values[1]},
+                                 {"started", values[2]},     {"clock", values[3]},
+                                 {"hbm_version", values[4]}, {"command", values[5]},
+                                 {"devices", values[6]}};
   char name[192];
   snprintf(name, sizeof name, "%s.%ld", host, (long)getpid());
   old_path_t *keep = calloc(1, sizeof *keep);

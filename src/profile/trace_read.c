@@ -82,12 +82,11 @@ static bool get_string(reader_t *r, cursor_t *c, const char **out) {
 
 static bool add_string(reader_t *r, const uint8_t *s, size_t n) {
   if (r->n_strings == r->cap_strings) {
-    size_t cap = r->cap_strings ? r->cap_strings * 2 : 256;
-    const char **grown = realloc(r->string_of, cap * sizeof *grown);
+    const char **grown =
+        hbm__grow_array(r->string_of, &r->cap_strings, r->n_strings + 1, sizeof *grown, 256);
     if (!grown)
       return bad(r, "out of host memory after %zu strings", r->n_strings);
     r->string_of = grown;
-    r->cap_strings = cap;
   }
   const char *copy = hbm_intern_n(r->strings, (const char *)s, n);
   if (!copy)
@@ -239,12 +238,11 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
   e.space = (int32_t)space;
   e.op = (uint8_t)op;
   if (r->n_events == r->cap_events) {
-    size_t cap = r->cap_events ? r->cap_events * 2 : 4096;
-    event_t *grown = realloc(r->events, cap * sizeof *grown);
+    event_t *grown =
+        hbm__grow_array(r->events, &r->cap_events, r->n_events + 1, sizeof *grown, 4096);
     if (!grown)
       return bad(r, "out of host memory after %zu events", r->n_events);
     r->events = grown;
-    r->cap_events = cap;
   }
   r->events[r->n_events++] = e;
   return true;

@@ -35,12 +35,10 @@ typedef struct layout_builder {
 static bool add_band(layout_builder_t *lb, const char *kind, const char *label, uint64_t base,
                      uint64_t size, size_t count) {
   if (lb->n == lb->cap) {
-    size_t cap = lb->cap ? 2 * lb->cap : 8;
-    hbm__band_t *b = realloc(lb->bands, cap * sizeof *b);
+    hbm__band_t *b = hbm__grow_array(lb->bands, &lb->cap, lb->n + 1, sizeof *b, 8);
     if (!b)
       return false;
     lb->bands = b;
-    lb->cap = cap;
   }
   hbm__band_t *b = &lb->bands[lb->n++];
   memset(b, 0, sizeof *b);
