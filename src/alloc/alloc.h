@@ -172,6 +172,10 @@ uint64_t hbm__arena_free_tail(hbm__arena_t *a, uint64_t base);
  * no free chunk fits; HBM_ERR_HOST_MEMORY. */
 hbm_status_t hbm__arena_alloc(hbm__arena_t *a, uint64_t size, uint64_t alignment,
                               hbm__block_t *out);
+/* hbm__arena_alloc for the front's fast path: 256-byte alignment, and false (nothing
+ * changed, no message) whenever the arena cannot serve it without growing its own tables or
+ * no free chunk fits; then hbm__arena_alloc says which. */
+bool hbm__arena_alloc_fast(hbm__arena_t *a, uint64_t size, uint64_t *addr);
 /* Frees a block, coalescing with free neighbours. */
 void hbm__arena_release(hbm__arena_t *a, const hbm__block_t *b);
 /* Indexed arenas: the handle of the used block starting at addr, UINT32_MAX if none. */

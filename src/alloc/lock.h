@@ -89,6 +89,24 @@ static inline void hbm__devlock_lock(hbm__devlock_t *l) {
   hbm__devlock_lock_slow(l);
 }
 
+/* The owner's entry without the mutex, for fast paths: true when the calling thread owns
+ * the device and it is still biased (then leave with hbm__devlock_leave_biased); false, and
+ * nothing held, otherwise (take the lock the general way). */
+static inline bool hbm__devlock_enter_biased(hbm__devlock_t *l) {
+  if (HBM_UNLIKELY(atomic_load_explicit(&l->owner, memory_order_relaxed) != &hbm__thread_token))
+    return false;
+  atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst); /* the store, then the load (membarrier pairs) */
+  if (HBM_LIKELY(atomic_load_explicit(&l->biased, memory_order_relaxed)))
+    return true;
+  atomic_store_explicit(&l->busy, 0, memory_order_release);
+  return false;
+}
+
+static inline void hbm__devlock_leave_biased(hbm__devlock_t *l) {
+  atomic_store_explicit(&l->busy, 0, memory_order_release);
+}
+
 static inline void hbm__devlock_unlock(hbm__devlock_t *l) {
   if (atomic_load_explicit(&l->busy, memory_order_relaxed) &&
       atomic_load_explicit(&l->owner, memory_order_relaxed) == &hbm__thread_token)
