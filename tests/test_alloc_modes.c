@@ -312,6 +312,9 @@ static void alignment_is_honoured(void **state) {
     assert_null(hbm_alloc(dev, 1000, 3000));
     assert_int_equal(hbm_last_status(), HBM_ERR_INVALID);
     assert_non_null(strstr(hbm_last_error(), "power of two"));
+    assert_null(hbm_alloc(dev, 1000, 3)); /* below 256: the fast path must refuse it too */
+    assert_int_equal(hbm_last_status(), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(), "power of two"));
     assert_null(hbm_alloc(dev, 1000, 2ull << 30));
     assert_int_equal(hbm_last_status(), HBM_ERR_INVALID);
     hbm_close(dev);
