@@ -334,7 +334,10 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
  * ran out), goes the general way. */
 static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) {
   hbm__arena_t *arena = dev->strategy->arena;
-  if (HBM_UNLIKELY(!arena) || !hbm__devlock_enter_biased(&dev->lock))
+  /* Shared first: a device that threads share must not see the owner write the lock's
+   * `busy` flag on every call (the other threads read its cache line on theirs). */
+  if (HBM_UNLIKELY(!arena || hbm__devlock_shared(&dev->lock)) ||
+      !hbm__devlock_enter_biased(&dev->lock))
     return false;
   bool served = HBM_LIKELY(!hbm__rec_active()) && hbm__arena_alloc_fast(arena, size, addr);
   if (served) {
@@ -420,7 +423,8 @@ static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_str
  * (which also says why a pointer that is not live is refused). */
 static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
   hbm__arena_t *arena = dev->strategy->arena;
-  if (HBM_UNLIKELY(!arena) || !hbm__devlock_enter_biased(&dev->lock))
+  if (HBM_UNLIKELY(!arena || hbm__devlock_shared(&dev->lock)) ||
+      !hbm__devlock_enter_biased(&dev->lock))
     return false;
   uint64_t size;
   uint32_t tag;
