@@ -449,14 +449,12 @@ static void exp_stats(hbm__strategy_t *s, hbm__strategy_stats_t *out) {
   memset(out, 0, sizeof *out);
   out->reserved = e->mapped;
   out->peak_reserved = e->peak_mapped;
-  /* What counts against the limit is whole granules: a request fits when the granules it
-   * needs fit; free address space is never what is short. */
-  out->allocated = e->in_use;
+  /* What counts against the limit is mapped memory the cache cannot give back: granules in
+   * use and (whole runs) the free granules of runs still in use. A request fits when the
+   * granules it needs fit; free address space is never what is short. */
+  out->allocated = e->mapped - e->cached;
   out->free_bytes = e->cached;
-  /* Mapped memory the cache cannot give back: granules in use, and (CUDA) the free granules
-   * of runs still in use. */
-  uint64_t pinned = e->mapped - e->cached;
-  uint64_t limit = s->env.limit, room = limit > pinned ? limit - pinned : 0;
+  uint64_t limit = s->env.limit, room = limit > out->allocated ? limit - out->allocated : 0;
   uint64_t largest = e->range ? hbm__arena_largest_free(e->arena) : limit;
   out->largest_free = (room < largest ? room : largest) / UNIT * UNIT;
 }
