@@ -224,11 +224,13 @@ static double print_expandable(const row_t *rows, int n) {
 /* --expandable LOG...: only the expandable table. Exit status 1 when a log measured nothing
  * or a whole-runs replay was over 150 ns/op or over its budget. */
 static int expandable_only(char **logs, int n) {
-  row_t *rows = calloc((size_t)n, sizeof *rows);
-  if (!rows || n == 0) {
-    free(rows);
-    return 1;
+  if (n == 0) {
+    fprintf(stderr, "usage: bench_replay --expandable LOG...\n");
+    return 2;
   }
+  row_t *rows = calloc((size_t)n, sizeof *rows);
+  if (!rows)
+    return 1;
   bool budget = true;
   for (int i = 0; i < n; i++) {
     row_t *r = &rows[i];
@@ -342,7 +344,7 @@ int main(int argc, char **argv) {
       return 2;
     return side_by_side(argv[2], rounds, argv + 4, argc - 4);
   }
-  if (argc > 2 && !strcmp(argv[1], "--expandable")) {
+  if (argc > 1 && !strcmp(argv[1], "--expandable")) {
     bench_print_machine();
     return expandable_only(argv + 2, argc - 2);
   }
