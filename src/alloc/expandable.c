@@ -12,9 +12,22 @@
  *
  * On the sim device a granule is 2 MiB of a memfd file mapped MAP_FIXED|MAP_SHARED into the
  * range; on CUDA, cuMemCreate + cuMemMap + cuMemSetAccess / cuMemUnmap + cuMemRelease (the
- * device layer, device.h, does either). Each granule has its own physical allocation, so
- * any one can be unmapped alone. A granule's use count is the number of used chunks that
- * overlap it.
+ * device layer, device.h, does either). The granules an allocation lacks are mapped
+ * together: one physical allocation and one mapping for each stretch of them (a block of
+ * 100 granules costs one cuMemCreate, one cuMemMap, one cuMemSetAccess, not 100 of each).
+ * A granule's use count is the number of used chunks that overlap it.
+ *
+ * Runs. What was mapped together can be given back in pieces only where the device allows
+ * (vm_granules_divisible: the sim device, whose physical memory is file pages); there every
+ * granule is a run of its own. On CUDA cuMemUnmap takes only a whole mapping and
+ * cuMemRelease a whole handle, so the granules mapped together form one run, given back
+ * whole (one cuMemUnmap, one cuMemRelease) once none of them is used; the cache below holds
+ * and evicts whole runs. The cost is memory: a free granule of a run that a neighbouring
+ * block still uses stays mapped, counts against the limit, and cannot be evicted. On the
+ * shared logs this never raised the peak mapped (blocks come back to the holes they left,
+ * runs are freed whole), and it cut the driver calls per operation to about a third of
+ * what one handle per granule took (BENCHMARKS.md, "Expandable"). HBM_SIM_VM_GRANULES=whole gives
+ * the sim device CUDA's rules, to test and measure this without a GPU.
  *
  * Mapping is a system call (sim) or a driver call (CUDA), the dominant cost of this mode;
  * recently freed granules therefore stay mapped (a cache): a block that comes back to the
@@ -24,7 +37,8 @@
  * little above the most granules in use so far (OVER_PEAK, at most an eighth of that peak):
  * before new granules would pass that, the cache gives back its oldest granules, EVICT_EXTRA
  * more than needed so that the next few mappings need no unmap call. So mapped memory never
- * passes the peak of granules in use by more than OVER_PEAK; after a peak, memory goes back
+ * passes the peak of granules in use by more than OVER_PEAK (plus, with whole runs, the
+ * free granules of runs still in use); after a peak, memory goes back
  * once RECENT_OPS more operations have passed (or at hbm_trim), and a program that repeats
  * its steps finds last step's granules still mapped. On the GPT logs, whose blocks are tens to
  * hundreds of MiB, a 32 MiB cache missed almost every time (about one map or unmap call per
@@ -32,7 +46,7 @@
  * 180-380 ns per operation on three of them (each pass touches more granules than the peak
  * holds), the 48 MiB above it and the extra 16 MiB given back at once 40-120 ns.
  * hbm_trim() unmaps the cache, and so does any allocation that would otherwise pass the
- * limit. */
+ * limit (only whole free runs can go: the limit counts the rest as held). */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
