@@ -735,6 +735,7 @@ typedef struct hbm_replay_result {
    * (cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap, cuMemRelease): expandable mode's
    * cost; 0 in the other modes. */
   double vm_calls_per_op;
+  double vm_calls_per_op_first;     /* the same in the first replay, from an empty device */
   uint64_t peak_reserved_all_bytes; /* peak reserved over the first and the timed replays */
 } hbm_replay_result_t;
 

@@ -365,7 +365,10 @@ static hbm_status_t replay_and_time(replay_t *rp, hbm_replay_result_t *out) {
   if (!dev)
     return hbm_last_status();
   outcome_t o;
+  uint64_t calls = atomic_load(&dev->phys->vm_calls);
   hbm_status_t st = replay_checked(rp, dev, false, &o);
+  calls = atomic_load(&dev->phys->vm_calls) - calls;
+  out->vm_calls_per_op_first = rp->n_ops ? (double)calls / (double)rp->n_ops : 0;
   take_outcome(rp, &o, out);
   progress(rp, "replay", 1.0);
   int repeat = opt->repeat == 0 ? DEFAULT_REPEAT : opt->repeat;
