@@ -315,6 +315,22 @@ static uint64_t unmapped_in(const expandable_t *e, uint64_t first, uint64_t last
   return n;
 }
 
+/* A request over the limit. With whole runs, part of what counts may be free granules of
+ * runs a neighbouring block still uses: the diagnosis says how much, since the blocks in use
+ * alone do not explain the failure. */
+static hbm_status_t over_limit(expandable_t *e, hbm__failure_t *why) {
+  why->kind = HBM__FAIL_LIMIT;
+  uint64_t pinned_free = e->mapped - e->cached - e->in_use;
+  if (pinned_free) {
+    char bytes[32];
+    snprintf(why->detail, sizeof why->detail,
+             "Of what counts as in use, %s are free granules that stay mapped: a mapping on "
+             "this device is unmapped only whole, and blocks still use other parts of theirs.",
+             hbm_format_bytes(pinned_free, bytes, sizeof bytes));
+  }
+  return HBM_ERR_NO_MEMORY;
+}
+
 /* Maps what [first, last] lacks, within the limit (giving back cached granules first if
  * needed). On failure nothing this call mapped stays mapped. */
 static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
@@ -337,10 +353,8 @@ static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
     shrink_cache(e, 0);
     need = unmapped_in(e, first, last) * e->gran;
   }
-  if (e->mapped + need > limit) {
-    why->kind = HBM__FAIL_LIMIT;
-    return HBM_ERR_NO_MEMORY;
-  }
+  if (e->mapped + need > limit)
+    return over_limit(e, why);
   hbm_status_t st = HBM_OK;
   for (uint64_t g = first; g <= last && st == HBM_OK;) {
     uint64_t end = g;
