@@ -731,6 +731,12 @@ typedef struct hbm_replay_result {
   int timed_replays;           /* replays behind ns_per_op */
   double ns_per_op;            /* median over the timed replays of time / events; 0 if none */
   double ns_per_op_min, ns_per_op_max;
+  /* Virtual-memory calls per operation in the timed replays, counted as CUDA driver calls
+   * (cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap, cuMemRelease): expandable mode's
+   * cost; 0 in the other modes. */
+  double vm_calls_per_op;
+  double vm_calls_per_op_first;     /* the same in the first replay, from an empty device */
+  uint64_t peak_reserved_all_bytes; /* peak reserved over the first and the timed replays */
 } hbm_replay_result_t;
 
 void hbm_replay_options_default(hbm_replay_options_t *opt);

@@ -537,6 +537,125 @@ static void failed_calls_are_handled(void **state) {
   clean();
 }
 
+/* ---- issue 16: expandable mode maps a block's new granules as one run ---- */
+
+static hbm_stats_t stats_of(hbm_device_t *dev) {
+  hbm_stats_t st;
+  assert_int_equal(hbm_get_stats(dev, &st), HBM_OK);
+  return st;
+}
+
+/* The driver calls of expandable mode's granules since the double's last reset. */
+static void expect_vm_calls(unsigned long create, unsigned long map, unsigned long unmap,
+                            unsigned long release) {
+  assert_int_equal(fk.calls("cuMemCreate"), create);
+  assert_int_equal(fk.calls("cuMemMap"), map);
+  assert_int_equal(fk.calls("cuMemSetAccess"), map);
+  assert_int_equal(fk.calls("cuMemUnmap"), unmap);
+  assert_int_equal(fk.calls("cuMemRelease"), release);
+}
+
+/* A block over six granules: one cuMemCreate of all six, one cuMemMap, one cuMemSetAccess;
+ * freed, it stays mapped (the cache) until hbm_trim unmaps and releases it, one call each. */
+static void expandable_block_is_one_mapping(void **state) {
+  (void)state;
+  knobs(NULL);
+  hbm_device_t *dev = open_mode(HBM_MODE_EXPANDABLE, 0.5);
+  fk.reset();
+  /* 10 MiB + 100 B from a granule boundary (the range's first block): 5 granules and a bit */
+  void *a = hbm_alloc(dev, 10 * MiB + 100, 0);
+  assert_non_null(a);
+  assert_true(stats_of(dev).bytes_reserved == 12 * MiB);
+  expect_vm_calls(1, 1, 0, 0);
+  round_trip(dev->phys, a, 10 * MiB, 21);
+  assert_int_equal(hbm_free(dev, a), HBM_OK);
+  expect_vm_calls(1, 1, 0, 0);
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  expect_vm_calls(1, 1, 1, 1);
+  assert_true(stats_of(dev).bytes_reserved == 0);
+  hbm_close(dev);
+  clean();
+}
+
+/* A run is unmapped only whole: while a neighbour still uses one of its granules, freeing
+ * and trimming give nothing back (cuMemUnmap of part of it would be refused); once the
+ * neighbour is gone, trim gives back the whole run. */
+static void expandable_run_waits_for_its_neighbour(void **state) {
+  (void)state;
+  knobs(NULL);
+  hbm_device_t *dev = open_mode(HBM_MODE_EXPANDABLE, 0.5);
+  fk.reset();
+  void *a = hbm_alloc(dev, 3 * MiB, 0); /* granules 0 and 1: one run */
+  void *b = hbm_alloc(dev, MiB, 0);     /* right after a: in granule 1 */
+  assert_true(a && b && (char *)b == (char *)a + 3 * MiB);
+  expect_vm_calls(1, 1, 0, 0);
+  round_trip(dev->phys, b, MiB, 22);
+  assert_int_equal(hbm_free(dev, a), HBM_OK);
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  expect_vm_calls(1, 1, 0, 0);
+  assert_true(stats_of(dev).bytes_reserved == 4 * MiB);
+  round_trip(dev->phys, b, MiB, 23);
+  assert_int_equal(hbm_free(dev, b), HBM_OK);
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  expect_vm_calls(1, 1, 1, 1);
+  assert_true(stats_of(dev).bytes_reserved == 0);
+  hbm_close(dev);
+  clean();
+}
+
+/* The limit bounds mapped memory, runs pinned by a neighbour included. Blocks of 4 MiB or
+ * more go to the high end of the free space (src/alloc/arena.c), so from the range's top: a
+ * (15 MiB) over granules top-8..top-1, one run; b (5 MiB) right below, over top-10..top-8,
+ * its own run of two new granules and a's lowest. 20 MiB mapped. With a freed, b pins a's
+ * run: a 20 MiB block, too big for a's hole, needs 10 new granules, 20 + 20 > 32 MiB (the
+ * limit): refused (on a divisible device a's 7 free granules would have gone first). Once
+ * b is freed too, both runs are free and the block fits. */
+static void expandable_limit_counts_whole_runs(void **state) {
+  (void)state;
+  knobs("FAKECUDA_MEMORY=256M", "FAKECUDA_CONTEXT_OVERHEAD=0", NULL);
+  hbm_device_t *dev = open_mode(HBM_MODE_EXPANDABLE, 0.125); /* limit 32 MiB */
+  void *a = hbm_alloc(dev, 15 * MiB, 0), *b = hbm_alloc(dev, 5 * MiB, 0);
+  assert_true(a && b && (char *)b + 5 * MiB == (char *)a);
+  assert_true(stats_of(dev).bytes_reserved == 20 * MiB);
+  assert_int_equal(hbm_free(dev, a), HBM_OK);
+  fk.reset();
+  assert_null(hbm_alloc(dev, 20 * MiB, 0));
+  expect_in(hbm_last_error(), "in use + request over the limit: 20.00MiB in use");
+  /* of a's 8 granules, 7 are free but pinned by b */
+  expect_in(hbm_last_error(), "14.00MiB are free granules that stay mapped");
+  expect_vm_calls(0, 0, 0, 0);
+  assert_true(stats_of(dev).bytes_reserved == 20 * MiB);
+  assert_int_equal(hbm_free(dev, b), HBM_OK);
+  void *c = hbm_alloc(dev, 20 * MiB, 0);
+  assert_non_null(c);
+  round_trip(dev->phys, c, 20 * MiB, 24);
+  hbm_stats_t st = stats_of(dev);
+  assert_true(st.bytes_reserved <= 32 * MiB && st.peak_bytes_reserved <= 32 * MiB);
+  assert_int_equal(hbm_free(dev, c), HBM_OK);
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  assert_true(stats_of(dev).bytes_reserved == 0);
+  hbm_close(dev);
+  clean();
+}
+
+/* A refused cuMemUnmap leaves the run mapped and counted, its handle unreleased (the
+ * memory is still mapped); the device's close gives it back. */
+static void expandable_failed_unmap_keeps_the_run(void **state) {
+  (void)state;
+  knobs("FAKECUDA_FAIL=cuMemUnmap:1:999", NULL);
+  hbm_device_t *dev = open_mode(HBM_MODE_EXPANDABLE, 0.5);
+  void *a = hbm_alloc(dev, 6 * MiB, 0);
+  assert_non_null(a);
+  assert_int_equal(hbm_free(dev, a), HBM_OK);
+  assert_int_equal(hbm_trim(dev), HBM_OK);
+  expect_in(hbm_last_error(), "cuMemUnmap");
+  assert_int_equal(fk.calls("cuMemRelease"), 0);
+  assert_true(stats_of(dev).bytes_reserved == 6 * MiB);
+  hbm_close(dev);
+  assert_int_equal(fk.calls("cuMemRelease"), 1);
+  clean();
+}
+
 /* Every mode on a GPU whose memory the host cannot touch at all (a discrete GPU). */
 static void every_mode_on_a_discrete_gpu(void **state) {
   (void)state;
@@ -563,6 +682,10 @@ int main(void) {
       cmocka_unit_test(errors_name_the_code),
       cmocka_unit_test(failed_calls_are_handled),
       cmocka_unit_test(every_mode_on_a_discrete_gpu),
+      cmocka_unit_test(expandable_block_is_one_mapping),
+      cmocka_unit_test(expandable_run_waits_for_its_neighbour),
+      cmocka_unit_test(expandable_limit_counts_whole_runs),
+      cmocka_unit_test(expandable_failed_unmap_keeps_the_run),
   };
   if (getenv("TEST_FILTER")) /* one test alone: TEST_FILTER=callers_context_is_kept */
     cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -232,6 +232,52 @@ static void virtual_memory_primitives(void **state) {
   hbm__device_close(d);
 }
 
+/* HBM_SIM_VM_GRANULES=whole: the sim device follows CUDA's rules (cuMemUnmap of exactly one
+ * earlier mapping, cuMemRelease of a whole handle, cuMemMap inside one handle) and refuses
+ * the rest, so a strategy relying on more fails here as on a GPU. Every call is counted as
+ * the driver calls it would be (a map is cuMemMap + cuMemSetAccess). */
+static void whole_granules_follow_cuda(void **state) {
+  (void)state;
+  setenv("HBM_SIM_VM_GRANULES", "whole", 1);
+  hbm__device_t *d = open_sim("whole", 1 * GiB);
+  uint64_t g = d->granularity;
+  assert_false(d->vm_granules_divisible);
+  char *base;
+  assert_int_equal(hbm__device_va_reserve(d, 16 * g, (void **)&base), HBM_OK);
+  hbm__phys_t run, one;
+  assert_int_equal(hbm__device_phys_create(d, 3 * g, &run), HBM_OK);
+  assert_int_equal(hbm__device_phys_create(d, g, &one), HBM_OK);
+  assert_int_equal(hbm__device_map(d, base, 3 * g, run, 0), HBM_OK);
+  assert_int_equal(hbm__device_map(d, base + 3 * g, g, one, 0), HBM_OK);
+  assert_int_equal(atomic_load(&d->vm_calls), 2 + 2 * 2);
+  fill(base, 4 * g, 3);
+  /* a part of a mapping, and two mappings at once: refused, nothing unmapped */
+  assert_int_equal(hbm__device_unmap(d, base + g, g), HBM_ERR_INVALID);
+  assert_non_null(strstr(hbm_last_error(), "is not one whole mapping"));
+  assert_int_equal(hbm__device_unmap(d, base, 4 * g), HBM_ERR_INVALID);
+  assert_true(check(base, 4 * g, 3));
+  /* beyond its physical allocation: refused */
+  assert_int_equal(hbm__device_map(d, base + 8 * g, 2 * g, one, 0), HBM_ERR_INVALID);
+  assert_int_equal(hbm__device_unmap(d, base, 3 * g), HBM_OK);
+  assert_int_equal(hbm__device_unmap(d, base + 3 * g, g), HBM_OK);
+  /* a part of a physical allocation: refused, the memory stays held */
+  hbm__device_phys_release(d, run, g);
+  assert_non_null(strstr(hbm_last_error(), "is not one whole allocation"));
+  assert_true(free_of(d) == 1 * GiB - 4 * g);
+  hbm__device_phys_release(d, run, 3 * g);
+  hbm__device_phys_release(d, one, g);
+  assert_true(free_of(d) == 1 * GiB);
+  hbm__device_va_release(d, base, 16 * g);
+  hbm__device_close(d);
+  /* any other value is refused, naming the variable */
+  setenv("HBM_SIM_VM_GRANULES", "partly", 1);
+  hbm_config_t cfg;
+  sim_config(&cfg, "whole", GiB);
+  assert_int_equal(hbm__sim_open(&cfg, &d), HBM_ERR_INVALID);
+  assert_non_null(strstr(hbm_last_error(), "HBM_SIM_VM_GRANULES=partly: invalid value"));
+  unsetenv("HBM_SIM_VM_GRANULES");
+}
+
 static void sim_streams(void **state) {
   (void)state;
   hbm__device_t *d = open_sim("streams", 64 * MiB);
@@ -265,11 +311,9 @@ static void auto_falls_back_to_sim(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(regions_are_real_memory),
-      cmocka_unit_test(one_name_one_ledger),
-      cmocka_unit_test(dead_holders_are_reclaimed),
-      cmocka_unit_test(virtual_memory_primitives),
-      cmocka_unit_test(sim_streams),
+      cmocka_unit_test(regions_are_real_memory),    cmocka_unit_test(one_name_one_ledger),
+      cmocka_unit_test(dead_holders_are_reclaimed), cmocka_unit_test(virtual_memory_primitives),
+      cmocka_unit_test(whole_granules_follow_cuda), cmocka_unit_test(sim_streams),
       cmocka_unit_test(auto_falls_back_to_sim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,7 +81,13 @@ void hbm__device_va_release(hbm__device_t *d, void *base, uint64_t size) {
   d->ops->va_release(d, base, size);
 }
 
+/* Counted relaxed: a statistic, never a synchronization. */
+static void count_vm_calls(hbm__device_t *d, uint64_t n) {
+  atomic_fetch_add_explicit(&d->vm_calls, n, memory_order_relaxed);
+}
+
 hbm_status_t hbm__device_phys_create(hbm__device_t *d, uint64_t size, hbm__phys_t *out) {
+  count_vm_calls(d, 1);
   hbm_status_t st = d->ops->phys_create(d, size, out);
   if (st == HBM_OK)
     count_taken(d, size);
@@ -89,16 +95,19 @@ hbm_status_t hbm__device_phys_create(hbm__device_t *d, uint64_t size, hbm__phys_
 }
 
 void hbm__device_phys_release(hbm__device_t *d, hbm__phys_t phys, uint64_t size) {
+  count_vm_calls(d, 1);
   d->ops->phys_release(d, phys, size);
   count_given(d, size);
 }
 
 hbm_status_t hbm__device_map(hbm__device_t *d, void *addr, uint64_t size, hbm__phys_t phys,
                              uint64_t offset) {
+  count_vm_calls(d, 2);
   return d->ops->map(d, addr, size, phys, offset);
 }
 
 hbm_status_t hbm__device_unmap(hbm__device_t *d, void *addr, uint64_t size) {
+  count_vm_calls(d, 1);
   return d->ops->unmap(d, addr, size);
 }
 

@@ -90,11 +90,16 @@ struct hbm__device {
   uint64_t granularity;   /* virtual-memory granule (2 MiB) */
   /* Physical memory of n granules is n granules: granule i of `phys` is phys + i ×
    * granularity, and any run of them can be mapped, unmapped or released on its own (sim: an
-   * offset in its memory file). CUDA's handles are whole: false. */
+   * offset in its memory file). CUDA's handles are whole: false (a mapping is unmapped only
+   * whole, a handle released only whole); so is the sim device under HBM_SIM_VM_GRANULES=whole. */
   bool vm_granules_divisible;
   uint64_t region_alignment; /* regions are at least this aligned (sim: page; CUDA: 256) */
   _Atomic uint64_t held;     /* regions + physical memory held through this object */
   _Atomic uint64_t peak_held;
+  /* Virtual-memory calls made through this object, counted as the CUDA driver calls they
+   * are (phys_create: cuMemCreate; map: cuMemMap + cuMemSetAccess; unmap: cuMemUnmap;
+   * phys_release: cuMemRelease) on either backend: what benchmarks report per operation. */
+  _Atomic uint64_t vm_calls;
   /* What the backend lacks and does instead ("no memory pools (...): hbm's own pool"). */
   char note[256];
 };

@@ -8,7 +8,12 @@
  * pages of a memfd file (one per device object, sparse, sized for twice the capacity so that
  * offsets never run out), mapped MAP_FIXED|MAP_SHARED into the range, and unmapped by mapping
  * PROT_NONE over it again; releasing physical memory punches its pages out of the file.
- * Streams are host objects: nothing runs on them, so synchronizing one only counts. */
+ * Streams are host objects: nothing runs on them, so synchronizing one only counts.
+ *
+ * HBM_SIM_VM_GRANULES=whole makes its virtual memory behave as CUDA's (for tests and
+ * benchmarks without a GPU): physical memory can only be released whole, as created, and a
+ * mapping only unmapped whole, as mapped (cuMemRelease / cuMemUnmap); anything else is
+ * refused with an error, so a strategy that relies on more shows up. */
 #include "alloc/alloc.h"
 
 #include <errno.h>
@@ -30,6 +35,10 @@ typedef struct sim_device {
   uint64_t *slot_used;  /* one bit per granule of the memfd */
   uint64_t n_slots;
   uint64_t next_slot; /* where the search for free slots starts */
+  /* HBM_SIM_VM_GRANULES=whole, under lock: physical allocation → its size, and mapped
+   * address → the mapping's size, to refuse what CUDA refuses. */
+  bool whole;
+  hbm_u64map_t allocations, mappings;
 } sim_device_t;
 
 typedef struct sim_stream {
@@ -174,6 +183,8 @@ static hbm_status_t sim_phys_create(hbm__device_t *d, uint64_t size, hbm__phys_t
                     "sim device %s: no %llu consecutive free pages in its "
                     "memory file",
                     d->name, (unsigned long long)n);
+  if (st == HBM_OK && s->whole && !hbm_u64map_put(&s->allocations, first * d->granularity, size))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the sim device's pages");
   if (st == HBM_OK) {
     mark_slots(s, first, n, true);
     s->next_slot = first + n;
@@ -187,14 +198,54 @@ static hbm_status_t sim_phys_create(hbm__device_t *d, uint64_t size, hbm__phys_t
   return HBM_OK;
 }
 
+/* Whole mode: the exact extent of one live allocation or mapping, removed from `map`; else
+ * false and it stays. Under s->lock. */
+static bool take_whole(hbm_u64map_t *map, uint64_t start, uint64_t size) {
+  uint64_t recorded;
+  return hbm_u64map_get(map, start, &recorded) && recorded == size &&
+         hbm_u64map_remove(map, start, NULL);
+}
+
 static void sim_phys_release(hbm__device_t *d, hbm__phys_t phys, uint64_t size) {
   sim_device_t *s = sim_of(d);
   pthread_mutex_lock(&s->lock);
+  if (s->whole && !take_whole(&s->allocations, phys, size)) {
+    /* Refused, as cuMemRelease takes whole handles: the memory stays held, which shows. */
+    pthread_mutex_unlock(&s->lock);
+    hbm__error(HBM_ERR_INVALID,
+               "sim device %s (HBM_SIM_VM_GRANULES=whole): release of %llu bytes at physical "
+               "offset %llu is not one whole allocation",
+               d->name, (unsigned long long)size, (unsigned long long)phys);
+    return;
+  }
   /* Punching the pages out gives their host memory back; the offsets become reusable. */
   fallocate(s->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)phys, (off_t)size);
   mark_slots(s, phys / d->granularity, size / d->granularity, false);
   pthread_mutex_unlock(&s->lock);
   hbm__ledger_give(s->ledger, size);
+}
+
+/* Whole mode's map: inside one live allocation (as cuMemMap inside one handle), recorded so
+ * that only the same extent can be unmapped. */
+static hbm_status_t map_whole(sim_device_t *s, void *addr, uint64_t size, hbm__phys_t phys,
+                              uint64_t offset) {
+  hbm__device_t *d = &s->base;
+  uint64_t allocated = 0;
+  pthread_mutex_lock(&s->lock);
+  hbm_status_t st = HBM_OK;
+  if (!hbm_u64map_get(&s->allocations, phys, &allocated) || offset + size > allocated)
+    st = hbm__error(HBM_ERR_INVALID,
+                    "sim device %s (HBM_SIM_VM_GRANULES=whole): map of %llu bytes at offset "
+                    "%llu of physical memory %llu: not inside one live allocation",
+                    d->name, (unsigned long long)size, (unsigned long long)offset,
+                    (unsigned long long)phys);
+  else if (mmap(addr, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->memfd,
+                (off_t)(phys + offset)) == MAP_FAILED)
+    st = host_map_failed(d, "map", size, errno);
+  else if (!hbm_u64map_put(&s->mappings, (uint64_t)(uintptr_t)addr, size))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the sim device's mappings");
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 static hbm_status_t sim_map(hbm__device_t *d, void *addr, uint64_t size, hbm__phys_t phys,
@@ -207,6 +258,8 @@ static hbm_status_t sim_map(hbm__device_t *d, void *addr, uint64_t size, hbm__ph
                       "sim device %s: map of %llu bytes at %p: address, size "
                       "or offset not granule-aligned, or no such physical memory",
                       d->name, (unsigned long long)size, addr);
+  if (s->whole)
+    return map_whole(s, addr, size, phys, offset);
   void *p = mmap(addr, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->memfd,
                  (off_t)(phys + offset));
   if (p == MAP_FAILED)
@@ -220,6 +273,15 @@ static hbm_status_t sim_unmap(hbm__device_t *d, void *addr, uint64_t size) {
                       "sim device %s: unmap at %p of %llu bytes is not "
                       "granule-aligned",
                       d->name, addr, (unsigned long long)size);
+  sim_device_t *s = sim_of(d);
+  pthread_mutex_lock(&s->lock);
+  bool refused = s->whole && !take_whole(&s->mappings, (uint64_t)(uintptr_t)addr, size);
+  pthread_mutex_unlock(&s->lock);
+  if (refused) /* as cuMemUnmap: the range must be exactly one earlier mapping */
+    return hbm__error(HBM_ERR_INVALID,
+                      "sim device %s (HBM_SIM_VM_GRANULES=whole): unmap of %llu bytes at %p "
+                      "is not one whole mapping",
+                      d->name, (unsigned long long)size, addr);
   /* Mapping PROT_NONE over the range keeps the reservation while dropping the pages. */
   void *p = mmap(addr, (size_t)size, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
@@ -264,6 +326,8 @@ static void sim_close(hbm__device_t *d) {
   if (s->memfd >= 0)
     close(s->memfd);
   free(s->slot_used);
+  hbm_u64map_free(&s->allocations);
+  hbm_u64map_free(&s->mappings);
   pthread_mutex_destroy(&s->lock);
   hbm__ledger_close(s->ledger);
   free(s);
@@ -295,7 +359,22 @@ bool hbm__sim_is_private(const hbm_config_t *cfg) {
          strncmp(cfg->sim_name, d.sim_name, sizeof d.sim_name) == 0;
 }
 
+/* HBM_SIM_VM_GRANULES: "whole" (CUDA's rules) or "divisible" (the default; unset or empty
+ * too). A test and benchmark switch, read here like HBM_RECORDER_CLOCK, not a setting of
+ * hbm_config_t. */
+static hbm_status_t read_vm_granules(bool *whole) {
+  const char *v = getenv("HBM_SIM_VM_GRANULES");
+  *whole = v && !strcmp(v, "whole");
+  if (!v || !*v || *whole || !strcmp(v, "divisible"))
+    return HBM_OK;
+  return hbm__error(HBM_ERR_INVALID,
+                    "HBM_SIM_VM_GRANULES=%s: invalid value; expected whole or divisible", v);
+}
+
 hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out) {
+  bool whole;
+  if (read_vm_granules(&whole) != HBM_OK)
+    return HBM_ERR_INVALID;
   sim_device_t *s = calloc(1, sizeof *s);
   if (!s)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory opening a sim device");
@@ -313,12 +392,15 @@ hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out) {
   }
   pthread_mutex_init(&s->lock, NULL);
   s->memfd = -1;
+  s->whole = whole;
+  hbm_u64map_init(&s->allocations);
+  hbm_u64map_init(&s->mappings);
   s->base.ops = &sim_ops;
   s->base.kind = HBM_DEVICE_SIM;
   snprintf(s->base.name, sizeof s->base.name, "%s", cfg->sim_name);
   s->base.total = cfg->sim_memory;
   s->base.granularity = SIM_GRANULARITY;
-  s->base.vm_granules_divisible = true;
+  s->base.vm_granules_divisible = !whole;
   s->base.region_alignment = (uint64_t)sysconf(_SC_PAGESIZE);
   *out = &s->base;
   return HBM_OK;

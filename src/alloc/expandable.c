@@ -12,9 +12,22 @@
  *
  * On the sim device a granule is 2 MiB of a memfd file mapped MAP_FIXED|MAP_SHARED into the
  * range; on CUDA, cuMemCreate + cuMemMap + cuMemSetAccess / cuMemUnmap + cuMemRelease (the
- * device layer, device.h, does either). Each granule has its own physical allocation, so
- * any one can be unmapped alone. A granule's use count is the number of used chunks that
- * overlap it.
+ * device layer, device.h, does either). The granules an allocation lacks are mapped
+ * together: one physical allocation and one mapping for each stretch of them (a block of
+ * 100 granules costs one cuMemCreate, one cuMemMap, one cuMemSetAccess, not 100 of each).
+ * A granule's use count is the number of used chunks that overlap it.
+ *
+ * Runs. What was mapped together can be given back in pieces only where the device allows
+ * (vm_granules_divisible: the sim device, whose physical memory is file pages); there every
+ * granule is a run of its own. On CUDA cuMemUnmap takes only a whole mapping and
+ * cuMemRelease a whole handle, so the granules mapped together form one run, given back
+ * whole (one cuMemUnmap, one cuMemRelease) once none of them is used; the cache below holds
+ * and evicts whole runs. The cost is memory: a free granule of a run that a neighbouring
+ * block still uses stays mapped, counts against the limit, and cannot be evicted. On the
+ * shared logs this never raised the peak mapped (blocks come back to the holes they left,
+ * runs are freed whole), and it cut the driver calls per operation to about a third of
+ * what one handle per granule took (BENCHMARKS.md, "Expandable"). HBM_SIM_VM_GRANULES=whole gives
+ * the sim device CUDA's rules, to test and measure this without a GPU.
  *
  * Mapping is a system call (sim) or a driver call (CUDA), the dominant cost of this mode;
  * recently freed granules therefore stay mapped (a cache): a block that comes back to the
@@ -24,7 +37,8 @@
  * little above the most granules in use so far (OVER_PEAK, at most an eighth of that peak):
  * before new granules would pass that, the cache gives back its oldest granules, EVICT_EXTRA
  * more than needed so that the next few mappings need no unmap call. So mapped memory never
- * passes the peak of granules in use by more than OVER_PEAK; after a peak, memory goes back
+ * passes the peak of granules in use by more than OVER_PEAK (plus, with whole runs, the
+ * free granules of runs still in use); after a peak, memory goes back
  * once RECENT_OPS more operations have passed (or at hbm_trim), and a program that repeats
  * its steps finds last step's granules still mapped. On the GPT logs, whose blocks are tens to
  * hundreds of MiB, a 32 MiB cache missed almost every time (about one map or unmap call per
@@ -32,7 +46,7 @@
  * 180-380 ns per operation on three of them (each pass touches more granules than the peak
  * holds), the 48 MiB above it and the extra 16 MiB given back at once 40-120 ns.
  * hbm_trim() unmaps the cache, and so does any allocation that would otherwise pass the
- * limit. */
+ * limit (only whole free runs can go: the limit counts the rest as held). */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
@@ -53,17 +67,25 @@
 /* The range: this many times the limit, or less when the address space will not have it. */
 static const unsigned range_factors[] = {4, 2, 1};
 
+/* A run is granules that are unmapped together, one device call each for the unmap and the
+ * release: on a device whose granules are divisible every granule is a run of its own (and
+ * neighbours still go in one call, see joins); elsewhere (CUDA) the granules that one
+ * mapping created, since only that whole mapping can be unmapped. Fields marked (run) are
+ * kept in the run's first granule. */
 typedef struct granule {
-  uint32_t users; /* used chunks overlapping it */
-  uint32_t seq;   /* which of its queue entries is current (see queued) */
-  bool mapped;    /* backed by `phys` */
-  bool queued;    /* free, mapped, and in the queue with sequence number `seq` */
-  bool fresh;     /* mapped by the allocation in progress (undone if it fails) */
-  hbm__phys_t phys;
+  uint32_t users;   /* used chunks overlapping it */
+  uint32_t run_off; /* how many granules its run's first granule lies before it */
+  uint32_t run_len; /* (run) granules in the run */
+  uint32_t busy;    /* (run) granules of the run with users */
+  uint32_t seq;     /* (run) which of its queue entries is current (see queued) */
+  bool mapped;      /* backed by `phys` */
+  bool queued;      /* (run) free, mapped, and in the queue with sequence number `seq` */
+  bool fresh;       /* mapped by the allocation in progress (undone if it fails) */
+  hbm__phys_t phys; /* divisible: this granule's own; else the run's physical allocation */
 } granule_t;
 
 typedef struct queued {
-  uint64_t granule;
+  uint64_t granule;  /* the first of a run */
   uint64_t freed_at; /* the operation count when it was freed */
   uint32_t seq;
 } queued_t;
@@ -81,12 +103,12 @@ typedef struct expandable {
   uint64_t in_use;      /* bytes of granules with users */
   uint64_t ops;         /* allocations and frees so far (the cache's clock) */
   uint64_t peak_in_use; /* the most bytes of granules in use so far */
-  /* free but still mapped granules, oldest first: a ring whose stale entries (the granule was
-   * used again since) are skipped, and dropped when it fills up */
+  /* free but still mapped runs, oldest first: a ring whose stale entries (the run was used
+   * again since) are skipped, and dropped when it fills up */
   queued_t *queue;
   uint64_t queue_head, queue_len;
-  uint64_t cached;   /* bytes of free mapped granules */
-  uint64_t *evicted; /* scratch: granules being unmapped together */
+  uint64_t cached;   /* bytes of free mapped runs: what the cache can give back */
+  uint64_t *evicted; /* scratch: runs being unmapped together */
 } expandable_t;
 
 static expandable_t *exp_of(hbm__strategy_t *s) { return (expandable_t *)s; }
@@ -139,24 +161,29 @@ static hbm_status_t reserve_range(expandable_t *e, hbm__failure_t *why) {
   return HBM_OK;
 }
 
-/* ---- granules ---- */
+/* ---- granules and runs ---- */
 
-/* Runs [g, g + n) of granules that can be handled with one device call each: consecutive,
- * and (to be released together) consecutive in one physical allocation. */
+static uint64_t run_of(const expandable_t *e, uint64_t g) { return g - e->granules[g].run_off; }
+
+static uint64_t run_bytes(const expandable_t *e, uint64_t run) {
+  return e->granules[run].run_len * e->gran;
+}
+
+/* Runs `prev` and `g` (first granules) can go in one unmap and one release: neighbours, on
+ * a divisible device, consecutive in physical memory too. */
 static bool joins(const expandable_t *e, uint64_t prev, uint64_t g) {
-  return g == prev + 1 && e->base.env.device->vm_granules_divisible &&
+  return e->base.env.device->vm_granules_divisible && g == prev + 1 &&
          e->granules[g].phys == e->granules[prev].phys + e->gran;
 }
 
-static void unmap_run(expandable_t *e, uint64_t g, uint64_t n) {
+/* Unmaps [g, g + n) (whole runs) and releases its physical memory: one call each. When the
+ * device refuses the unmap, the granules stay mapped and counted (free runs outside the
+ * cache until used again): memory must never be released while mapped. */
+static void unmap_span(expandable_t *e, uint64_t g, uint64_t n) {
   hbm__device_t *d = e->base.env.device;
-  hbm__device_unmap(d, granule_addr(e, g), n * e->gran);
-  if (d->vm_granules_divisible) {
-    hbm__device_phys_release(d, e->granules[g].phys, n * e->gran);
-  } else {
-    for (uint64_t i = g; i < g + n; i++)
-      hbm__device_phys_release(d, e->granules[i].phys, e->gran);
-  }
+  if (hbm__device_unmap(d, granule_addr(e, g), n * e->gran) != HBM_OK)
+    return;
+  hbm__device_phys_release(d, e->granules[g].phys, n * e->gran);
   for (uint64_t i = g; i < g + n; i++)
     e->granules[i].mapped = false;
   e->mapped -= n * e->gran;
@@ -168,14 +195,15 @@ static int compare_u64(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-/* Unmaps granules[0..n) (mapped, unused), run by run, in address order. */
-static void unmap_all(expandable_t *e, uint64_t *granules, uint64_t n) {
-  if (n == 0) /* granules may then be NULL, which qsort must not get */
+/* Unmaps the free runs whose first granules are runs[0..n), in address order, joined where
+ * the device allows. */
+static void unmap_all(expandable_t *e, uint64_t *runs, uint64_t n) {
+  if (n == 0) /* runs may then be NULL, which qsort must not get */
     return;
-  qsort(granules, n, sizeof *granules, compare_u64);
+  qsort(runs, n, sizeof *runs, compare_u64);
   for (uint64_t i = 0, start = 0; i < n; i++)
-    if (i + 1 == n || !joins(e, granules[i], granules[i + 1])) {
-      unmap_run(e, granules[start], i + 1 - start);
+    if (i + 1 == n || !joins(e, runs[i], runs[i + 1])) {
+      unmap_span(e, runs[start], runs[i] + e->granules[runs[i]].run_len - runs[start]);
       start = i + 1;
     }
 }
@@ -184,25 +212,29 @@ static bool is_current(const expandable_t *e, queued_t q) {
   return e->granules[q.granule].queued && e->granules[q.granule].seq == q.seq;
 }
 
-/* Unmaps free cached granules, oldest first, until at most `keep` bytes stay cached; the
- * ones going together are unmapped together. */
+/* Takes the free run `run` out of the cache to be unmapped. */
+static void evict(expandable_t *e, uint64_t run, uint64_t *n) {
+  e->granules[run].queued = false;
+  e->cached -= run_bytes(e, run);
+  e->evicted[(*n)++] = run;
+}
+
+/* Unmaps free cached runs, oldest first, until at most `keep` bytes stay cached; the ones
+ * going together are unmapped together. */
 static void shrink_cache(expandable_t *e, uint64_t keep) {
   uint64_t n = 0;
   while (e->cached > keep && e->queue_len) {
     queued_t q = e->queue[e->queue_head];
     e->queue_head = (e->queue_head + 1) % e->n_granules;
     e->queue_len--;
-    if (!is_current(e, q))
-      continue;
-    e->granules[q.granule].queued = false;
-    e->cached -= e->gran;
-    e->evicted[n++] = q.granule;
+    if (is_current(e, q))
+      evict(e, q.granule, &n);
   }
   unmap_all(e, e->evicted, n);
 }
 
-/* Drops the stale entries of a full queue (each granule has at most one current entry, so
- * what remains is far from full). */
+/* Drops the stale entries of a full queue (each run has at most one current entry, so what
+ * remains is far from full). */
 static void compact_queue(expandable_t *e) {
   uint64_t n = 0;
   for (uint64_t i = 0; i < e->queue_len; i++) {
@@ -213,12 +245,12 @@ static void compact_queue(expandable_t *e) {
   e->queue_len = n;
 }
 
-static void enqueue(expandable_t *e, uint64_t g) {
+static void enqueue(expandable_t *e, uint64_t run) {
   if (e->queue_len == e->n_granules)
     compact_queue(e);
-  granule_t *gr = &e->granules[g];
+  granule_t *gr = &e->granules[run];
   gr->queued = true;
-  e->queue[(e->queue_head + e->queue_len++) % e->n_granules] = (queued_t){g, e->ops, ++gr->seq};
+  e->queue[(e->queue_head + e->queue_len++) % e->n_granules] = (queued_t){run, e->ops, ++gr->seq};
 }
 
 static hbm_status_t device_refused(hbm__failure_t *why, uint64_t bytes) {
@@ -228,37 +260,45 @@ static hbm_status_t device_refused(hbm__failure_t *why, uint64_t bytes) {
   return HBM_ERR_NO_MEMORY;
 }
 
+/* Granules [g, g + n) are now mapped to `phys`: on a divisible device n runs of one granule
+ * (granule i at phys + i granules), else one run. Sequence numbers live on: the queue may
+ * still hold stale entries with older ones. */
+static void set_mapped(expandable_t *e, uint64_t g, uint64_t n, hbm__phys_t phys) {
+  bool divisible = e->base.env.device->vm_granules_divisible;
+  for (uint64_t i = 0; i < n; i++) {
+    granule_t *gr = &e->granules[g + i];
+    *gr = (granule_t){.seq = gr->seq, .mapped = true, .fresh = true};
+    gr->phys = divisible ? phys + i * e->gran : phys;
+    gr->run_off = divisible ? 0 : (uint32_t)i;
+    gr->run_len = divisible ? 1 : (uint32_t)n;
+  }
+  e->mapped += n * e->gran;
+  report(e, HBM_RESERVE_MAP, g, n);
+}
+
 /* Backs granules [g, g + n) (none mapped) with new physical memory: one allocation and one
- * mapping for the run where the device allows, else one per granule. */
+ * mapping for the whole stretch, or, where the device has no n granules in one piece, one
+ * per granule. */
 static hbm_status_t map_run(expandable_t *e, uint64_t g, uint64_t n, hbm__failure_t *why) {
   hbm__device_t *d = e->base.env.device;
   hbm__phys_t phys;
-  if (n > 1 && d->vm_granules_divisible &&
-      hbm__device_phys_create(d, n * e->gran, &phys) == HBM_OK) {
+  if (n > 1 && hbm__device_phys_create(d, n * e->gran, &phys) == HBM_OK) {
     if (hbm__device_map(d, granule_addr(e, g), n * e->gran, phys, 0) != HBM_OK) {
       hbm__device_phys_release(d, phys, n * e->gran);
       return device_refused(why, n * e->gran);
     }
-    for (uint64_t i = 0; i < n; i++)
-      e->granules[g + i] = (granule_t){
-          .phys = phys + i * e->gran, .mapped = true, .fresh = true, .seq = e->granules[g + i].seq};
-  } else {
-    for (uint64_t i = g; i < g + n; i++) {
-      granule_t *gr = &e->granules[i];
-      if (hbm__device_phys_create(d, e->gran, &gr->phys) != HBM_OK)
-        return device_refused(why, e->gran);
-      if (hbm__device_map(d, granule_addr(e, i), e->gran, gr->phys, 0) != HBM_OK) {
-        hbm__device_phys_release(d, gr->phys, e->gran);
-        return device_refused(why, e->gran);
-      }
-      gr->mapped = gr->fresh = true;
-      e->mapped += e->gran;
-      report(e, HBM_RESERVE_MAP, i, 1);
-    }
+    set_mapped(e, g, n, phys);
     return HBM_OK;
   }
-  e->mapped += n * e->gran;
-  report(e, HBM_RESERVE_MAP, g, n);
+  for (uint64_t i = g; i < g + n; i++) {
+    if (hbm__device_phys_create(d, e->gran, &phys) != HBM_OK)
+      return device_refused(why, e->gran);
+    if (hbm__device_map(d, granule_addr(e, i), e->gran, phys, 0) != HBM_OK) {
+      hbm__device_phys_release(d, phys, e->gran);
+      return device_refused(why, e->gran);
+    }
+    set_mapped(e, i, 1, phys);
+  }
   return HBM_OK;
 }
 
@@ -273,6 +313,22 @@ static uint64_t unmapped_in(const expandable_t *e, uint64_t first, uint64_t last
   for (uint64_t g = first; g <= last; g++)
     n += !e->granules[g].mapped;
   return n;
+}
+
+/* A request over the limit. With whole runs, part of what counts may be free granules of
+ * runs a neighbouring block still uses: the diagnosis says how much, since the blocks in use
+ * alone do not explain the failure. */
+static hbm_status_t over_limit(expandable_t *e, hbm__failure_t *why) {
+  why->kind = HBM__FAIL_LIMIT;
+  uint64_t pinned_free = e->mapped - e->cached - e->in_use;
+  if (pinned_free) {
+    char bytes[32];
+    snprintf(why->detail, sizeof why->detail,
+             "Of what counts as in use, %s are free granules that stay mapped: a mapping on "
+             "this device is unmapped only whole, and blocks still use other parts of theirs.",
+             hbm_format_bytes(pinned_free, bytes, sizeof bytes));
+  }
+  return HBM_ERR_NO_MEMORY;
 }
 
 /* Maps what [first, last] lacks, within the limit (giving back cached granules first if
@@ -297,10 +353,8 @@ static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
     shrink_cache(e, 0);
     need = unmapped_in(e, first, last) * e->gran;
   }
-  if (e->mapped + need > limit) {
-    why->kind = HBM__FAIL_LIMIT;
-    return HBM_ERR_NO_MEMORY;
-  }
+  if (e->mapped + need > limit)
+    return over_limit(e, why);
   hbm_status_t st = HBM_OK;
   for (uint64_t g = first; g <= last && st == HBM_OK;) {
     uint64_t end = g;
@@ -310,9 +364,9 @@ static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
       st = map_run(e, g, end - g, why);
     g = end + 1;
   }
-  uint64_t n = 0;
+  uint64_t n = 0; /* on failure, the runs this call mapped (they lie inside [first, last]) */
   for (uint64_t g = first; g <= last; g++) {
-    if (st != HBM_OK && e->granules[g].fresh)
+    if (st != HBM_OK && e->granules[g].fresh && !e->granules[g].run_off)
       e->evicted[n++] = g;
     e->granules[g].fresh = false;
   }
@@ -329,24 +383,25 @@ static void granules_of(const expandable_t *e, const hbm__block_t *b, uint64_t *
   *last = (b->addr + b->allocated - 1 - e->range) / e->gran;
 }
 
-/* The block [first, last] now uses its granules (all mapped). */
+/* The block [first, last] now uses its granules (all mapped); a run that was free leaves
+ * the cache (its queue entry goes stale). */
 static void use_granules(expandable_t *e, uint64_t first, uint64_t last) {
   for (uint64_t g = first; g <= last; g++) {
-    granule_t *gr = &e->granules[g];
-    if (gr->users++)
+    if (e->granules[g].users++)
       continue;
-    if (gr->queued) { /* from the cache: its queue entry goes stale */
-      gr->queued = false;
-      e->cached -= e->gran;
-    }
     e->in_use += e->gran;
+    granule_t *run = &e->granules[run_of(e, g)];
+    if (run->busy++ == 0 && run->queued) {
+      run->queued = false;
+      e->cached -= run->run_len * e->gran;
+    }
   }
   if (e->in_use > e->peak_in_use)
     e->peak_in_use = e->in_use;
 }
 
-/* Gives back cached granules freed more than RECENT_OPS operations ago, oldest first, while
- * the cache holds more than CACHE_BYTES. */
+/* Gives back cached runs freed more than RECENT_OPS operations ago, oldest first, while the
+ * cache holds more than CACHE_BYTES. */
 static void expire_cache(expandable_t *e) {
   uint64_t n = 0;
   while (e->cached > CACHE_BYTES && e->queue_len) {
@@ -356,23 +411,23 @@ static void expire_cache(expandable_t *e) {
       break;
     e->queue_head = (e->queue_head + 1) % e->n_granules;
     e->queue_len--;
-    if (!current)
-      continue;
-    e->granules[q.granule].queued = false;
-    e->cached -= e->gran;
-    e->evicted[n++] = q.granule;
+    if (current)
+      evict(e, q.granule, &n);
   }
   unmap_all(e, e->evicted, n);
 }
 
-/* The block [first, last] is gone: granules without users go to the cache. */
+/* The block [first, last] is gone: runs left without users go to the cache. */
 static void release_granules(expandable_t *e, uint64_t first, uint64_t last) {
   for (uint64_t g = first; g <= last; g++) {
     if (--e->granules[g].users)
       continue;
     e->in_use -= e->gran;
-    e->cached += e->gran;
-    enqueue(e, g);
+    uint64_t run = run_of(e, g);
+    if (--e->granules[run].busy)
+      continue;
+    e->cached += run_bytes(e, run);
+    enqueue(e, run);
   }
   expire_cache(e);
 }
@@ -422,11 +477,12 @@ static void exp_stats(hbm__strategy_t *s, hbm__strategy_stats_t *out) {
   memset(out, 0, sizeof *out);
   out->reserved = e->mapped;
   out->peak_reserved = e->peak_mapped;
-  /* What counts against the limit is whole granules: a request fits when the granules it
-   * needs fit; free address space is never what is short. */
-  out->allocated = e->in_use;
+  /* What counts against the limit is mapped memory the cache cannot give back: granules in
+   * use and (whole runs) the free granules of runs still in use. A request fits when the
+   * granules it needs fit; free address space is never what is short. */
+  out->allocated = e->mapped - e->cached;
   out->free_bytes = e->cached;
-  uint64_t limit = s->env.limit, room = limit > e->in_use ? limit - e->in_use : 0;
+  uint64_t limit = s->env.limit, room = limit > out->allocated ? limit - out->allocated : 0;
   uint64_t largest = e->range ? hbm__arena_largest_free(e->arena) : limit;
   out->largest_free = (room < largest ? room : largest) / UNIT * UNIT;
 }
@@ -451,7 +507,7 @@ static void exp_destroy(hbm__strategy_t *s) {
   expandable_t *e = exp_of(s);
   uint64_t n = 0;
   for (uint64_t g = 0; g < e->n_granules; g++)
-    if (e->granules[g].mapped)
+    if (e->granules[g].mapped && !e->granules[g].run_off)
       e->evicted[n++] = g;
   unmap_all(e, e->evicted, n);
   if (e->range)

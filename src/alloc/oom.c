@@ -120,6 +120,8 @@ static void cause_over_limit(hbm_strbuf_t *sb, const oom_facts_t *f) {
     hbm_strbuf_printf(sb, "; or raise XLA_PYTHON_CLIENT_MEM_FRACTION from %g to at least %.2f",
                       cfg->mem_fraction, fraction_for(needed, f->total));
   hbm_strbuf_puts(sb, ".");
+  if (f->dev->mode == HBM_MODE_EXPANDABLE && f->why->detail[0]) /* what the granules hold */
+    hbm_strbuf_printf(sb, " %s", f->why->detail);
 }
 
 static void cause_fragmentation(hbm_strbuf_t *sb, const oom_facts_t *f) {

@@ -230,10 +230,16 @@ static void time_replays(replay_t *rp, hbm_device_t *dev, int repeat, hbm_replay
     free(ns);
     return;
   }
+  uint64_t calls = atomic_load(&dev->phys->vm_calls);
   for (int i = 0; i < repeat; i++) {
     ns[i] = (double)replay_timed(rp, dev) / (double)rp->n_ops;
     progress(rp, "timing", (double)(i + 1) / repeat);
   }
+  calls = atomic_load(&dev->phys->vm_calls) - calls;
+  out->vm_calls_per_op = (double)calls / ((double)rp->n_ops * repeat);
+  hbm_stats_t s; /* a cache may hold more in later passes than in the first */
+  if (hbm_get_stats(dev, &s) == HBM_OK)
+    out->peak_reserved_all_bytes = s.peak_bytes_reserved;
   qsort(ns, (size_t)repeat, sizeof *ns, compare_double);
   out->timed_replays = repeat;
   out->ns_per_op = repeat % 2 ? ns[repeat / 2] : (ns[repeat / 2 - 1] + ns[repeat / 2]) / 2;
@@ -335,7 +341,7 @@ static void count_events(const hbm_alloc_log_t *log, hbm_replay_result_t *out) {
 }
 
 static void take_outcome(const replay_t *rp, outcome_t *o, hbm_replay_result_t *out) {
-  out->peak_reserved_bytes = o->peak_reserved;
+  out->peak_reserved_bytes = out->peak_reserved_all_bytes = o->peak_reserved;
   out->failed_allocations = o->failed;
   out->first_failure_event = o->first_event;
   out->first_failure_line = o->first_event >= 0 ? rp->log->events[o->first_event].line : -1;
@@ -359,7 +365,10 @@ static hbm_status_t replay_and_time(replay_t *rp, hbm_replay_result_t *out) {
   if (!dev)
     return hbm_last_status();
   outcome_t o;
+  uint64_t calls = atomic_load(&dev->phys->vm_calls);
   hbm_status_t st = replay_checked(rp, dev, false, &o);
+  calls = atomic_load(&dev->phys->vm_calls) - calls;
+  out->vm_calls_per_op_first = rp->n_ops ? (double)calls / (double)rp->n_ops : 0;
   take_outcome(rp, &o, out);
   progress(rp, "replay", 1.0);
   int repeat = opt->repeat == 0 ? DEFAULT_REPEAT : opt->repeat;
