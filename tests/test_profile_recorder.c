@@ -361,6 +361,34 @@ static void device_lifecycle_during_capture(void **state) {
   end_capture(dir, path);
 }
 
+/* Most events carry a thread's last clock reading (recorder.c, stamp()): a pause between
+ * two events must still show in their times (the writer's 10 ms heartbeat makes the next
+ * event read the clock), and events in a burst keep their order. Expected: the 50 ms sleep
+ * below, less the heartbeat's 10 ms and the usleep's own slack. */
+static void pauses_show_in_carried_times(void **state) {
+  (void)state;
+  char *dir, *path = start_capture(&dir);
+  fake_device_t d = {0};
+  open_device(&d, "simT");
+  for (uint64_t i = 0; i < 5; i++) /* a burst: most of these carry one reading */
+    dev_alloc(&d, 0x10000 + i * 0x1000, 256, NULL);
+  usleep(50000);
+  dev_alloc(&d, 0x20000, 256, NULL); /* fifth of eight since a reading: would carry it */
+  assert_int_equal(hbm_profiler_stop(), HBM_OK);
+  close_device(&d);
+  hbm_profile_t *p = read_profile(path);
+  assert_true(hbm_profile_step_count(p) == 6);
+  for (int64_t i = 1; i < 6; i++)
+    assert_true(hbm_profile_step_time(p, i) > hbm_profile_step_time(p, i - 1));
+  int64_t gap = hbm_profile_step_time(p, 5) - hbm_profile_step_time(p, 4);
+  if (gap < 35000000)
+    fail_msg("a 50 ms pause shows as %lld ns", (long long)gap);
+  for (int i = 0; i < 6; i++) /* the buffers in the order they were allocated */
+    assert_true(hbm_profile_buffer(p, i)->start == i);
+  hbm_profile_free(p);
+  end_capture(dir, path);
+}
+
 static void misuse_gives_messages(void **state) {
   (void)state;
   assert_int_equal(hbm_profiler_stop(), HBM_ERR_INVALID);
@@ -388,6 +416,7 @@ int main(void) {
       cmocka_unit_test(flush_writes_what_was_recorded),
       cmocka_unit_test(two_captures_in_one_second_get_two_runs),
       cmocka_unit_test(device_lifecycle_during_capture),
+      cmocka_unit_test(pauses_show_in_carried_times),
       cmocka_unit_test(misuse_gives_messages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -326,8 +326,8 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
 
 /* The fast path, which serves most calls of most programs: a device used by one thread (its
  * lock biased to that thread, lock.h; so there are no thread caches either), whose strategy
- * sub-allocates from its arena, while no profile is being captured, untagged, on no stream,
- * aligned to at most 256 bytes. It does what the general
+ * sub-allocates from its arena, untagged, on no stream, aligned to at most 256 bytes — and
+ * recorded like the general path's when a profile is being captured. It does what the general
  * path does in that case — the arena's allocation and the statistics, under the lock —
  * without its checks and copies (issue 16: they were a third of an allocation's time). Any
  * other case, and any allocation the arena cannot serve at once (it must grow, or memory
@@ -339,13 +339,15 @@ static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) 
   if (HBM_UNLIKELY(!arena || hbm__devlock_shared(&dev->lock)) ||
       !hbm__devlock_enter_biased(&dev->lock))
     return false;
-  bool served = HBM_LIKELY(!hbm__rec_active()) && hbm__arena_alloc_fast(arena, size, addr);
+  bool served = hbm__arena_alloc_fast(arena, size, addr);
   if (served) {
     uint64_t in_use = dev->in_use += size;
     if (in_use > dev->peak_in_use)
       dev->peak_in_use = in_use;
     dev->num_allocs++;
     dev->num_live++;
+    if (recording(dev))
+      hbm__rec_alloc_stable(dev->rec_id, *addr, size, hbm__round_up(size, HBM__MIN_BLOCK), NULL);
   }
   hbm__devlock_leave_biased(&dev->lock);
   return served;
@@ -428,13 +430,15 @@ static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
     return false;
   uint64_t size;
   uint32_t tag;
-  bool freed = HBM_LIKELY(!hbm__rec_active()) && hbm__arena_release_at(arena, addr, &size, &tag);
+  bool freed = hbm__arena_release_at(arena, addr, &size, &tag);
   if (freed) {
     if (HBM_UNLIKELY(tag))
       drop_tag(dev, tag);
     dev->in_use -= size;
     dev->num_frees++;
     dev->num_live--;
+    if (recording(dev))
+      hbm__rec_free(dev->rec_id, addr);
   }
   hbm__devlock_leave_biased(&dev->lock);
   return freed;

@@ -1,9 +1,10 @@
 /* recorder.c — the profiler's event recorder (recorder.h) and the public hbm_profiler_*
  * functions. While a capture runs, every hook appends a small fixed-layout record to a buffer
- * ("chunk") owned by the calling thread: no lock, no atomic read-modify-write, one timestamp
- * (rdtsc wherever the TSC is invariant, whatever clocksource the kernel picked; see
- * choose_clock). A writer thread collects full chunks (and,
- * once a second or on flush/OOM/stop, the filled part of every thread's current chunk),
+ * ("chunk") owned by the calling thread: no lock, no atomic read-modify-write, and a time
+ * stamp that reads the clock (rdtsc wherever the TSC is invariant, whatever clocksource the
+ * kernel picked; see choose_clock) at one event in eight or after 10 ms (stamp()). A writer
+ * thread collects full chunks (and, once a second or on flush/OOM/stop, the filled part of
+ * every thread's current chunk),
  * turns them into trace records (strings interned once per file, times in ns) and lets
  * trace_write.c compress and append them as blocks. So the allocating thread pays for the
  * record only; compression happens on the writer thread.
@@ -18,6 +19,7 @@
 #include "profile/trace_format.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,12 @@
 #define PREFILL_CHUNKS 32            /* kept ready: 2 MiB */
 #define MAX_TAG_STRING 4095u         /* longer tag strings are cut in the profile */
 #define FLUSH_PERIOD_S 1             /* bounds what a crash can lose */
+/* The clock is read at one event in CLOCK_EVERY of a thread, and whenever the writer's
+ * heartbeat (every HEARTBEAT_MS) moved since the thread's last reading (stamp()). */
+#define CLOCK_EVERY 8
+#define HEARTBEAT_MS 10
+#define PREFETCH_AHEAD 512 /* bytes (reserve()) */
+#define MAX_STAMPED_DEVICES 1024 /* devices whose stamps may skip the clock (ids below) */
 
 atomic_uint hbm__rec_capturing;
 
@@ -77,6 +85,10 @@ typedef struct rec_thread {
   struct rec_thread *next;
   chunk_t *cur; /* changed by the owner under rec.lock only */
   size_t pos;   /* owner only */
+  /* stamp(), owner only: the last clock reading, events left before the next one, and the
+   * heartbeat it was taken at */
+  uint64_t last_ticks;
+  unsigned clock_in, beat;
   unsigned gen; /* capture this thread's chunk belongs to (owner, under rec.lock) */
   bool describing;
   bool dead; /* its thread exited; the struct is reused once drained */
@@ -125,11 +137,15 @@ static struct {
   bool writer_running;
   uint64_t ticks0;
   double ns_per_tick;
+  uint64_t step_ticks; /* the fewest ticks that make one nanosecond more (stamp()) */
   bool use_tsc;
   char clock_name[16]; /* the header's "clock": tsc, cntvct or monotonic */
   char *path;
   atomic_uint gen;
   atomic_ullong dropped;
+  atomic_uint heartbeat; /* the writer thread's, every HEARTBEAT_MS while capturing */
+  /* The last stamp of each device's events: written under the device's lock. */
+  _Atomic uint64_t last_stamp[MAX_STAMPED_DEVICES];
 } rec = {.devices_lock = PTHREAD_MUTEX_INITIALIZER,
          .write_lock = PTHREAD_MUTEX_INITIALIZER,
          .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -212,7 +228,7 @@ static bool invariant_tsc(void) {
  * CPU flags say so, or on ARMv8 (whose generic timer always is). HBM_RECORDER_CLOCK=monotonic
  * or =tsc overrides (benchmarks, tests). Calibrated once against CLOCK_MONOTONIC over 2 ms
  * (about 1e-4 relative error: docs/trace-format.md). */
-static void choose_clock(void) {
+static void pick_clock(void) {
   rec.use_tsc = false;
   rec.ns_per_tick = 1.0;
   snprintf(rec.clock_name, sizeof rec.clock_name, "monotonic");
@@ -253,6 +269,12 @@ static void choose_clock(void) {
 #endif
   }
 #endif
+}
+
+/* The clock and the rate of its ticks, once per process. */
+static void choose_clock(void) {
+  pick_clock();
+  rec.step_ticks = (uint64_t)(1.0 / rec.ns_per_tick) + 1;
 }
 
 static int64_t ticks_to_ns(uint64_t ticks) {
@@ -319,6 +341,7 @@ static rec_thread_t *register_thread(void) { /* under rec.lock */
   t->dead = false;
   t->describing = false;
   t->gen = 0; /* forces a reset on first use */
+  t->clock_in = 0;
   pthread_setspecific(thread_key, t);
   return t;
 }
@@ -337,6 +360,8 @@ static uint8_t *reserve_slow(size_t need) {
   }
   unsigned gen = atomic_load(&rec.gen);
   bool help = false;
+  if (t->gen != gen)
+    t->clock_in = 0; /* a new capture reads the clock at its first event */
   if (t->cur && t->gen != gen) { /* leftovers of an earlier capture: dropped */
     t->cur->consumed = 0;
     atomic_store_explicit(&t->cur->committed, 0, memory_order_relaxed);
@@ -366,12 +391,27 @@ static uint8_t *reserve_slow(size_t need) {
   return t->cur ? t->cur->data + t->pos : NULL;
 }
 
+/* Asks for a cache line in the state a store needs (x86: PREFETCHW, a no-op on CPUs that
+ * lack it; elsewhere the compiler's write prefetch). */
+static inline void prefetch_for_write(const void *p) {
+#if defined(__x86_64__)
+  __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 /* Room for `need` bytes in this thread's chunk (NULL: out of host memory, event dropped). */
 static inline uint8_t *reserve(size_t need) {
   rec_thread_t *t = tls_thread;
   if (HBM_LIKELY(t && t->gen == atomic_load_explicit(&rec.gen, memory_order_relaxed) &&
-                 t->pos + need <= CHUNK_BYTES))
+                 t->pos + need <= CHUNK_BYTES)) {
+    /* A recycled chunk's lines were last in the writer thread's cache: fetching each for
+     * writing as the record reaches it stalled the store for half a record's cost. Ask for
+     * the line PREFETCH_AHEAD bytes on, so it is here when the records get there. */
+    prefetch_for_write(t->cur->data + t->pos + PREFETCH_AHEAD);
     return t->cur->data + t->pos;
+  }
   return reserve_slow(need);
 }
 
@@ -383,7 +423,79 @@ static inline void commit(size_t n) {
 
 static void drop_event(void) { atomic_fetch_add_explicit(&rec.dropped, 1, memory_order_relaxed); }
 
+/* The time stamp of an event of device `id`, under that device's lock (after reserve()).
+ * Reading the TSC costs about 10 ns on the cloud VMs hbm runs on, most of what a record
+ * costs, so a thread reads it at one event in CLOCK_EVERY and whenever the writer's
+ * heartbeat moved since its last reading; the events between carry that reading. Order
+ * must stay exact (the reader orders events by time): each device's stamps are kept
+ * strictly increasing in nanoseconds — a carried reading not past the device's last stamp
+ * becomes that stamp + step_ticks, the ticks of at least one nanosecond (one tick is 0.3 ns
+ * with the TSC: two stamps one tick apart were one time in the profile, and ties go by file
+ * order, which is not the order between threads). So times are late by at most HEARTBEAT_MS (plus CLOCK_EVERY - 1 events),
+ * order is the order of each device's state changes, and docs/trace-format.md says so.
+ * Devices past MAX_STAMPED_DEVICES read the clock at every event. */
+static inline uint64_t stamp(int id) {
+  rec_thread_t *t = tls_thread;
+  unsigned beat = atomic_load_explicit(&rec.heartbeat, memory_order_relaxed);
+  bool tracked = (unsigned)id < MAX_STAMPED_DEVICES;
+  uint64_t ticks;
+  if (HBM_LIKELY(t->clock_in && t->beat == beat && tracked)) {
+    t->clock_in--;
+    ticks = t->last_ticks;
+  } else {
+    ticks = t->last_ticks = read_ticks();
+    t->clock_in = CLOCK_EVERY - 1;
+    t->beat = beat;
+    if (!tracked)
+      return ticks;
+  }
+  uint64_t last = atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed);
+  if (ticks < last + rec.step_ticks)
+    ticks = last + rec.step_ticks;
+  atomic_store_explicit(&rec.last_stamp[id], ticks, memory_order_relaxed);
+  return ticks;
+}
+
+/* The time of a record written outside the hooks (a device's close, an OOM, a marker): the
+ * clock, past the last stamp of device `id` (-1: none). It moves the heartbeat, so that
+ * every event after it — in this thread, or in one that synchronised with it — reads the
+ * clock again instead of carrying an older reading past it. */
+static uint64_t clock_now(int id) {
+  uint64_t now = read_ticks();
+  if (id >= 0 && id < MAX_STAMPED_DEVICES) {
+    uint64_t after = atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed) + rec.step_ticks;
+    now = now > after ? now : after;
+  }
+  atomic_fetch_add_explicit(&rec.heartbeat, 1, memory_order_relaxed);
+  return now;
+}
+
 /* ---- the hooks ---- */
+
+/* Records are written into the chunk in place, field by field. (Built on the stack and
+ * copied, the copy's 16-byte loads read back the narrow stores just made, which the
+ * processor cannot forward: a stall of about half of what a record costs.) */
+static inline void put_head(uint8_t *p, uint8_t type, uint8_t flags, uint16_t extra, int id) {
+  int32_t device = id;
+  uint64_t ticks = stamp(id);
+  memcpy(p + offsetof(raw_head_t, type), &type, sizeof type);
+  memcpy(p + offsetof(raw_head_t, flags), &flags, sizeof flags);
+  memcpy(p + offsetof(raw_head_t, extra), &extra, sizeof extra);
+  memcpy(p + offsetof(raw_head_t, device), &device, sizeof device);
+  memcpy(p + offsetof(raw_head_t, ticks), &ticks, sizeof ticks);
+}
+
+static inline void put_u64(uint8_t *p, size_t offset, uint64_t v) {
+  memcpy(p + offset, &v, sizeof v);
+}
+
+static inline void put_alloc(uint8_t *p, uint8_t flags, const hbm_tag_t *tag, int id,
+                             uint64_t address, uint64_t size, uint64_t allocated) {
+  put_head(p, RAW_ALLOC, flags, (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id);
+  put_u64(p, offsetof(raw_alloc_t, address), address);
+  put_u64(p, offsetof(raw_alloc_t, size), size);
+  put_u64(p, offsetof(raw_alloc_t, allocated), allocated);
+}
 
 static size_t tag_length(const char *s) { return s ? strnlen(s, MAX_TAG_STRING) : 0; }
 
@@ -409,17 +521,13 @@ void hbm__rec_alloc(int id, uint64_t address, uint64_t size, uint64_t allocated,
     drop_event();
     return;
   }
-  raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_TAGGED),
-                    (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
-                   address,
-                   size,
-                   allocated};
-  memcpy(p, &r, sizeof r);
+  put_alloc(p, alloc_flags(tag, RAW_TAGGED), tag, id, address, size, allocated);
   if (tag) {
-    uint8_t *q = p + sizeof r + 4 * sizeof(uint16_t);
+    const size_t head = sizeof(raw_alloc_t);
+    uint8_t *q = p + head + 4 * sizeof(uint16_t);
     for (int i = 0; i < 4; i++) {
       uint16_t n = (uint16_t)lens[i];
-      memcpy(p + sizeof r + i * sizeof n, &n, sizeof n);
+      memcpy(p + head + i * sizeof n, &n, sizeof n);
       if (n)
         memcpy(q, s[i], n);
       q[n] = '\0';
@@ -439,15 +547,11 @@ void hbm__rec_alloc_stable(int id, uint64_t address, uint64_t size, uint64_t all
     drop_event();
     return;
   }
-  raw_alloc_t r = {{RAW_ALLOC, alloc_flags(tag, RAW_STABLE),
-                    (uint16_t)(tag ? tag->category : HBM_CAT_UNKNOWN), id, read_ticks()},
-                   address,
-                   size,
-                   allocated};
-  memcpy(p, &r, sizeof r);
+  put_alloc(p, alloc_flags(tag, RAW_STABLE), tag, id, address, size, allocated);
   if (tag) {
     const char *s[4] = {tag->op, tag->shape, tag->group, tag->source};
-    memcpy(p + sizeof r, s, sizeof s);
+    for (int i = 0; i < 4; i++)
+      memcpy(p + sizeof(raw_alloc_t) + i * sizeof s[i], &s[i], sizeof s[i]);
   }
   commit(need);
 }
@@ -460,9 +564,9 @@ void hbm__rec_free(int id, uint64_t address) {
     drop_event();
     return;
   }
-  raw_free_t r = {{RAW_FREE, 0, 0, id, read_ticks()}, address};
-  memcpy(p, &r, sizeof r);
-  commit(sizeof r);
+  put_head(p, RAW_FREE, 0, 0, id);
+  put_u64(p, offsetof(raw_free_t, address), address);
+  commit(sizeof(raw_free_t));
 }
 
 void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t size) {
@@ -473,9 +577,10 @@ void hbm__rec_reserve(int id, hbm_reserve_op_t op, uint64_t address, uint64_t si
     drop_event();
     return;
   }
-  raw_reserve_t r = {{RAW_RESERVE, 0, (uint16_t)op, id, read_ticks()}, address, size};
-  memcpy(p, &r, sizeof r);
-  commit(sizeof r);
+  put_head(p, RAW_RESERVE, 0, (uint16_t)op, id);
+  put_u64(p, offsetof(raw_reserve_t, address), address);
+  put_u64(p, offsetof(raw_reserve_t, size), size);
+  commit(sizeof(raw_reserve_t));
 }
 
 /* ---- turning raw records into trace records (under write_lock) ---- */
@@ -625,19 +730,35 @@ static void collect_and_write(bool all, bool to_disk) {
   pthread_mutex_unlock(&rec.write_lock);
 }
 
+/* Waits for a queued chunk or HEARTBEAT_MS, whichever comes first; under rec.lock. */
+static void wait_for_work(void) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += HEARTBEAT_MS * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&rec.wake, &rec.lock, &until);
+}
+
+/* Writes queued chunks as they come and, once every FLUSH_PERIOD_S, what every thread has
+ * recorded; beats the heartbeat that bounds how stale a carried stamp can be (stamp()). */
 static void *writer_main(void *arg) {
   (void)arg;
+  int64_t next_flush = monotonic_ns() + FLUSH_PERIOD_S * 1000000000LL;
   pthread_mutex_lock(&rec.lock);
   while (!rec.stopping) {
-    bool periodic = false;
-    if (rec.n_queued == 0) {
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_sec += FLUSH_PERIOD_S;
-      periodic = pthread_cond_timedwait(&rec.wake, &rec.lock, &until) != 0;
-    }
+    if (rec.n_queued == 0)
+      wait_for_work();
+    atomic_fetch_add_explicit(&rec.heartbeat, 1, memory_order_relaxed);
     if (rec.stopping)
       break;
+    bool periodic = monotonic_ns() >= next_flush;
+    if (!periodic && rec.n_queued == 0)
+      continue;
+    if (periodic)
+      next_flush = monotonic_ns() + FLUSH_PERIOD_S * 1000000000LL;
     pthread_mutex_unlock(&rec.lock);
     collect_and_write(periodic, periodic);
     pthread_mutex_lock(&rec.lock);
@@ -721,7 +842,7 @@ void hbm__rec_device_close(int id) {
   if (id >= 0 && id < rec.n_devices) {
     rec.devices[id].open = false;
     if (hbm__rec_active()) {
-      uint64_t now = read_ticks();
+      uint64_t now = clock_now(id);
       pthread_mutex_lock(&rec.write_lock);
       collect_locked(true, false); /* its last frees go before the close */
       if (rec.tw && space_of(id) >= 0)
@@ -737,7 +858,7 @@ void hbm__rec_device_close(int id) {
 void hbm__rec_oom(int id, uint64_t requested, const char *message) {
   if (!hbm__rec_active())
     return;
-  uint64_t now = read_ticks();
+  uint64_t now = clock_now(id);
   pthread_mutex_lock(&rec.write_lock);
   collect_locked(true, false);
   if (rec.tw && space_of(id) >= 0) {
@@ -753,7 +874,7 @@ void hbm__rec_oom(int id, uint64_t requested, const char *message) {
 static hbm_status_t add_marker(hbm_marker_kind_t kind, int64_t value, const char *text) {
   if (!hbm__rec_active())
     return hbm__error(HBM_ERR_INVALID, "no profile is being captured (hbm_profiler_start)");
-  uint64_t now = read_ticks();
+  uint64_t now = clock_now(-1);
   pthread_mutex_lock(&rec.write_lock);
   if (rec.tw) {
     hbm__tw_ev_marker(rec.tw, ticks_to_ns(now), kind, value, text);
@@ -990,7 +1111,7 @@ hbm_status_t hbm_profiler_stop(void) {
   if (dropped) {
     char text[128];
     snprintf(text, sizeof text, "hbm: %llu events were not recorded (out of host memory)", dropped);
-    hbm__tw_ev_marker(rec.tw, ticks_to_ns(read_ticks()), HBM_MARKER_TEXT, 0, text);
+    hbm__tw_ev_marker(rec.tw, ticks_to_ns(clock_now(-1)), HBM_MARKER_TEXT, 0, text);
   }
   hbm_status_t s = hbm__tw_close(rec.tw, true);
   rec.tw = NULL;
