@@ -228,6 +228,24 @@ static bool arguments_refused(hbm_device_t *dev, size_t size, size_t *alignment,
   return false;
 }
 
+/* The statistics of a block handed out or given back (requested sizes). Under the lock. */
+static inline void count_alloc(hbm_device_t *dev, uint64_t size) {
+  dev->in_use += size;
+  uint64_t total = dev->in_use;
+  if (HBM_UNLIKELY(dev->n_caches)) /* the peak, sampled with what the caches hand out */
+    total += (uint64_t)hbm__tcache_in_use(dev);
+  if (total > dev->peak_in_use)
+    dev->peak_in_use = total;
+  dev->num_allocs++;
+  dev->num_live++;
+}
+
+static inline void count_free(hbm_device_t *dev, uint64_t size) {
+  dev->in_use -= size;
+  dev->num_frees++;
+  dev->num_live--;
+}
+
 /* Enters a served block in the table (the arena keeps its own) and the statistics. Under
  * the lock. */
 static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__block_t *b,
@@ -247,14 +265,7 @@ static hbm_status_t remember_block(hbm_device_t *dev, uint64_t size, const hbm__
       return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the live-block table");
     }
   }
-  dev->in_use += size;
-  uint64_t total = dev->in_use;
-  if (HBM_UNLIKELY(dev->n_caches)) /* the peak, sampled with what the caches hand out */
-    total += (uint64_t)hbm__tcache_in_use(dev);
-  if (total > dev->peak_in_use)
-    dev->peak_in_use = total;
-  dev->num_allocs++;
-  dev->num_live++;
+  count_alloc(dev, size);
   if (recording(dev))
     hbm__rec_alloc_stable(dev->rec_id, b->addr, size, b->allocated,
                           tag ? &dev->tags[tag_index].tag : NULL);
@@ -341,11 +352,7 @@ static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) 
     return false;
   bool served = hbm__arena_alloc_fast(arena, size, addr);
   if (served) {
-    uint64_t in_use = dev->in_use += size;
-    if (in_use > dev->peak_in_use)
-      dev->peak_in_use = in_use;
-    dev->num_allocs++;
-    dev->num_live++;
+    count_alloc(dev, size);
     if (recording(dev))
       hbm__rec_alloc_stable(dev->rec_id, *addr, size, hbm__round_up(size, HBM__MIN_BLOCK), NULL);
   }
@@ -434,9 +441,7 @@ static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
   if (freed) {
     if (HBM_UNLIKELY(tag))
       drop_tag(dev, tag);
-    dev->in_use -= size;
-    dev->num_frees++;
-    dev->num_live--;
+    count_free(dev, size);
     if (recording(dev))
       hbm__rec_free(dev->rec_id, addr);
   }
@@ -462,11 +467,8 @@ static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, vo
     return hbm__error(HBM_ERR_NOT_FOUND, "hbm_free: %p is not a live block of device %s", ptr,
                       dev->phys->name);
   }
-  if (HBM_LIKELY(what == DEVICE_BLOCK)) {
-    dev->in_use -= size;
-    dev->num_frees++;
-    dev->num_live--;
-  }
+  if (HBM_LIKELY(what == DEVICE_BLOCK))
+    count_free(dev, size);
   if (HBM_UNLIKELY(tag))
     drop_tag(dev, tag);
   if (recording(dev))
