@@ -302,8 +302,9 @@ static inline void release_block(hbm_device_t *dev, const hbm__block_t *b, hbm_s
 
 /* Every allocation that fast_alloc does not serve. (Not inlined: the fast path stays a
  * small function that saves few registers.) */
-static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
-                           const hbm_tag_t *tag) {
+static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t size,
+                                                     size_t alignment, hbm_stream_t *stream,
+                                                     const hbm_tag_t *tag) {
   if (HBM_UNLIKELY(!dev || size == 0 || (alignment & (alignment - 1)) ||
                    alignment > HBM__MIN_BLOCK || stream) &&
       arguments_refused(dev, size, &alignment, stream))
@@ -363,8 +364,8 @@ static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) 
 void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
                  const hbm_tag_t *tag) {
   uint64_t addr;
-  if (HBM_LIKELY(dev && alignment <= HBM__MIN_BLOCK && !(alignment & (alignment - 1)) &&
-                 !stream && !tag && !hbm__annotation_depth) &&
+  if (HBM_LIKELY(dev && alignment <= HBM__MIN_BLOCK && !(alignment & (alignment - 1)) && !stream &&
+                 !tag && !hbm__annotation_depth) &&
       fast_alloc(dev, size, &addr))
     return (void *)(uintptr_t)addr;
   return general_alloc(dev, size, alignment, stream, tag);
@@ -450,7 +451,7 @@ static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
 }
 
 static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, void *ptr,
-                                                          hbm_stream_t *stream, bool ordered) {
+                                                           hbm_stream_t *stream, bool ordered) {
   if (HBM_UNLIKELY(!dev))
     return hbm__error(HBM_ERR_INVALID, "hbm_free: NULL device");
   if (HBM_UNLIKELY(stream && stream->dev != dev))

@@ -39,7 +39,7 @@
  * heartbeat (every HEARTBEAT_MS) moved since the thread's last reading (stamp()). */
 #define CLOCK_EVERY 8
 #define HEARTBEAT_MS 10
-#define PREFETCH_AHEAD 512 /* bytes (reserve()) */
+#define PREFETCH_AHEAD 512       /* bytes (reserve()) */
 #define MAX_STAMPED_DEVICES 1024 /* devices whose stamps may skip the clock (ids below) */
 
 atomic_uint hbm__rec_capturing;
@@ -361,7 +361,7 @@ static uint8_t *reserve_slow(size_t need) {
   unsigned gen = atomic_load(&rec.gen);
   bool help = false;
   if (t->gen != gen)
-    t->clock_in = 0; /* a new capture reads the clock at its first event */
+    t->clock_in = 0;             /* a new capture reads the clock at its first event */
   if (t->cur && t->gen != gen) { /* leftovers of an earlier capture: dropped */
     t->cur->consumed = 0;
     atomic_store_explicit(&t->cur->committed, 0, memory_order_relaxed);
@@ -431,8 +431,9 @@ static void drop_event(void) { atomic_fetch_add_explicit(&rec.dropped, 1, memory
  * strictly increasing in nanoseconds — a carried reading not past the device's last stamp
  * becomes that stamp + step_ticks, the ticks of at least one nanosecond (one tick is 0.3 ns
  * with the TSC: two stamps one tick apart were one time in the profile, and ties go by file
- * order, which is not the order between threads). So times are late by at most HEARTBEAT_MS (plus CLOCK_EVERY - 1 events),
- * order is the order of each device's state changes, and docs/trace-format.md says so.
+ * order, which is not the order between threads). So a time is early by at most
+ * HEARTBEAT_MS (and CLOCK_EVERY - 1 events), the order is that of each device's state
+ * changes, and docs/trace-format.md says so.
  * Devices past MAX_STAMPED_DEVICES read the clock at every event. */
 static inline uint64_t stamp(int id) {
   rec_thread_t *t = tls_thread;
@@ -463,7 +464,8 @@ static inline uint64_t stamp(int id) {
 static uint64_t clock_now(int id) {
   uint64_t now = read_ticks();
   if (id >= 0 && id < MAX_STAMPED_DEVICES) {
-    uint64_t after = atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed) + rec.step_ticks;
+    uint64_t after =
+        atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed) + rec.step_ticks;
     now = now > after ? now : after;
   }
   atomic_fetch_add_explicit(&rec.heartbeat, 1, memory_order_relaxed);
