@@ -39,7 +39,6 @@
  * heartbeat (every HEARTBEAT_MS) moved since the thread's last reading (stamp()). */
 #define CLOCK_EVERY 8
 #define HEARTBEAT_MS 10
-#define PREFETCH_AHEAD 512       /* bytes (reserve()) */
 #define MAX_STAMPED_DEVICES 1024 /* devices whose stamps may skip the clock (ids below) */
 
 atomic_uint hbm__rec_capturing;
@@ -391,27 +390,12 @@ static uint8_t *reserve_slow(size_t need) {
   return t->cur ? t->cur->data + t->pos : NULL;
 }
 
-/* Asks for a cache line in the state a store needs (x86: PREFETCHW, a no-op on CPUs that
- * lack it; elsewhere the compiler's write prefetch). */
-static inline void prefetch_for_write(const void *p) {
-#if defined(__x86_64__)
-  __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
-#else
-  __builtin_prefetch(p, 1, 3);
-#endif
-}
-
 /* Room for `need` bytes in this thread's chunk (NULL: out of host memory, event dropped). */
 static inline uint8_t *reserve(size_t need) {
   rec_thread_t *t = tls_thread;
   if (HBM_LIKELY(t && t->gen == atomic_load_explicit(&rec.gen, memory_order_relaxed) &&
-                 t->pos + need <= CHUNK_BYTES)) {
-    /* A recycled chunk's lines were last in the writer thread's cache: fetching each for
-     * writing as the record reaches it stalled the store for half a record's cost. Ask for
-     * the line PREFETCH_AHEAD bytes on, so it is here when the records get there. */
-    prefetch_for_write(t->cur->data + t->pos + PREFETCH_AHEAD);
+                 t->pos + need <= CHUNK_BYTES))
     return t->cur->data + t->pos;
-  }
   return reserve_slow(need);
 }
 
