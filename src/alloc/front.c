@@ -315,8 +315,9 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
   bool tagged = (tag || hbm__annotation_depth) && hbm__tag_resolve(tag, &resolved);
   hbm__block_t b;
   hbm__strategy_t *s = dev->strategy;
-  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && s->arena && !tagged && !stream &&
-      !hbm__rec_active() && hbm__tcache_alloc(dev, size, alignment, &b.addr))
+  /* A shared device's cache, for the alignments fast_alloc does not try it with. */
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && alignment > HBM__MIN_BLOCK && s->arena &&
+      !tagged && !stream && !hbm__rec_active() && hbm__tcache_alloc(dev, size, alignment, &b.addr))
     return (void *)(uintptr_t)b.addr;
   hbm__devlock_lock(&dev->lock);
   hbm_status_t st = s->arena ? hbm__arena_alloc(s->arena, size, alignment, &b) : HBM_ERR_NO_MEMORY;
@@ -346,10 +347,13 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
  * ran out), goes the general way. */
 static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) {
   hbm__arena_t *arena = dev->strategy->arena;
-  /* Shared first: a device that threads share must not see the owner write the lock's
-   * `busy` flag on every call (the other threads read its cache line on theirs). */
-  if (HBM_UNLIKELY(!arena || hbm__devlock_shared(&dev->lock)) ||
-      !hbm__devlock_enter_biased(&dev->lock))
+  if (HBM_UNLIKELY(!arena))
+    return false;
+  /* Shared first: threads that share a device take their caches (tcache.c), and must not
+   * see the owner write the lock's `busy` flag on every call (they read its line on theirs). */
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
+    return !hbm__rec_active() && hbm__tcache_alloc(dev, size, HBM__MIN_BLOCK, addr);
+  if (!hbm__devlock_enter_biased(&dev->lock))
     return false;
   bool served = hbm__arena_alloc_fast(arena, size, addr);
   if (served) {
@@ -433,8 +437,11 @@ static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_str
  * (which also says why a pointer that is not live is refused). */
 static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
   hbm__arena_t *arena = dev->strategy->arena;
-  if (HBM_UNLIKELY(!arena || hbm__devlock_shared(&dev->lock)) ||
-      !hbm__devlock_enter_biased(&dev->lock))
+  if (HBM_UNLIKELY(!arena))
+    return false;
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
+    return !hbm__rec_active() && hbm__tcache_free(dev, addr);
+  if (!hbm__devlock_enter_biased(&dev->lock))
     return false;
   uint64_t size;
   uint32_t tag;
@@ -458,9 +465,6 @@ static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, vo
     return hbm__error(HBM_ERR_INVALID, "hbm_free_async: the stream belongs to another device");
   uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
   uint32_t tag;
-  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && !stream && dev->strategy->arena &&
-      !hbm__rec_active() && hbm__tcache_free(dev, addr))
-    return HBM_OK;
   hbm__devlock_lock(&dev->lock);
   forgotten_t what = forget_block(dev, addr, stream, ordered, &size, &tag);
   if (HBM_UNLIKELY(what == NOT_LIVE)) {
