@@ -337,14 +337,14 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
   return st == HBM_OK ? (void *)(uintptr_t)b.addr : NULL;
 }
 
-/* The fast path, which serves most calls of most programs: a device used by one thread (its
- * lock biased to that thread, lock.h; so there are no thread caches either), whose strategy
- * sub-allocates from its arena, untagged, on no stream, aligned to at most 256 bytes — and
- * recorded like the general path's when a profile is being captured. It does what the general
- * path does in that case — the arena's allocation and the statistics, under the lock —
- * without its checks and copies (issue 16: they were a third of an allocation's time). Any
- * other case, and any allocation the arena cannot serve at once (it must grow, or memory
- * ran out), goes the general way. */
+/* The fast path, which serves most calls of most programs: untagged, on no stream, aligned to
+ * at most 256 bytes, on a device whose strategy sub-allocates from its arena. Used by one
+ * thread (its lock biased to that thread, lock.h; so there are no thread caches either), it
+ * does what the general path does — the arena's allocation and the statistics under the
+ * lock, recorded when a profile is being captured — without its checks and copies (issue
+ * 16: they were a third of an allocation's time). Shared by threads, it goes to the
+ * thread's cache (tcache.c). Anything else, and any allocation these cannot serve at once
+ * (the arena must grow, memory ran out, the cache has no block), goes the general way. */
 static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) {
   hbm__arena_t *arena = dev->strategy->arena;
   if (HBM_UNLIKELY(!arena))
