@@ -56,6 +56,7 @@
  * fitting chunks found are compared (in practice lists are far shorter). */
 #define SCAN_LIMIT 64
 #define HOT static inline __attribute__((always_inline))
+#define INDEX_SPREAD 8 /* address index slots per live block, at least (addr_index_t says why) */
 
 /* The two link words of a chunk serve whichever state it is in: free (its class list),
  * used (the front's words: requested size, as the bytes short of the chunk's size, and
@@ -354,7 +355,7 @@ static bool index_grow(hbm__arena_t *a) {
 /* Room for one more entry (at most an eighth full); false: out of host memory. */
 static bool index_reserve(hbm__arena_t *a) {
   const addr_index_t *x = &a->index;
-  return HBM_LIKELY(x->slots && 8 * (x->count + 1) <= x->mask + 1) || index_grow(a);
+  return HBM_LIKELY(x->slots && INDEX_SPREAD * (x->count + 1) <= x->mask + 1) || index_grow(a);
 }
 
 /* Records that used chunk u starts a block at addr, for hbm__arena_find (room reserved). */
@@ -414,7 +415,7 @@ static bool refill_room(hbm__arena_t *a) {
   if (!reserve_records(a, 2) || (a->indexed && !index_reserve(a)))
     return false;
   uint32_t records = (a->n_unused + (a->cap_chunks - a->n_chunks)) / 2;
-  uint32_t entries = a->indexed ? (a->index.mask + 1) / 8 - a->index.count : UINT32_MAX;
+  uint32_t entries = a->indexed ? (a->index.mask + 1) / INDEX_SPREAD - a->index.count : UINT32_MAX;
   a->room = records < entries ? records : entries;
   return true;
 }

@@ -78,17 +78,6 @@ static inline bool hbm__devlock_shared(hbm__devlock_t *l) {
   return atomic_load_explicit(&l->shared, memory_order_relaxed);
 }
 
-static inline void hbm__devlock_lock(hbm__devlock_t *l) {
-  if (HBM_LIKELY(atomic_load_explicit(&l->owner, memory_order_relaxed) == &hbm__thread_token)) {
-    atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst); /* the store, then the load (membarrier pairs) */
-    if (HBM_LIKELY(atomic_load_explicit(&l->biased, memory_order_relaxed)))
-      return;
-    atomic_store_explicit(&l->busy, 0, memory_order_release);
-  }
-  hbm__devlock_lock_slow(l);
-}
-
 /* The owner's entry without the mutex, for fast paths: true when the calling thread owns
  * the device and it is still biased (then leave with hbm__devlock_leave_biased); false, and
  * nothing held, otherwise (take the lock the general way). */
@@ -101,6 +90,12 @@ static inline bool hbm__devlock_enter_biased(hbm__devlock_t *l) {
     return true;
   atomic_store_explicit(&l->busy, 0, memory_order_release);
   return false;
+}
+
+static inline void hbm__devlock_lock(hbm__devlock_t *l) {
+  if (HBM_LIKELY(hbm__devlock_enter_biased(l)))
+    return;
+  hbm__devlock_lock_slow(l);
 }
 
 static inline void hbm__devlock_leave_biased(hbm__devlock_t *l) {

@@ -407,6 +407,12 @@ static inline void commit(size_t n) {
 
 static void drop_event(void) { atomic_fetch_add_explicit(&rec.dropped, 1, memory_order_relaxed); }
 
+/* ticks, or the first stamp at least a nanosecond past device id's last (id is tracked). */
+static inline uint64_t past_last_stamp(int id, uint64_t ticks) {
+  uint64_t after = atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed) + rec.step_ticks;
+  return ticks > after ? ticks : after;
+}
+
 /* The time stamp of an event of device `id`, under that device's lock (after reserve()).
  * Reading the TSC costs about 10 ns on the cloud VMs hbm runs on, most of what a record
  * costs, so a thread reads it at one event in CLOCK_EVERY and whenever the writer's
@@ -434,9 +440,7 @@ static inline uint64_t stamp(int id) {
     if (!tracked)
       return ticks;
   }
-  uint64_t last = atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed);
-  if (ticks < last + rec.step_ticks)
-    ticks = last + rec.step_ticks;
+  ticks = past_last_stamp(id, ticks);
   atomic_store_explicit(&rec.last_stamp[id], ticks, memory_order_relaxed);
   return ticks;
 }
@@ -448,9 +452,7 @@ static inline uint64_t stamp(int id) {
 static uint64_t clock_now(int id) {
   uint64_t now = read_ticks();
   if (id >= 0 && id < MAX_STAMPED_DEVICES) {
-    uint64_t after =
-        atomic_load_explicit(&rec.last_stamp[id], memory_order_relaxed) + rec.step_ticks;
-    now = now > after ? now : after;
+    now = past_last_stamp(id, now);
   }
   atomic_fetch_add_explicit(&rec.heartbeat, 1, memory_order_relaxed);
   return now;
