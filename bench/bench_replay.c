@@ -20,11 +20,14 @@
  *        bench_replay --expandable LOG...      (only the expandable table)
  *        bench_replay --ns LOG                 (one log: fresh device, 1 untimed + 5 timed
  *                                               replays, prints the median ns/op)
+ *        bench_replay --ns-arena LOG           (the same for hbm's arena alone: no device,
+ *                                               lock, statistics or checks of arguments)
  *        bench_replay --side-by-side CMD ROUNDS LOG...
  *            hbm against another allocator's replay program CMD (run as `CMD LOG`, printing
- *            its median ns/op the same way): a fresh process per allocator per log, ROUNDS
- *            rounds, order rotated, medians. Exits 1 if hbm is slower on any log or
- *            anything measured nothing. */
+ *            its median ns/op the same way), with hbm's arena alone beside them: a fresh
+ *            process per allocator per log, ROUNDS rounds, order rotated, medians. Exits 1
+ *            if hbm is slower on any log or anything measured nothing. */
+#include "alloc/alloc.h" /* the arena, for --ns-arena */
 #include "hbm.h"
 #include "machine.h"
 
@@ -283,6 +286,116 @@ static int time_one_log(const char *path) {
   return 0;
 }
 
+/* ---- hbm's arena alone (--ns-arena) ---- */
+
+/* An allocation of `size` bytes into slot, or (size 0) a free of it. */
+typedef struct arena_op {
+  uint64_t size;
+  uint32_t slot;
+} arena_op_t;
+
+#define ARENA_BASE (1ull << 40)
+#define ARENA_BYTES (1ull << 40) /* more than any log needs: no allocation fails */
+
+/* The log's events with pointers resolved to slots (a stack of freed slots, as
+ * hbm_replay_run does); NULL when host memory ran out or the log is inconsistent. */
+static arena_op_t *resolve_slots(const hbm_alloc_log_t *log, size_t *n_ops, uint32_t *n_slots) {
+  arena_op_t *ops = malloc((log->n_events + 1) * sizeof *ops);
+  uint32_t *free_slots = malloc((log->n_events + 1) * sizeof *free_slots), n_free = 0;
+  hbm_u64map_t live;
+  hbm_u64map_init(&live);
+  bool ok = ops && free_slots;
+  *n_ops = 0, *n_slots = 0;
+  for (size_t i = 0; ok && i < log->n_events; i++) {
+    const hbm_log_event_t *e = &log->events[i];
+    uint64_t slot;
+    if (e->action == HBM_LOG_ALLOCATE) {
+      slot = n_free ? free_slots[--n_free] : (*n_slots)++;
+      ok = hbm_u64map_put(&live, e->pointer, slot);
+      ops[(*n_ops)++] = (arena_op_t){e->size, (uint32_t)slot};
+    } else if (e->action == HBM_LOG_FREE) {
+      ok = hbm_u64map_remove(&live, e->pointer, &slot);
+      free_slots[n_free++] = (uint32_t)slot;
+      ops[(*n_ops)++] = (arena_op_t){0, (uint32_t)slot};
+    }
+  }
+  hbm_u64map_free(&live);
+  free(free_slots);
+  if (!ok) {
+    free(ops);
+    return NULL;
+  }
+  return ops;
+}
+
+/* One replay on the arena, as hbm_replay_run's timed loop does it through hbm_alloc and
+ * hbm_free (the front's fast path, then its general path when the arena must grow its
+ * tables); the blocks left live are freed after the clock stops. Nanoseconds, or -1 when an
+ * allocation failed. */
+static int64_t arena_replay(hbm__arena_t *a, const arena_op_t *ops, size_t n, uint64_t *slots,
+                            uint32_t n_slots) {
+  bool failed = false;
+  int64_t t0 = hbm__now_ns();
+  for (const arena_op_t *op = ops, *end = ops + n; op < end; op++) {
+    uint64_t *slot = &slots[op->slot], requested;
+    uint32_t tag;
+    if (op->size) {
+      hbm__block_t b;
+      if (!hbm__arena_alloc_fast(a, op->size, slot))
+        *slot = hbm__arena_alloc(a, op->size, HBM__MIN_BLOCK, &b) == HBM_OK ? b.addr : 0;
+      failed |= !*slot;
+    } else if (*slot) {
+      hbm__arena_release_at(a, *slot, &requested, &tag);
+      *slot = 0;
+    }
+  }
+  int64_t t1 = hbm__now_ns();
+  for (uint32_t i = 0; i < n_slots; i++) {
+    uint64_t requested;
+    uint32_t tag;
+    if (slots[i])
+      hbm__arena_release_at(a, slots[i], &requested, &tag);
+    slots[i] = 0;
+  }
+  return failed ? -1 : t1 - t0;
+}
+
+/* --ns-arena LOG: hbm's best-fit arena and its address index with nothing around them,
+ * timed like --ns (1 untimed + 5 timed replays, the median): beside --ns it splits hbm's
+ * time into the arena's and the front's (device lock, statistics, checks). */
+static int time_arena_alone(const char *path) {
+  hbm_alloc_log_t log;
+  if (hbm_alloc_log_read(path, 0, &log) != HBM_OK) {
+    fprintf(stderr, "bench_replay: %s\n", hbm_last_error());
+    return 1;
+  }
+  size_t n = 0;
+  uint32_t n_slots = 0;
+  arena_op_t *ops = resolve_slots(&log, &n, &n_slots);
+  hbm_alloc_log_free(&log);
+  uint64_t *slots = calloc((size_t)n_slots + 1, sizeof *slots);
+  hbm__arena_t *a = hbm__arena_new(true);
+  double ns[6];
+  int timed = 0;
+  if (ops && slots && a && n && hbm__arena_add_region(a, ARENA_BASE, ARENA_BYTES, 0) == HBM_OK)
+    for (int r = 0; r < 6; r++) {
+      int64_t t = arena_replay(a, ops, n, slots, n_slots);
+      if (t < 0)
+        break;
+      if (r > 0)
+        ns[timed++] = (double)t / (double)n;
+    }
+  hbm__arena_delete(a);
+  free(slots);
+  free(ops);
+  if (timed < 5) {
+    fprintf(stderr, "bench_replay: %s: nothing was timed on the arena\n", path);
+    return 1;
+  }
+  printf("%.3f\n", median(ns, timed));
+  return 0;
+}
+
 /* One fresh process: `command` with the log's path quoted after it; its output's number. */
 static bool run_timer(const char *command, const char *path, double *ns) {
   char line[8192];
@@ -294,15 +407,16 @@ static bool run_timer(const char *command, const char *path, double *ns) {
   return pclose(p) == 0 && ok && *ns > 0;
 }
 
-/* --side-by-side CMD: hbm (this program with --ns) and CMD (another allocator's replay of the
- * same log, printing its median ns/op), each a fresh process per log, `rounds` rounds, the
- * order of the two rotated every round; medians. Exit status 1 unless every log was timed by
- * both and hbm was at or below CMD on every log. */
+/* --side-by-side CMD: hbm (this program with --ns), hbm's arena alone (--ns-arena) and CMD
+ * (another allocator's replay of the same log, printing its median ns/op), each a fresh
+ * process per log, `rounds` rounds, the order of the three rotated every round; medians.
+ * Exit status 1 unless every log was timed by all three and hbm was at or below CMD on
+ * every log. */
 static int side_by_side(const char *command, int rounds, char **logs, int n) {
-  double(*ns)[2][1000] = calloc((size_t)n, sizeof *ns);
+  double(*ns)[3][1000] = calloc((size_t)n, sizeof *ns);
   if (!ns)
     return 1;
-  char self[4096], hbm_cmd[4200];
+  char self[4096], hbm_cmd[4200], arena_cmd[4200];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) {
     free(ns);
@@ -310,23 +424,26 @@ static int side_by_side(const char *command, int rounds, char **logs, int n) {
   }
   self[len] = '\0';
   snprintf(hbm_cmd, sizeof hbm_cmd, "'%s' --ns", self);
-  const char *cmds[2] = {hbm_cmd, command};
+  snprintf(arena_cmd, sizeof arena_cmd, "'%s' --ns-arena", self);
+  const char *cmds[3] = {hbm_cmd, command, arena_cmd};
   bool ok = n > 0;
   for (int r = 0; r < rounds && ok; r++)
     for (int i = 0; i < n && ok; i++)
-      for (int k = 0; k < 2 && ok; k++) {
-        int which = (k + r + i) % 2;
+      for (int k = 0; k < 3 && ok; k++) {
+        int which = (k + r + i) % 3;
         ok = run_timer(cmds[which], logs[i], &ns[i][which][r]);
         if (!ok)
           fprintf(stderr, "bench_replay: %s on %s measured nothing\n", cmds[which], logs[i]);
       }
-  printf("| log | hbm ns/op | offset allocator ns/op | hbm / offset |\n| --- | ---: | ---: | ---: "
-         "|\n");
+  printf("| log | hbm ns/op | offset allocator ns/op | hbm / offset | hbm's arena alone ns/op | "
+         "arena alone / offset |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
   double worst = 0;
   for (int i = 0; ok && i < n; i++) {
     char name[256];
     double h = median(ns[i][0], rounds), o = median(ns[i][1], rounds);
-    printf("| %s | %.1f | %.1f | %.2f |\n", base_name(logs[i], name, sizeof name), h, o, h / o);
+    double a = median(ns[i][2], rounds);
+    printf("| %s | %.1f | %.1f | %.2f | %.1f | %.2f |\n", base_name(logs[i], name, sizeof name), h,
+           o, h / o, a, a / o);
     worst = h / o > worst ? h / o : worst;
   }
   free(ns);
@@ -340,6 +457,8 @@ static int side_by_side(const char *command, int rounds, char **logs, int n) {
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--ns"))
     return time_one_log(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--ns-arena"))
+    return time_arena_alone(argv[2]);
   if (argc > 4 && !strcmp(argv[1], "--side-by-side")) {
     int rounds = atoi(argv[3]);
     if (rounds < 1 || rounds > 1000)

@@ -8,8 +8,9 @@
 # HBM_BENCH_OFFSET_REPLAY=CMD adds `side_by_side` (also a NAME): hbm against another
 # allocator's replay program CMD, run as `CMD LOG` and printing its median ns/op (one untimed
 # replay, 5 timed), a fresh process per allocator per log, 9 rounds, order rotated (bench/
-# bench_replay.c --side-by-side). The project ships no such program (BENCHMARKS.md says how
-# the offset allocator's was built, outside the repository).
+# bench_replay.c --side-by-side), with hbm's arena alone (--ns-arena) timed beside them. The
+# project ships no such program (BENCHMARKS.md says how the offset allocator's was built,
+# outside the repository).
 # Every benchmark prints the machine's facts (cores, CPU, clocksource, TSC flags, load
 # average); the script fails when any benchmark fails or measured nothing.
 set -uo pipefail

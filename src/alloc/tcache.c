@@ -11,9 +11,12 @@
  *     for every one. The budget must hold a thread's working set: at an eighth (3.5 GiB of
  *     a 28 GiB device) two threads replaying a 6.7 GiB log sent 8% of their allocations
  *     to the locked arena every pass, and ran at 0.3-0.8x of one thread. Where live blocks
- *     and caches together pass the limit, caches are emptied (below), which costs speed,
- *     not memory: what the bins hold is given back before an allocation would fail or the
- *     arena grow, so the budget never costs an OOM or a byte of reserved memory;
+ *     and caches together pass the limit, caches are emptied (below): what the bins hold
+ *     is given back before an allocation would fail or the arena grow. That does not make
+ *     the caches free of memory: a block in a bin is not coalesced with its neighbours, so
+ *     the arena places what follows differently. One thread sent through its cache needed
+ *     0.1-7.3% more memory than the arena alone on the real logs (BENCHMARKS.md), which is
+ *     why a device one thread uses never has caches;
  *   - owned: the blocks it handed out from its bins and not yet freed (address → block and
  *     requested size): a free by the same thread finds them here;
  *   - the statistics of what went through it.
