@@ -72,7 +72,7 @@ for exe in "$dir"/bench/bench_*; do
       echo; echo "## $name"; echo; echo "(skipped: no ../shared/traces/*.csv)"
     fi
     ;;
-  bench_threads) run "$name" "$exe" --runs 5 "${traces[@]}" ;;
+  bench_threads) run "$name" "$exe" --runs 15 "${traces[@]}" ;;
   *) run "$name" "$exe" ;;
   esac
 done
