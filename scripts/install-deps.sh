@@ -17,7 +17,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev libjansson-dev
+packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev zlib1g-dev libjansson-dev
           libmicrohttpd-dev libcmocka-dev libprotobuf-c-dev protobuf-c-compiler)
 if ((want_test)); then
   packages+=(chromium zstd clang-format)

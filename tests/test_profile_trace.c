@@ -539,8 +539,18 @@ static void not_a_trace_is_refused(void **state) {
   assert_non_null(strstr(hbm_last_error(), "version 2"));
 }
 
+/* The format's checksum is the standard CRC-32: its published check value, and a CRC
+ * continued over two pieces equals the CRC of the whole. */
+static void checksum_is_crc32(void **state) {
+  (void)state;
+  assert_int_equal(hbm__crc32(0, "123456789", 9), 0xCBF43926u);
+  assert_int_equal(hbm__crc32(0, "", 0), 0);
+  assert_int_equal(hbm__crc32(hbm__crc32(0, "1234", 4), "56789", 5), 0xCBF43926u);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(checksum_is_crc32),
       cmocka_unit_test(plan_round_trips_exactly),
       cmocka_unit_test(runtime_tags_round_trip),
       cmocka_unit_test(empty_profile_round_trips),
