@@ -29,6 +29,7 @@
  *            if hbm is slower on any log or anything measured nothing. */
 #include "alloc/alloc.h" /* the arena, for --ns-arena */
 #include "hbm.h"
+#include "log_slots.h"
 #include "machine.h"
 
 #include <stdbool.h>
@@ -292,55 +293,18 @@ static int time_one_log(const char *path) {
 
 /* ---- hbm's arena alone (--ns-arena) ---- */
 
-/* An allocation of `size` bytes into slot, or (size 0) a free of it. */
-typedef struct arena_op {
-  uint64_t size;
-  uint32_t slot;
-} arena_op_t;
-
 #define ARENA_BASE (1ull << 40)
 #define ARENA_BYTES (1ull << 40) /* more than any log needs: no allocation fails */
-
-/* The log's events with pointers resolved to slots (a stack of freed slots, as
- * hbm_replay_run does); NULL when host memory ran out or the log is inconsistent. */
-static arena_op_t *resolve_slots(const hbm_alloc_log_t *log, size_t *n_ops, uint32_t *n_slots) {
-  arena_op_t *ops = malloc((log->n_events + 1) * sizeof *ops);
-  uint32_t *free_slots = malloc((log->n_events + 1) * sizeof *free_slots), n_free = 0;
-  hbm_u64map_t live;
-  hbm_u64map_init(&live);
-  bool ok = ops && free_slots;
-  *n_ops = 0, *n_slots = 0;
-  for (size_t i = 0; ok && i < log->n_events; i++) {
-    const hbm_log_event_t *e = &log->events[i];
-    uint64_t slot;
-    if (e->action == HBM_LOG_ALLOCATE) {
-      slot = n_free ? free_slots[--n_free] : (*n_slots)++;
-      ok = hbm_u64map_put(&live, e->pointer, slot);
-      ops[(*n_ops)++] = (arena_op_t){e->size, (uint32_t)slot};
-    } else if (e->action == HBM_LOG_FREE) {
-      ok = hbm_u64map_remove(&live, e->pointer, &slot);
-      free_slots[n_free++] = (uint32_t)slot;
-      ops[(*n_ops)++] = (arena_op_t){0, (uint32_t)slot};
-    }
-  }
-  hbm_u64map_free(&live);
-  free(free_slots);
-  if (!ok) {
-    free(ops);
-    return NULL;
-  }
-  return ops;
-}
 
 /* One replay on the arena, as hbm_replay_run's timed loop does it through hbm_alloc and
  * hbm_free (the front's fast path, then its general path when the arena must grow its
  * tables); the blocks left live are freed after the clock stops. Nanoseconds, or -1 when an
  * allocation failed. */
-static int64_t arena_replay(hbm__arena_t *a, const arena_op_t *ops, size_t n, uint64_t *slots,
+static int64_t arena_replay(hbm__arena_t *a, const slot_op_t *ops, size_t n, uint64_t *slots,
                             uint32_t n_slots) {
   bool failed = false;
   int64_t t0 = hbm__now_ns();
-  for (const arena_op_t *op = ops, *end = ops + n; op < end; op++) {
+  for (const slot_op_t *op = ops, *end = ops + n; op < end; op++) {
     uint64_t *slot = &slots[op->slot], requested;
     uint32_t tag;
     if (op->size) {
@@ -375,13 +339,14 @@ static int time_arena_alone(const char *path) {
   }
   size_t n = 0;
   uint32_t n_slots = 0;
-  arena_op_t *ops = resolve_slots(&log, &n, &n_slots);
+  slot_op_t *ops = NULL;
+  bool resolved = resolve_slots(&log, &ops, &n, &n_slots);
   hbm_alloc_log_free(&log);
   uint64_t *slots = calloc((size_t)n_slots + 1, sizeof *slots);
   hbm__arena_t *a = hbm__arena_new(true);
   double ns[6];
   int timed = 0;
-  if (ops && slots && a && n && hbm__arena_add_region(a, ARENA_BASE, ARENA_BYTES, 0) == HBM_OK)
+  if (resolved && slots && a && n && hbm__arena_add_region(a, ARENA_BASE, ARENA_BYTES, 0) == HBM_OK)
     for (int r = 0; r < 6; r++) {
       int64_t t = arena_replay(a, ops, n, slots, n_slots);
       if (t < 0)

@@ -18,6 +18,7 @@
  * Usage: bench_threads [--ops N] [--runs N] [LOG...]   (prints a Markdown table) */
 #include "../tests/mixed_sizes.h"
 #include "hbm.h"
+#include "log_slots.h"
 #include "machine.h"
 
 #include <pthread.h>
@@ -32,16 +33,10 @@
 #define SLOTS 256
 #define MAX_THREADS 2
 
-/* A log resolved to slots: size > 0 allocates into slot, size 0 frees it. */
-typedef struct op {
-  uint64_t size;
-  uint32_t slot;
-} op_t;
-
 typedef struct workload {
   const char *name;
-  int kind; /* 0 no allocator, 1 mixed, 2 log */
-  op_t *ops;
+  int kind;       /* 0 no allocator, 1 mixed, 2 log */
+  slot_op_t *ops; /* a log resolved to slots (log_slots.h) */
   size_t n_ops;
   uint32_t n_slots;
   uint64_t memory;
@@ -104,7 +99,7 @@ static void run_log(work_t *w) {
   if (!slots)
     return;
   for (size_t i = 0; i < l->n_ops; i++) {
-    const op_t *op = &l->ops[i];
+    const slot_op_t *op = &l->ops[i];
     if (op->size)
       slots[op->slot] = hbm_alloc(w->dev, op->size, 0);
     else if (slots[op->slot])
@@ -213,38 +208,6 @@ static double row(const workload_t *load, uint64_t ops, int runs) {
   return a > 0 && b > 0 ? b / a : 0;
 }
 
-/* Resolves a log's pointers to slots (a slot is reused once its block is freed). */
-static bool resolve(const hbm_alloc_log_t *log, workload_t *out) {
-  size_t cap = 1;
-  while (cap < 2 * log->n_events + 2)
-    cap *= 2;
-  uint64_t *keys = calloc(cap, sizeof *keys);
-  uint32_t *values = calloc(cap, sizeof *values), *free_slots = calloc(log->n_events + 1, 4);
-  out->ops = calloc(log->n_events + 1, sizeof *out->ops);
-  bool ok = keys && values && free_slots && out->ops;
-  size_t n_free = 0;
-  for (size_t i = 0; ok && i < log->n_events; i++) {
-    const hbm_log_event_t *e = &log->events[i];
-    if (e->action == HBM_LOG_ALLOCATE_FAILURE)
-      continue;
-    size_t h = (size_t)(e->pointer * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
-    while (keys[h] && keys[h] != e->pointer + 1)
-      h = (h + 1) & (cap - 1);
-    if (e->action == HBM_LOG_ALLOCATE) {
-      keys[h] = e->pointer + 1;
-      values[h] = n_free ? free_slots[--n_free] : out->n_slots++;
-      out->ops[out->n_ops++] = (op_t){e->size, values[h]};
-    } else if (keys[h]) { /* the key stays, as a tombstone the next allocation may reuse */
-      free_slots[n_free++] = values[h];
-      out->ops[out->n_ops++] = (op_t){0, values[h]};
-    }
-  }
-  free(keys);
-  free(values);
-  free(free_slots);
-  return ok;
-}
-
 /* The log's peak live bytes (the analysis module's number), to size the device. */
 static uint64_t peak_of(const hbm_alloc_log_t *log) {
   hbm_profile_t *p = hbm_alloc_log_to_profile(log, "log");
@@ -293,7 +256,9 @@ int main(int argc, char **argv) {
     const char *slash = strrchr(argv[i], '/');
     workload_t load = {.name = slash ? slash + 1 : argv[i], .kind = 2};
     load.memory = 4 * peak_of(&log) + (1ull << 30);
-    double ratio = resolve(&log, &load) && load.n_ops ? row(&load, ops, runs) : 0;
+    double ratio = resolve_slots(&log, &load.ops, &load.n_ops, &load.n_slots) && load.n_ops
+                       ? row(&load, ops, runs)
+                       : 0;
     if (ratio > 0) {
       logs++;
       worst_log = ratio < worst_log ? ratio : worst_log;
