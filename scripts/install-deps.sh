@@ -17,8 +17,8 @@ for arg in "$@"; do
   esac
 done
 
-packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev zlib1g-dev libjansson-dev
-          libmicrohttpd-dev libcmocka-dev libprotobuf-c-dev protobuf-c-compiler)
+packages=(build-essential cmake pkg-config clang libclang-rt-dev libzstd-dev zlib1g-dev
+          libjansson-dev libmicrohttpd-dev libcmocka-dev libprotobuf-c-dev protobuf-c-compiler)
 if ((want_test)); then
   packages+=(chromium zstd clang-format)
 fi

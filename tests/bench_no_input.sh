@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A benchmark that measured nothing fails and reports no target as met (issue 13 item 12,
 # issue 16): bench_replay of a missing log or of a log without events, its --ns, --ns-arena
-# and --side-by-side modes (and --ns-arena does time a log with events), bench_threads of a missing log, bench_alloc_log of a directory
-# without logs. Args: hbm binary, source dir, build dir. Skipped (77) in builds without the
-# benchmarks (-DHBM_BENCH=OFF).
+# and --side-by-side modes (and --ns-arena does time a log with events), bench_threads of a
+# missing log, bench_alloc_log of a directory without logs. Args: hbm binary, source dir,
+# build dir. Skipped (77) in builds without the benchmarks (-DHBM_BENCH=OFF).
 set -uo pipefail
 b=$3/bench
 if [[ ! -x $b/bench_replay || ! -x $b/bench_threads || ! -x $b/bench_alloc_log ]]; then

@@ -15,8 +15,8 @@
  *     is given back before an allocation would fail or the arena grow. That does not make
  *     the caches free of memory: a block in a bin is not coalesced with its neighbours, so
  *     the arena places what follows differently. One thread sent through its cache needed
- *     0.1-7.3% more memory than the arena alone on the real logs (BENCHMARKS.md), which is
- *     why a device one thread uses never has caches;
+ *     up to 7.3% more memory than the arena alone on the real logs (BENCHMARKS.md), which
+ *     is why a device one thread uses never has caches;
  *   - owned: the blocks it handed out from its bins and not yet freed (address → block and
  *     requested size): a free by the same thread finds them here;
  *   - the statistics of what went through it.
