@@ -209,7 +209,7 @@ static inline int next_class_above(const hbm__arena_t *a, unsigned cls) {
 }
 
 /* The smallest chunk of at least `bytes` in one class list, ties to the lowest address. */
-static uint32_t best_in_class(const hbm__arena_t *a, unsigned cls, uint64_t bytes) {
+HOT uint32_t best_in_class(const hbm__arena_t *a, unsigned cls, uint64_t bytes) {
   uint32_t head = a->heads[cls];
   const chunk_t *h = &a->chunks[head];
   if (h->free_next == NIL) /* one chunk: the common case */

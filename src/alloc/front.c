@@ -337,6 +337,25 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
   return st == HBM_OK ? (void *)(uintptr_t)b.addr : NULL;
 }
 
+/* A shared device's fast allocation: the thread's cache (tcache.c), else the general path.
+ * Apart from hbm__alloc so that its call is the fast path's last act. */
+static __attribute__((noinline)) void *shared_alloc(hbm_device_t *dev, size_t size) {
+  uint64_t addr;
+  if (!hbm__rec_active() && hbm__tcache_alloc(dev, size, HBM__MIN_BLOCK, &addr))
+    return (void *)(uintptr_t)addr;
+  return general_alloc(dev, size, 0, NULL, NULL);
+}
+
+/* Records an allocation the fast path served, then leaves the lock: the record goes in under
+ * the lock, as on the general path, so that no other thread's free of the block can be
+ * recorded before it. */
+static __attribute__((noinline)) void *record_fast_alloc(hbm_device_t *dev, uint64_t addr,
+                                                         uint64_t size) {
+  hbm__rec_alloc_stable(dev->rec_id, addr, size, hbm__round_up(size, HBM__MIN_BLOCK), NULL);
+  hbm__devlock_leave_biased(&dev->lock);
+  return (void *)(uintptr_t)addr;
+}
+
 /* The fast path, which serves most calls of most programs: untagged, on no stream, aligned to
  * at most 256 bytes, on a device whose strategy sub-allocates from its arena. Used by one
  * thread (its lock biased to that thread, lock.h; so there are no thread caches either), it
@@ -344,35 +363,34 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
  * lock, recorded when a profile is being captured — without its checks and copies (issue
  * 16: they were a third of an allocation's time). Shared by threads, it goes to the
  * thread's cache (tcache.c). Anything else, and any allocation these cannot serve at once
- * (the arena must grow, memory ran out, the cache has no block), goes the general way. */
-static inline bool fast_alloc(hbm_device_t *dev, uint64_t size, uint64_t *addr) {
+ * (the arena must grow, memory ran out, the cache has no block), goes the general way.
+ * Every call it makes is its last act (a tail call), and the arena's part is inlined
+ * (arena.c, FRONT_INLINE): with no value to keep across a call, the path needs no saved
+ * registers, whose saving and restoring was a tenth of its instructions. */
+void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
+                 const hbm_tag_t *tag) {
+  if (HBM_UNLIKELY(!dev || alignment > HBM__MIN_BLOCK || (alignment & (alignment - 1)) || stream ||
+                   tag || hbm__annotation_depth))
+    return general_alloc(dev, size, alignment, stream, tag);
   hbm__arena_t *arena = dev->strategy->arena;
   if (HBM_UNLIKELY(!arena))
-    return false;
+    return general_alloc(dev, size, alignment, NULL, NULL);
   /* Shared first: threads that share a device take their caches (tcache.c), and must not
    * see the owner write the lock's `busy` flag on every call (they read its line on theirs). */
   if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
-    return !hbm__rec_active() && hbm__tcache_alloc(dev, size, HBM__MIN_BLOCK, addr);
-  if (!hbm__devlock_enter_biased(&dev->lock))
-    return false;
-  bool served = hbm__arena_alloc_fast(arena, size, addr);
-  if (served) {
-    count_alloc(dev, size);
-    if (recording(dev))
-      hbm__rec_alloc_stable(dev->rec_id, *addr, size, hbm__round_up(size, HBM__MIN_BLOCK), NULL);
-  }
-  hbm__devlock_leave_biased(&dev->lock);
-  return served;
-}
-
-void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
-                 const hbm_tag_t *tag) {
+    return shared_alloc(dev, size);
+  if (HBM_UNLIKELY(!hbm__devlock_enter_biased(&dev->lock)))
+    return general_alloc(dev, size, alignment, NULL, NULL);
   uint64_t addr;
-  if (HBM_LIKELY(dev && alignment <= HBM__MIN_BLOCK && !(alignment & (alignment - 1)) && !stream &&
-                 !tag && !hbm__annotation_depth) &&
-      fast_alloc(dev, size, &addr))
-    return (void *)(uintptr_t)addr;
-  return general_alloc(dev, size, alignment, stream, tag);
+  if (HBM_UNLIKELY(!hbm__arena_alloc_fast(arena, size, &addr))) {
+    hbm__devlock_leave_biased(&dev->lock);
+    return general_alloc(dev, size, alignment, NULL, NULL);
+  }
+  count_alloc(dev, size);
+  if (recording(dev))
+    return record_fast_alloc(dev, addr, size);
+  hbm__devlock_leave_biased(&dev->lock);
+  return (void *)(uintptr_t)addr;
 }
 
 void *hbm_alloc(hbm_device_t *dev, size_t size, size_t alignment) {
@@ -433,30 +451,6 @@ static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_str
   return DEVICE_BLOCK;
 }
 
-/* The fast path of hbm_free, for the case fast_alloc serves; false: take the general one
- * (which also says why a pointer that is not live is refused). */
-static inline bool fast_free(hbm_device_t *dev, uint64_t addr) {
-  hbm__arena_t *arena = dev->strategy->arena;
-  if (HBM_UNLIKELY(!arena))
-    return false;
-  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
-    return !hbm__rec_active() && hbm__tcache_free(dev, addr);
-  if (!hbm__devlock_enter_biased(&dev->lock))
-    return false;
-  uint64_t size;
-  uint32_t tag;
-  bool freed = hbm__arena_release_at(arena, addr, &size, &tag);
-  if (freed) {
-    if (HBM_UNLIKELY(tag))
-      drop_tag(dev, tag);
-    count_free(dev, size);
-    if (recording(dev))
-      hbm__rec_free(dev->rec_id, addr);
-  }
-  hbm__devlock_leave_biased(&dev->lock);
-  return freed;
-}
-
 static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, void *ptr,
                                                            hbm_stream_t *stream, bool ordered) {
   if (HBM_UNLIKELY(!dev))
@@ -482,13 +476,45 @@ static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, vo
   return HBM_OK;
 }
 
+/* A shared device's fast free: into the thread's cache (tcache.c), else the general path. */
+static __attribute__((noinline)) hbm_status_t shared_free(hbm_device_t *dev, void *ptr) {
+  if (!hbm__rec_active() && hbm__tcache_free(dev, (uint64_t)(uintptr_t)ptr))
+    return HBM_OK;
+  return general_free(dev, ptr, NULL, false);
+}
+
+/* Records a free the fast path made, then leaves the lock (as record_fast_alloc). */
+static __attribute__((noinline)) hbm_status_t record_fast_free(hbm_device_t *dev, uint64_t addr) {
+  hbm__rec_free(dev->rec_id, addr);
+  hbm__devlock_leave_biased(&dev->lock);
+  return HBM_OK;
+}
+
+/* hbm_free's fast path, for the blocks hbm__alloc's serves, built the same way (every call
+ * a tail call); the general path also says why a pointer that is not live is refused. */
 static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream,
                                       bool ordered) {
   if (!ptr)
     return HBM_OK;
-  if (HBM_LIKELY(dev && !stream) && fast_free(dev, (uint64_t)(uintptr_t)ptr))
-    return HBM_OK;
-  return general_free(dev, ptr, stream, ordered);
+  if (HBM_UNLIKELY(!dev || stream || !dev->strategy->arena))
+    return general_free(dev, ptr, stream, ordered);
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
+    return shared_free(dev, ptr);
+  if (HBM_UNLIKELY(!hbm__devlock_enter_biased(&dev->lock)))
+    return general_free(dev, ptr, NULL, ordered);
+  uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
+  uint32_t tag;
+  if (HBM_UNLIKELY(!hbm__arena_release_at(dev->strategy->arena, addr, &size, &tag))) {
+    hbm__devlock_leave_biased(&dev->lock);
+    return general_free(dev, ptr, NULL, ordered);
+  }
+  if (HBM_UNLIKELY(tag))
+    drop_tag(dev, tag);
+  count_free(dev, size);
+  if (recording(dev))
+    return record_fast_free(dev, addr);
+  hbm__devlock_leave_biased(&dev->lock);
+  return HBM_OK;
 }
 
 hbm_status_t hbm_free(hbm_device_t *dev, void *ptr) { return free_block(dev, ptr, NULL, false); }
