@@ -337,15 +337,6 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
   return st == HBM_OK ? (void *)(uintptr_t)b.addr : NULL;
 }
 
-/* A shared device's fast allocation: the thread's cache (tcache.c), else the general path.
- * Apart from hbm__alloc so that its call is the fast path's last act. */
-static __attribute__((noinline)) void *shared_alloc(hbm_device_t *dev, size_t size) {
-  uint64_t addr;
-  if (!hbm__rec_active() && hbm__tcache_alloc(dev, size, HBM__MIN_BLOCK, &addr))
-    return (void *)(uintptr_t)addr;
-  return general_alloc(dev, size, 0, NULL, NULL);
-}
-
 /* Records an allocation the fast path served, then leaves the lock: the record goes in under
  * the lock, as on the general path, so that no other thread's free of the block can be
  * recorded before it. */
@@ -364,8 +355,8 @@ static __attribute__((noinline)) void *record_fast_alloc(hbm_device_t *dev, uint
  * 16: they were a third of an allocation's time). Shared by threads, it goes to the
  * thread's cache (tcache.c). Anything else, and any allocation these cannot serve at once
  * (the arena must grow, memory ran out, the cache has no block), goes the general way.
- * Every call it makes is its last act (a tail call), and the arena's part is inlined
- * (arena.c, FRONT_INLINE): with no value to keep across a call, the path needs no saved
+ * On the one-thread path every call is its last act (a tail call), and the arena's part is
+ * inlined (arena.c, FRONT_INLINE): with no value to keep across a call, the path saves fewer
  * registers, whose saving and restoring was a tenth of its instructions. */
 void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t *stream,
                  const hbm_tag_t *tag) {
@@ -377,8 +368,12 @@ void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t 
     return general_alloc(dev, size, alignment, NULL, NULL);
   /* Shared first: threads that share a device take their caches (tcache.c), and must not
    * see the owner write the lock's `busy` flag on every call (they read its line on theirs). */
-  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
-    return shared_alloc(dev, size);
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock))) {
+    uint64_t cached;
+    if (!hbm__rec_active() && hbm__tcache_alloc(dev, size, HBM__MIN_BLOCK, &cached))
+      return (void *)(uintptr_t)cached;
+    return general_alloc(dev, size, alignment, NULL, NULL);
+  }
   if (HBM_UNLIKELY(!hbm__devlock_enter_biased(&dev->lock)))
     return general_alloc(dev, size, alignment, NULL, NULL);
   uint64_t addr;
@@ -476,13 +471,6 @@ static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, vo
   return HBM_OK;
 }
 
-/* A shared device's fast free: into the thread's cache (tcache.c), else the general path. */
-static __attribute__((noinline)) hbm_status_t shared_free(hbm_device_t *dev, void *ptr) {
-  if (!hbm__rec_active() && hbm__tcache_free(dev, (uint64_t)(uintptr_t)ptr))
-    return HBM_OK;
-  return general_free(dev, ptr, NULL, false);
-}
-
 /* Records a free the fast path made, then leaves the lock (as record_fast_alloc). */
 static __attribute__((noinline)) hbm_status_t record_fast_free(hbm_device_t *dev, uint64_t addr) {
   hbm__rec_free(dev->rec_id, addr);
@@ -498,8 +486,11 @@ static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t
     return HBM_OK;
   if (HBM_UNLIKELY(!dev || stream || !dev->strategy->arena))
     return general_free(dev, ptr, stream, ordered);
-  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)))
-    return shared_free(dev, ptr);
+  if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock))) {
+    if (!hbm__rec_active() && hbm__tcache_free(dev, (uint64_t)(uintptr_t)ptr))
+      return HBM_OK;
+    return general_free(dev, ptr, NULL, ordered);
+  }
   if (HBM_UNLIKELY(!hbm__devlock_enter_biased(&dev->lock)))
     return general_free(dev, ptr, NULL, ordered);
   uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
