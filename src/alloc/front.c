@@ -300,8 +300,8 @@ static inline void release_block(hbm_device_t *dev, const hbm__block_t *b, hbm_s
     s->ops->free(s, b, stream, ordered);
 }
 
-/* Every allocation that fast_alloc does not serve. (Not inlined: the fast path stays a
- * small function that saves few registers.) */
+/* Every allocation that the fast path (hbm__alloc) does not serve. (Not inlined: the fast
+ * path stays a small function that saves few registers.) */
 static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t size,
                                                      size_t alignment, hbm_stream_t *stream,
                                                      const hbm_tag_t *tag) {
@@ -315,7 +315,7 @@ static __attribute__((noinline)) void *general_alloc(hbm_device_t *dev, size_t s
   bool tagged = (tag || hbm__annotation_depth) && hbm__tag_resolve(tag, &resolved);
   hbm__block_t b;
   hbm__strategy_t *s = dev->strategy;
-  /* A shared device's cache, for the alignments fast_alloc does not try it with. */
+  /* A shared device's cache, for the alignments the fast path does not try it with. */
   if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock)) && alignment > HBM__MIN_BLOCK && s->arena &&
       !tagged && !stream && !hbm__rec_active() && hbm__tcache_alloc(dev, size, alignment, &b.addr))
     return (void *)(uintptr_t)b.addr;
