@@ -2,8 +2,9 @@
 # A benchmark that measured nothing fails and reports no target as met (issue 13 item 12,
 # issue 16): bench_replay of a missing log or of a log without events, its --ns, --ns-arena
 # and --side-by-side modes (and --ns-arena does time a log with events), bench_threads of a
-# missing log, bench_alloc_log of a directory without logs. Args: hbm binary, source dir,
-# build dir. Skipped (77) in builds without the benchmarks (-DHBM_BENCH=OFF).
+# missing log, bench_alloc_log of a directory without logs, instructions_bench.sh of a missing
+# log or one without events. Args: hbm binary, source dir, build dir. Skipped (77) in builds
+# without the benchmarks (-DHBM_BENCH=OFF).
 set -uo pipefail
 b=$3/bench
 if [[ ! -x $b/bench_replay || ! -x $b/bench_threads || ! -x $b/bench_alloc_log ]]; then
@@ -43,6 +44,10 @@ expect_failure "bench_replay --side-by-side with a failing allocator" \
 expect_failure "bench_threads of a missing log" \
   "$b/bench_threads" --runs 1 --ops 2000 "$tmp/missing.csv"
 expect_failure "bench_alloc_log of a directory without logs" "$b/bench_alloc_log" "$tmp/no-logs"
+expect_failure "instructions_bench of a missing log" \
+  bash "$2/bench/instructions_bench.sh" "$3" "$tmp/missing.csv"
+expect_failure "instructions_bench of a log without events" \
+  bash "$2/bench/instructions_bench.sh" "$3" "$tmp/header-only.csv"
 # And the arena alone does time a log that has events: one positive number.
 {
   echo "Thread,Time,Action,Pointer,Size,Stream"
