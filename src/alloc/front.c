@@ -478,7 +478,7 @@ static __attribute__((noinline)) hbm_status_t record_fast_free(hbm_device_t *dev
   return HBM_OK;
 }
 
-/* hbm_free's fast path, for the blocks hbm__alloc's serves, built the same way (every call
+/* hbm_free's fast path, for the blocks hbm__alloc serves, built the same way (every call
  * a tail call); the general path also says why a pointer that is not live is refused. */
 static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t *stream,
                                       bool ordered) {
