@@ -47,8 +47,8 @@ sums() {
     awk "$1"' { gsub(/,/, ""); ir += $1; if ($2 != ".") b += $2 } END { print ir + 0, b + 0 }'
 }
 
-per() { awk -v x="$1" -v n="$2" 'BEGIN { printf "%.1f", x / n }'; }
-per2() { awk -v x="$1" -v n="$2" 'BEGIN { printf "%.2f", x / n }'; }
+# per X N [DIGITS]: X / N with DIGITS decimals (default 1).
+per() { awk -v x="$1" -v n="$2" -v d="${3:-1}" 'BEGIN { printf "%.*f", d, x / n }'; }
 
 echo "| log | allocations | hbm per pair | front | arena | hbm mispredicted |" \
   "other per pair | other mispredicted | hbm / other |"
@@ -72,14 +72,14 @@ for log in "${logs[@]}"; do
   pairs=$((hbm_passes * allocs))
   total=$((front + arena))
   row="| $name | $allocs | $(per "$total" "$pairs") | $(per "$front" "$pairs")"
-  row+=" | $(per "$arena" "$pairs") | $(per2 $((front_b + arena_b)) "$pairs")"
+  row+=" | $(per "$arena" "$pairs") | $(per $((front_b + arena_b)) "$pairs" 2)"
   if [[ -n $other ]] && cachegrind "$tmp/cg.out" $other "$log"; then
     read -r o o_b < <(sums "\$3 ~ /$funcs/")
     if ((o > 0)); then
       opairs=$((passes * allocs))
       ratio=$(awk -v h="$total" -v hp="$pairs" -v o="$o" -v op="$opairs" \
         'BEGIN { printf "%.2f", (h / hp) / (o / op) }')
-      row+=" | $(per "$o" "$opairs") | $(per2 "$o_b" "$opairs") | $ratio |"
+      row+=" | $(per "$o" "$opairs") | $(per "$o_b" "$opairs" 2) | $ratio |"
     else
       row+=" | (no function matched) | — | — |"
     fi

@@ -484,7 +484,8 @@ static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t
                                       bool ordered) {
   if (!ptr)
     return HBM_OK;
-  if (HBM_UNLIKELY(!dev || stream || !dev->strategy->arena))
+  hbm__arena_t *arena = HBM_LIKELY(dev && !stream) ? dev->strategy->arena : NULL;
+  if (HBM_UNLIKELY(!arena))
     return general_free(dev, ptr, stream, ordered);
   if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock))) {
     if (!hbm__rec_active() && hbm__tcache_free(dev, (uint64_t)(uintptr_t)ptr))
@@ -495,7 +496,7 @@ static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t
     return general_free(dev, ptr, NULL, ordered);
   uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
   uint32_t tag;
-  if (HBM_UNLIKELY(!hbm__arena_release_at(dev->strategy->arena, addr, &size, &tag))) {
+  if (HBM_UNLIKELY(!hbm__arena_release_at(arena, addr, &size, &tag))) {
     hbm__devlock_leave_biased(&dev->lock);
     return general_free(dev, ptr, NULL, ordered);
   }
