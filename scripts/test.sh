@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of hbm: installs what is missing (Debian packages, npm packages, the Python
-# virtual environment with JAX), then builds and runs the C suite three times — plain, under
-# ASan+UBSan, under TSan —, the Python tests (the JAX zoo: real XLA programs compiled on the
-# CPU, hbm checked against XLA's own numbers; `pip install .`), and gives each fuzzer a short
-# run on top of its corpus. Every suite runs even when an earlier one failed; the last line is
-# `tests: N passed, M failed, K skipped` over all of them, and the exit status is 1 if any
-# test failed. Usage: scripts/test.sh [--quick]   (--quick: the plain build and Python only)
+# virtual environment with JAX), then builds and runs the C suite five times — plain, under
+# ASan+UBSan, under TSan, and Release builds with gcc and with clang —, the Python tests (the
+# JAX zoo: real XLA programs compiled on the CPU, hbm checked against XLA's own numbers;
+# `pip install .`), and gives each fuzzer a short run on top of its corpus. Warnings are
+# fatal in every build (scripts/build.sh). Every suite runs even when an earlier one failed;
+# the last line is `tests: N passed, M failed, K skipped` over all of them, and the exit
+# status is 1 if any test failed. Usage: scripts/test.sh [--quick]   (--quick: the plain
+# build and Python only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -45,6 +47,13 @@ if [[ "${1:-}" != "--quick" ]]; then
     HBM_SKIP_BROWSER=1 run_suite "asan+ubsan" build-asan -DHBM_SANITIZE=address -DHBM_BENCH=OFF
   TSAN_OPTIONS=halt_on_error=1 HBM_SKIP_BROWSER=1 \
     run_suite "tsan" build-tsan -DHBM_SANITIZE=thread -DHBM_BENCH=OFF
+  # Release builds as packagers make them (cmake -DCMAKE_BUILD_TYPE=Release), with gcc and
+  # with clang, warnings fatal: a warning either compiler shows fails CI, not a user's build.
+  # Their tests run too (about a minute each; the browser test once is enough: plain build).
+  for cc in gcc clang; do
+    HBM_BUILD_TYPE=Release HBM_SKIP_BROWSER=1 \
+      run_suite "release-$cc" "build-release-$cc" -DCMAKE_C_COMPILER="$cc"
+  done
   n_fuzz=$(ls fuzz/fuzz_*.c | wc -l)
   if scripts/fuzz.sh 20; then
     extras+=(--extra "fuzz:$n_fuzz:0:0")

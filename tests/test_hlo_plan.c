@@ -204,8 +204,9 @@ static void e1000_text(void **state) {
       "  2. Size: 4.0K\n"
       "     Operator: op_type=\"BroadcastTo\" op_name=\"jit(f)/broadcast_in_dim\" "
       "source_file=\"model.py\" source_line=7\n",
-      "hbm's diagnosis (chain, 12 instructions, 12 buffers):\n"
-      "  - The peak, 16.1K, is at c (step 4 of 9)",
+      /* one entry of two lines (the brackets say the concatenation is meant) */
+      ("hbm's diagnosis (chain, 12 instructions, 12 buffers):\n"
+       "  - The peak, 16.1K, is at c (step 4 of 9)"),
       "  - It needs 16.1K but the device has 9.8K: 6.4K too much.\n",
       "hbm plan --remat",
   };

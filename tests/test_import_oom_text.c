@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +20,11 @@
 #include "helpers.h"
 
 #define DATA HBM_SOURCE_DIR "/tests/data/explain/"
-#define KIB(x) ((uint64_t)llround((x)*1024.0))
-#define MIB(x) ((uint64_t)llround((x)*1048576.0))
-#define GIB(x) ((uint64_t)llround((x)*1073741824.0))
+/* Rounded to the nearest byte with a cast, not llround(): the tables below are static
+ * initializers, which need constant expressions (clang does not fold llround()). */
+#define KIB(x) ((uint64_t)((x)*1024.0 + 0.5))
+#define MIB(x) ((uint64_t)((x)*1048576.0 + 0.5))
+#define GIB(x) ((uint64_t)((x)*1073741824.0 + 0.5))
 #define END                                                                                        \
   { HBM_OOMF_COUNT, 0 }
 #define F(field, v)                                                                                \
@@ -608,8 +609,7 @@ static void test_details(void **state) {
 /* The seed's TPU text (seed 000) and its docs pages that hold no error (001, 002). */
 static void test_seeds(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   char path[512];
   snprintf(path, sizeof path, "%s/seeds/000_1372acd1c5972592.txt", HBM_SHARED_DIR);
   hbm_oom_text_t *t = parse_file(path);
