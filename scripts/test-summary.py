@@ -11,18 +11,26 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def reason_of(case):
-    """The skip reason: the test's own 'skipped: ...' lines (distinct, first three), else the
-    runner's message."""
-    out = case.findtext("system-out") or ""
+def reasons_in(lines):
+    """The distinct 'skipped: ...' lines a test printed (first three), joined; '' if none."""
     reasons = []
-    for line in out.splitlines():
+    for line in lines:
         own = line.startswith("[") or "SKIPPED TEST" in line  # cmocka's lines, not a reason
         line = line.strip()
-        if "skip" in line.lower() and not own and line not in reasons:
+        if line.lower().startswith("skipped:"):
+            line = line[len("skipped:"):].strip()  # the summary says "skipped" already
+        elif "skip" not in line.lower():
+            continue
+        if not own and line and line not in reasons:
             reasons.append(line)
+    return " / ".join(reasons[:3]) + (" / ..." if len(reasons) > 3 else "")
+
+
+def reason_of(case):
+    """The skip reason: the test's own 'skipped: ...' lines, else the runner's message."""
+    reasons = reasons_in((case.findtext("system-out") or "").splitlines())
     if reasons:
-        return " / ".join(reasons[:3]) + (" / ..." if len(reasons) > 3 else "")
+        return reasons
     skipped = case.find("skipped")
     if skipped is not None:
         return (skipped.get("message") or skipped.text or "").strip() or "no reason given"
@@ -43,9 +51,20 @@ def outcome(case):
 
 
 def cmocka_skips(case):
-    """Names of cmocka cases skipped inside a test that ran (`[  SKIPPED ] name`)."""
-    out = case.findtext("system-out") or ""
-    return sorted(set(re.findall(r"^\[  SKIPPED \] (\S+)$", out, re.M)))
+    """The cmocka cases skipped inside a test that ran, each with its own reason: what it
+    printed between `[ RUN      ] name` and `[  SKIPPED ] name` (th_skip's 'skipped: ...')."""
+    skips, current, lines = {}, None, []
+    for line in (case.findtext("system-out") or "").splitlines():
+        started = re.match(r"^\[ RUN      \] (\S+)$", line)
+        ended = re.match(r"^\[  SKIPPED \] (\S+)$", line)
+        if started:
+            current, lines = started.group(1), []
+        elif ended and ended.group(1) == current:
+            skips[current] = reasons_in(lines) or "no reason given"
+            current = None
+        elif current:
+            lines.append(line)
+    return skips
 
 
 def read_suite(path):
@@ -65,10 +84,9 @@ def read_suite(path):
             notes.append(f"skipped {name}: {reason_of(case)}")
         elif kind == "failed":
             notes.append(f"FAILED {name}")
-        inner = cmocka_skips(case) if kind == "passed" else []
-        if inner:
-            notes.append(f"{name} ran, but skipped the cases {', '.join(inner)}: "
-                         f"{reason_of(case)}")
+        inner = cmocka_skips(case) if kind == "passed" else {}
+        for inner_name, reason in sorted(inner.items()):
+            notes.append(f"{name} ran, but skipped the case {inner_name}: {reason}")
     return counts, notes
 
 

@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <errno.h> /* program_invocation_short_name */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +113,15 @@ int th_write(const char *path, const void *data, size_t len) {
 
 int th_have_shared(void) {
   struct stat st;
-  if (stat(HBM_SHARED_DIR "/traces", &st) == 0 && S_ISDIR(st.st_mode))
-    return 1;
-  /* The reason scripts/test.sh's summary gives for the data tests that skip. */
-  printf("skipped: the shared data is absent (%s)\n", HBM_SHARED_DIR);
-  return 0;
+  return stat(HBM_SHARED_DIR "/traces", &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void th_skip_reason(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("skipped: ");
+  vprintf(fmt, ap);
+  printf("\n");
+  fflush(stdout); /* before cmocka's own "[  SKIPPED ]" line */
+  va_end(ap);
 }

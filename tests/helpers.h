@@ -21,5 +21,19 @@ char *th_read(const char *path, size_t *len);
 int th_write(const char *path, const void *data, size_t len);
 /* 1 when the shared data directory (../shared) is present. */
 int th_have_shared(void);
+/* Prints "skipped: REASON" on the test's output (scripts/test-summary.py gives it beside the
+ * case's name); th_skip then skips the cmocka case, so that no case skips without saying why. */
+void th_skip_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define th_skip(...)                                                                               \
+  do {                                                                                             \
+    th_skip_reason(__VA_ARGS__);                                                                   \
+    skip();                                                                                        \
+  } while (0)
+/* Skips the case (saying so) when ../shared is absent. */
+#define th_need_shared()                                                                           \
+  do {                                                                                             \
+    if (!th_have_shared())                                                                         \
+      th_skip("the shared data is absent (%s)", HBM_SHARED_DIR);                                   \
+  } while (0)
 
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "helpers.h"
 
 #define MiB (1ull << 20)
 
@@ -31,8 +32,7 @@ static hbm__device_t *open_gpu(void) {
   hbm__device_t *d = NULL;
   hbm_status_t st = hbm__cuda_open(&cfg, &d);
   if (st == HBM_ERR_UNAVAILABLE) {
-    print_message("skipped: no GPU: %s\n", hbm_last_error());
-    skip();
+    th_skip("no GPU: %s", hbm_last_error());
   }
   assert_int_equal(st, HBM_OK);
   return d;
@@ -237,8 +237,7 @@ static void need_fake(void) {
   if (!fk.lib)
     fk.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!fk.lib || !dlsym(fk.lib, "fakecuda_misuse")) {
-    print_message("skipped: needs the driver double tests/fakecuda (LD_LIBRARY_PATH)\n");
-    skip();
+    th_skip("needs the driver double tests/fakecuda (LD_LIBRARY_PATH)");
   }
   *(void **)&fk.misuse = sym("fakecuda_misuse");
   *(void **)&fk.live = sym("fakecuda_live");

@@ -27,8 +27,7 @@ static void need_fake(void) {
   if (lib)
     dlclose(lib);
   if (!fake) {
-    print_message("skipped: needs the driver double tests/fakecuda (LD_LIBRARY_PATH)\n");
-    skip();
+    th_skip("needs the driver double tests/fakecuda (LD_LIBRARY_PATH)");
   }
 }
 

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "helpers.h"
+
 #define MiB (1ull << 20)
 
 /* CUresult codes (cuda.h) */
@@ -84,8 +86,7 @@ static void *setup(const char *first, ...) {
   if (!cu.lib)
     cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!cu.lib || !dlsym(cu.lib, "fakecuda_misuse")) {
-    print_message("skipped: needs the driver double tests/fakecuda (LD_LIBRARY_PATH)\n");
-    skip();
+    th_skip("needs the driver double tests/fakecuda (LD_LIBRARY_PATH)");
   }
   load((void **)&cu.reload, "fakecuda_reload");
   load((void **)&cu.reset, "fakecuda_reset_counters");

@@ -273,8 +273,7 @@ static void peak_agrees_with_report(const char *path) {
 static void peak_is_the_reports(void **state) {
   (void)state;
   peak_agrees_with_report(SMALL);
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   peak_agrees_with_report(HBM_SHARED_DIR "/traces/gpt-medium-ctx128-infer-gpu.csv");
 }
 

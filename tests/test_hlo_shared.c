@@ -58,8 +58,7 @@ static void check_offsets(const hbm_profile_t *prof) {
 
 static void every_shared_module_plans(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   for (size_t i = 0; i < sizeof modules / sizeof modules[0]; i++) {
     char path[1024];
     snprintf(path, sizeof path, "%s/hlo/%s", HBM_SHARED_DIR, modules[i].file);
@@ -96,8 +95,7 @@ static void every_shared_module_plans(void **state) {
 
 static void aliased_outputs_of_training_steps(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   /* Both training steps donate their state: every output but the result tuple's table
    * lives in a parameter's buffer. */
   const char *files[] = {"attention_model.hlo", "hlo_llama3_8b_cp_bf16_1x4.hlo"};
@@ -142,8 +140,7 @@ static uint64_t plan_fingerprint(const hbm_plan_t *p) {
 
 static void plans_are_unchanged(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   static const struct {
     const char *file;
     uint64_t alignment;

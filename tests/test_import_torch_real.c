@@ -193,7 +193,7 @@ static void real_snapshots(void **state) {
   (void)state;
   DIR *dir = opendir(REAL);
   if (!dir)
-    skip();
+    th_skip("no real PyTorch snapshots (%s)", REAL);
   int files = 0;
   for (struct dirent *e; (e = readdir(dir)) != NULL;) {
     size_t n = strlen(e->d_name);

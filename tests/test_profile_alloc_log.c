@@ -176,12 +176,11 @@ static void hostile_bytes_give_messages(void **state) {
 
 static void real_logs_parse_and_peak_matches(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   const char *dir_path = HBM_SHARED_DIR "/traces";
   DIR *dir = opendir(dir_path);
   if (!dir)
-    skip();
+    th_skip("cannot open %s", dir_path);
   struct dirent *de;
   int logs = 0;
   while ((de = readdir(dir)) != NULL) {

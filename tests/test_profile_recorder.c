@@ -116,10 +116,12 @@ static bool cpu_has_invariant_tsc(void) {
 static void invariant_tsc_is_the_clock(void **state) {
   (void)state;
 #if !defined(__x86_64__) && !defined(__i386__)
-  skip();
+  th_skip("not an x86 CPU: no TSC");
 #endif
-  if (getenv("HBM_RECORDER_CLOCK") || !cpu_has_invariant_tsc())
-    skip();
+  if (getenv("HBM_RECORDER_CLOCK"))
+    th_skip("HBM_RECORDER_CLOCK chooses the clock");
+  if (!cpu_has_invariant_tsc())
+    th_skip("this CPU has no invariant TSC");
   fake_device_t d = {0};
   open_device(&d, "simClock");
   char *dir, *path = start_capture(&dir);
