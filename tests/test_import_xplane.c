@@ -235,6 +235,8 @@ static void buffer_assignment_replayed(void **state) {
   hbm_analysis_free(a);
   s = summary_of(&a, p, 2);
   assert_true(s->peak_bytes == 32);
+  /* issue 27: the page showed "at step 0 ((no heap-simulator trace))" */
+  assert_string_equal(hbm_profile_step_label(p, s->peak_step), "no heap-simulator trace");
   hbm_analysis_free(a);
   hbm_profile_free(p);
 }
@@ -394,6 +396,14 @@ static void logdir_and_cli(void **state) {
   assert_int_equal(th_run(cmd, &out), 0);
   assert_non_null(strstr(out, "=== run 2026_01_01_00_00_00: 2 profiles; the largest peak is"));
   assert_non_null(strstr(out, ".xplane.pb (HBM of jit_train(7))"));
+  free(out);
+  /* a program without a heap-simulator trace: its one step (7: jit_train's 7 come first)
+   * labelled in brackets, once */
+  snprintf(cmd, sizeof cmd, "'%s' report '%s/host1.xplane.pb' --space 'jit_small(3)'", HBM_BIN,
+           dir);
+  assert_int_equal(th_run(cmd, &out), 0);
+  if (!strstr(out, "B at step 7 (no heap-simulator trace)\n") || strstr(out, "(("))
+    fail_msg("%s", out);
   free(out);
   snprintf(cmd, sizeof cmd, "'%s' export '%s/host1.xplane.pb' --format chrome", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);

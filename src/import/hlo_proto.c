@@ -460,8 +460,8 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
       return false;
     peak = heap > peak ? heap : peak;
   }
-  if (!n)
-    s->step_labels[0] = hbm_intern(c->im->strings, "(no heap-simulator trace)");
+  if (!n) /* a label like an instruction's: the report and the page put it in brackets */
+    s->step_labels[0] = hbm_intern(c->im->strings, "no heap-simulator trace");
   s->n_steps = n ? (int64_t)n : 1;
   s->peak = (uint64_t)peak + indefinite;
   return true;
