@@ -3,15 +3,19 @@ see XLA's own numbers beside it (plan), profile a block of code (trace), open th
 (view) and read any profile hbm understands as a dict (report)."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Union
 
 from . import _lib
 from ._lib import HbmError
@@ -149,19 +153,27 @@ def report(path: Union[str, os.PathLike], *, space: Optional[str] = None) -> Dic
 
 
 class Viewer:
-    """A running `hbm view`: .url to open, .stop() (or use it as a context manager)."""
+    """A running `hbm view`: .url to open, .stop() (or use it as a context manager). It stops
+    with the Python process too, however that ends: the server runs with --stop-with-stdin and
+    its standard input is a pipe only this process holds, which the kernel closes when the
+    process goes (an exit, an exception, SIGTERM, SIGKILL, a crash); a normal exit also waits
+    for the clean stop (atexit), so the port is free when Python returns."""
 
     def __init__(self, process: subprocess.Popen, url: str):
         self.process, self.url = process, url
+        _running.add(self)
 
     def stop(self) -> None:
+        _running.discard(self)
         if self.process.poll() is None:
-            self.process.send_signal(2)  # SIGINT: the server's clean stop
+            self.process.send_signal(signal.SIGINT)  # the server's clean stop
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.stdin:
+            self.process.stdin.close()
 
     def __enter__(self) -> "Viewer":
         return self
@@ -173,12 +185,32 @@ class Viewer:
         return f"<hbm.Viewer {self.url}>"
 
 
+_running: "set[Viewer]" = set()  # stopped at exit; also keeps each server's stdin pipe open
+
+
+@atexit.register
+def _stop_all() -> None:
+    for v in list(_running):
+        v.stop()
+
+
+def _forward(stream: IO[str]) -> None:
+    """Passes the server's later messages (errors it answered) on to our stderr, and so keeps
+    its pipe from filling; its own "..., stopping" lines say only what the caller did."""
+    with contextlib.suppress(Exception):
+        for line in stream:
+            if not line.rstrip().endswith(", stopping"):
+                sys.stderr.write(line)
+
+
 def view(logdir: Union[str, os.PathLike], port: int = 6006, host: str = "127.0.0.1",
          timeout: float = 30.0) -> Viewer:
-    """Starts the Memory Viewer (`hbm view`) on `logdir` and returns once it serves."""
+    """Starts the Memory Viewer (`hbm view`) on `logdir` and returns once it serves. The server
+    stops with .stop(), at the end of a `with` block, or when this Python process exits."""
     cmd = [_lib.executable(), "view", "--logdir", os.fspath(logdir), "--port", str(port),
-           "--host", host]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           "--host", host, "--stop-with-stdin"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     assert proc.stderr is not None
     while time.monotonic() < deadline:
@@ -187,7 +219,12 @@ def view(logdir: Union[str, os.PathLike], port: int = 6006, host: str = "127.0.0
             break
         found = re.search(r"(http://\S+)", line)
         if found:
+            threading.Thread(target=_forward, args=(proc.stderr,), daemon=True,
+                             name="hbm-view-stderr").start()
             return Viewer(proc, found.group(1))
     proc.kill()
+    proc.wait()
     rest = proc.stderr.read() if proc.stderr else ""
+    if proc.stdin:
+        proc.stdin.close()
     raise HbmError(f"hbm view did not start: {rest.strip() or 'no address printed'}")
