@@ -58,10 +58,10 @@ step_env() {
   {
     echo "python: $($python --version 2>&1)"
     for m in torch jax jaxlib jax-cuda13-plugin xprof protobuf six numpy; do
-      echo "$m: $(timeout 60 "$python" -c "import importlib.metadata as m; print(m.version('$m'))" 2>&1 | tail -1)"
+      echo "$m: $(timeout 10 "$python" -c "import importlib.metadata as m; print(m.version('$m'))" 2>&1 | tail -1)"
     done
-    echo "torch.cuda: $(timeout 60 "$python" -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1)"
-    echo "jax backend: $(timeout 60 "$python" -c 'import jax; print(jax.default_backend(), jax.devices())' 2>&1 | tail -1)"
+    echo "torch.cuda: $(timeout 15 "$python" -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1)"
+    echo "jax backend: $(timeout 15 "$python" -c 'import jax; print(jax.default_backend(), jax.devices())' 2>&1 | tail -1)"
     for tool in cmake cc gcc clang nvcc; do
       echo "$tool: $(command -v $tool >/dev/null && $tool --version 2>&1 | grep -m1 -E '[0-9]+\.[0-9]+' || echo none)"
     done
@@ -322,7 +322,9 @@ echo "gpu-check: GPU: $(python3 -c 'import json, sys; print(json.load(sys.stdin)
 echo "gpu-check: results in $out (budget $((deadline - start)) s)"
 
 # name budget reserve: the reserve is what the steps after it are sure to keep.
-steps=(env:30:190 build:150:170 cuda-tests:90:125 replay:75:95 frameworks:170:45 profiles:60:0)
+# What the steps after each are sure to keep: build 60, cuda-tests 30, replay 30, frameworks
+# 60, profiles 40 seconds (expected on an H200: about 15, 60, 20, 60, 150 and 40).
+steps=(env:40:220 build:150:160 cuda-tests:90:130 replay:75:100 frameworks:170:40 profiles:60:0)
 want=${HBM_GPU_CHECK_STEPS:-}
 failed=0
 for s in "${steps[@]}"; do

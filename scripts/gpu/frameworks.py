@@ -126,6 +126,22 @@ def one_run(args, framework, name, env_extra, mode, index, timeout):
     return row
 
 
+def numbers(row):
+    """A run's step time and peak reserved bytes, for the log."""
+    step, report = row.get("step") or {}, (row.get("hbm") or {}).get("report") or {}
+    reserved = report.get("peak_reserved_bytes") if "hbm" in row else (
+        step.get("max_memory_reserved") or (step.get("memory_stats") or {}).get(
+            "peak_bytes_reserved") or (step.get("memory_stats") or {}).get("peak_pool_bytes"))
+    parts = []
+    if step.get("step_ms") is not None:
+        parts.append(f"step {step['step_ms']:.2f} ms")
+    if reserved is not None:
+        parts.append(f"peak reserved {reserved / 2**20:.0f} MiB")
+    if step.get("ooms") or report.get("ooms"):
+        parts.append(f"OOMs {step.get('ooms') or 0} (hbm: {report.get('ooms', '-')})")
+    return ", ".join(parts)
+
+
 def write(path, rows, extra):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -135,7 +151,7 @@ def write(path, rows, extra):
 
 def parse():
     p = tool_parser("--hbm", "--python", "--work", "--out")
-    p.add_argument("--run-timeout", type=float, default=60)
+    p.add_argument("--run-timeout", type=float, default=45)
     p.add_argument("--frameworks", default="torch,jax")
     p.add_argument("--quick", action="store_true", help="a smaller model, fewer steps")
     return p.parse_args()
@@ -163,7 +179,8 @@ def main():
             if i == 0 and reason:  # then the framework is not here at all
                 cannot[fw] = row["reason"] = reason
                 row["status"] = "skipped"
-            print(f"  {fw:5s} {name:50s} {row['status']:8s} {row['seconds']:6.1f}s", flush=True)
+            print(f"  {fw:5s} {name:52s} {row['status']:8s} {row['seconds']:5.1f}s {numbers(row)}",
+                  flush=True)
         write(args.out, rows, {"python": args.python, "budget_seconds": args.budget})
     for fw, why in cannot.items():
         print(f"skipped: {fw}: {why}")
