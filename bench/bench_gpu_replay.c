@@ -72,8 +72,8 @@ typedef enum kind { KIND_HBM, KIND_CU_MEM_ALLOC, KIND_CU_MEM_ALLOC_ASYNC } kind_
 typedef struct allocator {
   char name[32];
   kind_t kind;
-  hbm_mode_t mode;      /* KIND_HBM */
-  hbm_device_t *dev;    /* KIND_HBM */
+  hbm_mode_t mode;       /* KIND_HBM */
+  hbm_device_t *dev;     /* KIND_HBM */
   hbmcu_stream_t stream; /* KIND_CU_MEM_ALLOC_ASYNC */
   hbmcu_mempool_t pool;
   driver_t *cu;
@@ -194,12 +194,8 @@ static void *allocate(allocator_t *a, uint64_t size) {
       note_failure(a, "%.200s (%llu bytes)", hbm_last_error(), size);
     return block;
   }
-  case KIND_CU_MEM_ALLOC:
-    r = a->cu->mem_alloc(&p, size);
-    break;
-  case KIND_CU_MEM_ALLOC_ASYNC:
-    r = a->cu->alloc_async(&p, size, a->stream);
-    break;
+  case KIND_CU_MEM_ALLOC: r = a->cu->mem_alloc(&p, size); break;
+  case KIND_CU_MEM_ALLOC_ASYNC: r = a->cu->alloc_async(&p, size, a->stream); break;
   }
   if (r != HBMCU_SUCCESS) {
     note_failure(a, "%s (%llu bytes)", cu_error(a->cu, r), size);
@@ -210,12 +206,8 @@ static void *allocate(allocator_t *a, uint64_t size) {
 
 static void release(allocator_t *a, void *block) {
   switch (a->kind) {
-  case KIND_HBM:
-    hbm_free(a->dev, block);
-    break;
-  case KIND_CU_MEM_ALLOC:
-    a->cu->mem_free((hbmcu_deviceptr_t)(uintptr_t)block);
-    break;
+  case KIND_HBM: hbm_free(a->dev, block); break;
+  case KIND_CU_MEM_ALLOC: a->cu->mem_free((hbmcu_deviceptr_t)(uintptr_t)block); break;
   case KIND_CU_MEM_ALLOC_ASYNC:
     a->cu->free_async((hbmcu_deviceptr_t)(uintptr_t)block, a->stream);
     break;
@@ -363,8 +355,7 @@ static int compare_double(const void *x, const void *y) {
 }
 
 /* One allocator on one log, within `seconds`: its JSON row. */
-static json_t *run_pair(log_input_t *in, allocator_t *a, driver_t *cu, int repeat,
-                        double seconds) {
+static json_t *run_pair(log_input_t *in, allocator_t *a, driver_t *cu, int repeat, double seconds) {
   json_t *row = json_pack("{s:s}", "allocator", a->name);
   uint64_t base = device_used(cu);
   if (!open_allocator(a, cu)) {
@@ -471,7 +462,8 @@ typedef struct options {
 static int usage(const char *why) {
   fprintf(stderr,
           "bench_gpu_replay: %s\nusage: bench_gpu_replay [--repeat N] [--budget SECONDS] "
-          "[--allocators A,B,...] [--out FILE] LOG...\n  allocators: hbm:MODE (bfc, growth, platform, async, "
+          "[--allocators A,B,...] [--out FILE] LOG...\n  allocators: hbm:MODE (bfc, growth, "
+          "platform, async, "
           "expandable), cuMemAlloc, cuMemAllocAsync\n",
           why);
   return 2;
@@ -524,8 +516,8 @@ static bool run_log(log_input_t *in, options_t *o, driver_t *cu, double deadline
     allocator_t *a = &o->allocators[k];
     double left = deadline - now_s();
     if (left <= 0) {
-      json_array_append_new(not_run, json_sprintf("%s on %s: the time budget was spent",
-                                                  a->name, in->name));
+      json_array_append_new(not_run,
+                            json_sprintf("%s on %s: the time budget was spent", a->name, in->name));
       ok = false;
       continue;
     }
@@ -581,10 +573,10 @@ int main(int argc, char **argv) {
             (unsigned long long)in.peak_live);
     json_t *rows = json_array();
     ok &= run_log(&in, &o, &cu, hard_deadline, (o.n_logs - l) * o.n_allocators, rows, not_run);
-    json_array_append_new(logs, json_pack("{s:s,s:I,s:I,s:I,s:o}", "log", in.name, "events",
-                                          (json_int_t)in.n_events, "operations",
-                                          (json_int_t)in.n_ops, "peak_live_bytes",
-                                          (json_int_t)in.peak_live, "results", rows));
+    json_array_append_new(logs,
+                          json_pack("{s:s,s:I,s:I,s:I,s:o}", "log", in.name, "events",
+                                    (json_int_t)in.n_events, "operations", (json_int_t)in.n_ops,
+                                    "peak_live_bytes", (json_int_t)in.peak_live, "results", rows));
     free_log(&in);
     if (o.out)
       write_json(&o, out);

@@ -191,10 +191,11 @@ step_build() {
     fi
   fi
   say "build: $status in $build; $(grep -c 'warning:' "$log") compiler warnings"
-  local hbm=$build/hbm bench=$build/bench/bench_gpu_replay ld
+  local hbm=$build/hbm bench=$build/bench/bench_gpu_replay ld libs=${HBM_GPU_DEPS_LIB:-}
   [[ -x $bench ]] || bench=$build/bench_gpu_replay # the prebuilt's flat layout
-  ld=$(missing_libs_dir "${HBM_GPU_DEPS_LIB:-$carried/prebuilt/lib}" "$hbm" "$bench" \
-    "$build"/libhbm_preload.so)
+  [[ -z $libs || $build == "$carried/prebuilt" ]] && libs=$carried/prebuilt/lib
+  ld=$(missing_libs_dir "$libs" "$hbm" "$bench" "$build"/libhbm_preload.so \
+    "$build"/test_alloc_cuda "$build"/tests/test_alloc_cuda)
   cat >"$work/hbm.env" <<EOF
 export HBM_BIN="$hbm" HBM_BENCH_REPLAY="$bench" HBM_BUILD_DIR="$build"
 export LD_LIBRARY_PATH="\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}$ld"
@@ -298,6 +299,12 @@ mkdir -p "$out" "$work/steps"
 rm -f "$work"/steps/* "$work"/steps.jsonl "$work/hbm.env"
 log=$out/gpu-check.log
 exec > >(tee "$log") 2>&1
+tee_pid=$!
+finish() { # the exit status, once the log has everything
+  exec 1>&- 2>&-
+  wait "$tee_pid" 2>/dev/null
+  exit "$1"
+}
 
 # The first line: is there a GPU?
 if [[ -n ${HBM_GPU_CHECK_DRIVER:-} ]]; then
@@ -307,17 +314,20 @@ if command -v python3 >/dev/null; then
   probe=$(python3 "$gpu/probe.py" "${HBM_GPU_CHECK_DRIVER:-libcuda.so.1}" 2>&1)
   has_gpu=$?
 else
-  probe="{\"gpu\": false, \"reason\": \"no python3 to ask the driver with\"}"
+  probe='{"gpu": false, "reason": "no python3 to ask the driver with"}'
   has_gpu=3
 fi
-echo "$probe" >"$work/probe.json"
 if ((has_gpu != 0)); then
-  reason=$(sed -n 's/.*"reason": "\(.*\)"}$/\1/p' <<<"$probe")
-  echo "gpu-check: no GPU: ${reason:-$probe}"
-  printf '{"gpu": false, "reason": "%s", "steps": [], "exit_status": 3}\n' \
-    "$(sed 's/["\\]/\\&/g' <<<"${reason:-$probe}")" >"$out/summary.json"
-  exit 3
+  reason=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["reason"])' <<<"$probe" 2>/dev/null ||
+    echo "the probe failed: $(tail -1 <<<"$probe" | tr -d '"\\')")
+  echo "gpu-check: no GPU: $reason"
+  python3 -c 'import json, sys; json.dump({"gpu": False, "reason": sys.argv[2], "steps": [],
+    "exit_status": 3}, open(sys.argv[1], "w"), indent=1)' "$out/summary.json" "$reason" ||
+    printf '{"gpu": false, "reason": "%s", "steps": [], "exit_status": 3}\n' \
+      "$(tr -d '"\\\000-\037' <<<"$reason")" >"$out/summary.json"
+  finish 3
 fi
+echo "$probe" >"$work/probe.json"
 echo "gpu-check: GPU: $(python3 -c 'import json, sys; print(json.load(sys.stdin)["line"])' <<<"$probe")"
 echo "gpu-check: results in $out (budget $((deadline - start)) s)"
 
@@ -352,4 +362,4 @@ done
 python3 "$gpu/summary.py" write "$work" "$out/summary.json" "$((failed ? 1 : 0))" \
   "$(($(date +%s) - start))"
 echo "gpu-check: $((failed ? 1 : 0)) ($(($(date +%s) - start)) s); summary in $out/summary.json"
-exit $((failed ? 1 : 0))
+finish $((failed ? 1 : 0))
