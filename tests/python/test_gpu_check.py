@@ -260,7 +260,8 @@ def test_snapshot_peak_by_hand(build, tmp_path):
     assert json.loads(report.stdout)["peak_bytes"] == 200
 
 
-# The peaks the C test's second decoder read from these files (test_import_torch_real.c).
+# The peaks test_import_torch_real.c's table gives for these files (snapshot_peak.py computes
+# them with the same second decoder: this checks that it reads the files as that table did).
 SECOND_DECODER = {
     "MAGMA27_assignment2-systems__memory_snapshot__a80ccc7.pickle": 13923997700,
     "bcrafton_assignment2-systems__memory_snapshot__06f51ae.pickle": 3849232640,

@@ -100,7 +100,12 @@ def numbers(snapshot):
     return peak, reserved, live_end
 
 
-for path in sorted(sys.argv[1:]):
-    with open(path, "rb") as f:
-        peak, reserved, live_end = numbers(load(f.read()))
-    print('    {"%s", %du, %du, %du},' % (os.path.basename(path), peak, reserved, live_end))
+def main(paths):
+    for path in sorted(paths):
+        with open(path, "rb") as f:
+            peak, reserved, live_end = numbers(load(f.read()))
+        print('    {"%s", %du, %du, %du},' % (os.path.basename(path), peak, reserved, live_end))
+
+
+if __name__ == "__main__":  # scripts/gpu/snapshot_peak.py imports load and numbers
+    main(sys.argv[1:])
