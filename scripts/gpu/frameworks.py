@@ -179,6 +179,9 @@ def main():
             if i == 0 and reason:  # then the framework is not here at all
                 cannot[fw] = row["reason"] = reason
                 row["status"] = "skipped"
+            elif row["status"] == "skipped":  # it ran alone, but not like this: a failure
+                row["status"] = "failed"
+                row["reason"] = f"the first run ran, this one could not: {reason}"
             print(f"  {fw:5s} {name:52s} {row['status']:8s} {row['seconds']:5.1f}s {numbers(row)}",
                   flush=True)
         write(args.out, rows, {"python": args.python, "budget_seconds": args.budget})
