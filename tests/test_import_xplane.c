@@ -269,6 +269,134 @@ static void bare_hlo_proto(void **state) {
   hbm_profile_free(p);
 }
 
+/* ---- source lines from the module's stack-frame index (what JAX 0.5+ writes) ---- */
+
+/* The stack-frame index of a program (hand-written, as JAX writes it):
+ *   files 1 train.py, 2 model.py; locations 1 train.py:10:4, 2 model.py:42:8;
+ *   frames 1 (train.py:10, no caller), 2 (model.py:42, called from 1),
+ *          3 and 4 (calling each other: a loop a hostile file may hold). */
+static void add_stack_frames(xf_module_t *m) {
+  xf_arena_t *a = m->a;
+  HbmHlo__StackFrameIndexProto *ix = xf_new(a, sizeof *ix);
+  hbm_hlo__stack_frame_index_proto__init(ix);
+  ix->file_names = XF_NEW_ARRAY(a, char *, 2);
+  ix->file_names[ix->n_file_names++] = xf_str(a, "train.py");
+  ix->file_names[ix->n_file_names++] = xf_str(a, "model.py");
+  int32_t locs[][3] = {{1, 10, 4}, {2, 42, 8}};
+  ix->file_locations = XF_NEW_ARRAY(a, HbmHlo__StackFrameIndexProto__FileLocation *, 2);
+  for (int i = 0; i < 2; i++) {
+    HbmHlo__StackFrameIndexProto__FileLocation *l = xf_new(a, sizeof *l);
+    hbm_hlo__stack_frame_index_proto__file_location__init(l);
+    l->file_name_id = locs[i][0], l->line = locs[i][1], l->column = locs[i][2];
+    ix->file_locations[ix->n_file_locations++] = l;
+  }
+  int32_t frames[][2] = {{1, 0}, {2, 1}, {2, 4}, {1, 3}}; /* {location, parent} */
+  ix->stack_frames = XF_NEW_ARRAY(a, HbmHlo__StackFrameIndexProto__StackFrame *, 4);
+  for (int i = 0; i < 4; i++) {
+    HbmHlo__StackFrameIndexProto__StackFrame *f = xf_new(a, sizeof *f);
+    hbm_hlo__stack_frame_index_proto__stack_frame__init(f);
+    f->file_location_id = frames[i][0], f->parent_frame_id = frames[i][1];
+    ix->stack_frames[ix->n_stack_frames++] = f;
+  }
+  m->proto->hlo_module->stack_frame_index = ix;
+}
+
+/* Four temporaries live together (peak 4000 B = 4 x 1000 B), each from its own instruction:
+ * a_fusion frame 2 (no source_file: the frame gives model.py:42), b_fusion source_file
+ * "model.py":7 and frame 2 (the metadata's own line wins), c_fusion frame 99 (points
+ * nowhere), d_fusion frame 3 (frames that loop). */
+static uint8_t *program_with_frames(size_t *len) {
+  xf_arena_t a = {0};
+  xf_module_t m;
+  xf_module_init(&m, &a, "jit_frames", 8);
+  int64_t d250 = 250, ids[4], off[4];
+  const char *names[] = {"a_fusion", "b_fusion", "c_fusion", "d_fusion"};
+  int32_t frame[] = {2, 2, 99, 3};
+  for (int i = 0; i < 4; i++) {
+    int64_t inst = xf_instruction(&m, names[i], "fusion", F32, &d250, 1, "jit(frames)/op");
+    HbmHlo__OpMetadata *md = m.comp->instructions[m.comp->n_instructions - 1]->metadata;
+    if (i != 1)
+      md->source_file = xf_str(&a, ""), md->source_line = 0;
+    md->stack_frame_id = frame[i];
+    xf_logical_buffer(&m, i + 1, inst, 1000, 0);
+    ids[i] = i + 1, off[i] = 1000 * i;
+  }
+  xf_allocation(&m, 4000, 0, 0, ids, off, 4);
+  for (int i = 0; i < 4; i++)
+    xf_event(&m, KIND_ALLOC, i + 1, names[i], 0);
+  add_stack_frames(&m);
+  uint8_t *bytes = xf_pack_hlo(&m, len);
+  xf_free(&a);
+  return bytes;
+}
+
+static const hbm_buffer_t *buffer_named(const hbm_profile_t *p, const char *op) {
+  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
+    if (hbm_profile_buffer(p, i)->op && !strcmp(hbm_profile_buffer(p, i)->op, op))
+      return hbm_profile_buffer(p, i);
+  fail_msg("no buffer %s", op);
+  return NULL;
+}
+
+static void source_lines_from_stack_frames(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = program_with_frames(&len);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("frames.hlo_proto.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  const hbm_buffer_t *b = buffer_named(p, "a_fusion");
+  assert_string_equal(b->source, "model.py:42"); /* the innermost frame, as XProf */
+  assert_string_equal(b->stack, "model.py:42:8\ntrain.py:10:4");
+  b = buffer_named(p, "b_fusion");
+  assert_string_equal(b->source, "model.py:7");
+  assert_string_equal(b->stack, "model.py:42:8\ntrain.py:10:4");
+  assert_null(buffer_named(p, "c_fusion")->source); /* the fallback: no line, no crash */
+  assert_null(buffer_named(p, "c_fusion")->stack);
+  assert_null(buffer_named(p, "d_fusion")->source);
+  const char *lost = hbm_profile_meta(p, "lost"); /* and the warning says which and why */
+  assert_non_null(lost);
+  assert_non_null(strstr(lost, "program jit_frames: 2 buffers' instructions have a "
+                               "stack_frame_id that points nowhere"));
+  assert_non_null(strstr(lost, "index of 4 frames (first: 99)"));
+  hbm_analysis_t *a;
+  assert_true(summary_of(&a, p, 0)->peak_bytes == 4000); /* the numbers are untouched */
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
+/* A donated parameter holding an output (jax.jit(f, donate_argnums=0)): one allocation,
+ * parameter and maybe-live-out, 4096 B; a fresh 1024 B output beside it. XLA's
+ * memory_analysis() says arguments 4096, outputs 4096 + 1024 = 5120 (alias 4096). */
+static void donated_parameter_is_an_output(void **state) {
+  (void)state;
+  xf_arena_t ar = {0};
+  xf_module_t m;
+  xf_module_init(&m, &ar, "jit_update", 4);
+  int64_t d1024 = 1024, d256 = 256;
+  int64_t w = xf_instruction(&m, "w", "parameter", F32, &d1024, 1, "w");
+  int64_t o = xf_instruction(&m, "out", "fusion", F32, &d256, 1, "jit(update)/out");
+  xf_logical_buffer(&m, 1, w, 4096, 0);
+  xf_logical_buffer(&m, 2, o, 1024, 0);
+  int64_t one = 1, two = 2;
+  xf_allocation(&m, 4096, 0, XF_PARAM | XF_LIVE_OUT, &one, NULL, 1);
+  xf_allocation(&m, 1024, 0, XF_LIVE_OUT, &two, NULL, 1);
+  m.ba->n_heap_simulator_traces = 0;
+  size_t len;
+  uint8_t *bytes = xf_pack_hlo(&m, &len);
+  xf_free(&ar);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("donate.hlo_proto.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  hbm_analysis_t *a;
+  const hbm_summary_t *s = summary_of(&a, p, 0);
+  assert_true(s->argument_bytes == 4096);
+  assert_true(s->output_bytes == 5120);
+  assert_true(s->peak_bytes == 5120);
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
 /* ---- damaged input: the error names the file, the byte and what was expected ---- */
 
 static void expect_error(const char *name, const void *data, size_t len, const char *what) {
@@ -457,6 +585,8 @@ int main(void) {
       cmocka_unit_test(buffer_assignment_replayed),
       cmocka_unit_test(allocator_timeline),
       cmocka_unit_test(bare_hlo_proto),
+      cmocka_unit_test(source_lines_from_stack_frames),
+      cmocka_unit_test(donated_parameter_is_an_output),
       cmocka_unit_test(bad_files),
       cmocka_unit_test(damage_keeps_what_was_read),
       cmocka_unit_test(ten_million_tiny_events),

@@ -9,6 +9,7 @@
  * bytes against the same descriptors says where and what was expected. */
 #include "import/hlo_proto_text.h"
 #include "import/hlo_shape.h"
+#include "import/hlo_source.h"
 #include "import/pb_wire.h"
 #include "import/xprof.h"
 
@@ -24,7 +25,7 @@ typedef struct lbuf {
   int64_t ref_count;
   struct lbuf *canonical; /* SHARE_WITH: the buffer whose memory this one uses */
   int64_t open;           /* index of its live interval in the space, -1 if not live */
-  const char *op, *shape, *label, *group, *source, *opcode;
+  const char *op, *shape, *label, *group, *source, *stack, *opcode;
   uint64_t unpadded;
 } lbuf_t;
 
@@ -41,6 +42,7 @@ typedef struct hlo_ctx {
   int64_t *trace_of_alloc; /* per allocation (by position): heap trace index, -1 none */
   uint64_t *alloc_base;    /* per allocation: where it starts when the colour's allocations
                               are laid end to end (so addresses span the total allocation) */
+  hlo_source_t sources;    /* source lines and stacks from the module's stack-frame index */
 } hlo_ctx_t;
 
 static const char *color_name(int64_t color, char *buf, size_t cap) {
@@ -150,8 +152,8 @@ static const char *intern_sb(hlo_ctx_t *c, hbm_strbuf_t *sb) {
   return s;
 }
 
-/* The strings XProf shows for a logical buffer, interned once. */
-static void describe(hlo_ctx_t *c, lbuf_t *b) {
+/* The strings XProf shows for a logical buffer, interned once; false when memory ran out. */
+static bool describe(hlo_ctx_t *c, lbuf_t *b) {
   const HbmHlo__LogicalBufferProto__Location *at = b->proto->defined_at;
   const HbmHlo__HloInstructionProto *inst = b->inst;
   const char *iname = inst ? inst->name : (at && at->instruction_name ? at->instruction_name : "?");
@@ -181,12 +183,7 @@ static void describe(hlo_ctx_t *c, lbuf_t *b) {
   hbm_strbuf_init(&sb);
   hbm_strbuf_printf(&sb, "%s: %s # %s", iname, b->shape ? b->shape : "?", op_name ? op_name : "");
   b->label = intern_sb(c, &sb);
-  b->source = NULL;
-  if (md && md->source_file && md->source_file[0]) {
-    hbm_strbuf_init(&sb);
-    hbm_strbuf_printf(&sb, "%s:%d", md->source_file, (int)md->source_line);
-    b->source = intern_sb(c, &sb);
-  }
+  return hlo_source_of(&c->sources, md, &b->source, &b->stack);
 }
 
 /* XProf keeps only the logical buffers some allocation holds. */
@@ -216,7 +213,8 @@ static bool index_logical_buffers(hlo_ctx_t *c) {
       b->inst = find_instruction(c, b->proto);
       b->offset = (uint64_t)alloc->assigned[k]->offset;
       b->open = -1;
-      describe(c, b);
+      if (!describe(c, b))
+        return hbm_u64map_free(&proto_by_id), false;
       if (hbm_u64map_get(&c->lbuf_by_id, id, &existing))
         c->lbufs[existing] = *b; /* the last assignment wins, as in XProf's map */
       else if (!hbm_u64map_put(&c->lbuf_by_id, id, c->n_lbufs++))
@@ -306,7 +304,7 @@ static bool open_interval(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, int64
   if (!x)
     return false;
   x->op = b->op, x->shape = b->shape, x->opcode = b->opcode, x->label = b->label;
-  x->group = b->group, x->source = b->source;
+  x->group = b->group, x->source = b->source, x->stack = b->stack;
   x->size = size;
   x->unpadded = b->unpadded;
   x->offset = (b->alloc ? c->alloc_base[b->alloc_pos] : 0) + b->offset;
@@ -425,6 +423,41 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   }
 }
 
+static uint64_t alloc_size(const HbmHlo__BufferAllocationProto *a) {
+  return a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
+}
+
+/* The colour's allocations laid end to end, so that the highest address a buffer uses is
+ * XProf's "total buffer allocation" for the colour (XProf 2.24 leaves the thread-local ones
+ * out of it, as hbm does): allocations no buffer is shown in (temporaries outside the
+ * replayed trace) first, then the others in index order. */
+static bool lay_out_allocations(hlo_ctx_t *c, int64_t color, const HbmHlo__HeapSimulatorTrace *tr) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  bool *shown = calloc(ba->n_buffer_allocations + 1, sizeof *shown);
+  if (!shown)
+    return false;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+    const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+    shown[i] = is_indefinite(a) && in_device_memory(a);
+  }
+  for (size_t e = 0; tr && e < tr->n_events; e++) {
+    const lbuf_t *b = lbuf(c, tr->events[e]->buffer_id);
+    if (b && b->alloc && b->alloc->color == color && in_device_memory(b->alloc))
+      shown[b->alloc_pos] = true;
+  }
+  uint64_t end = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+      const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+      if (a->color != color || !in_device_memory(a) || shown[i] != (pass == 1))
+        continue;
+      c->alloc_base[i] = end;
+      end += alloc_size(a);
+    }
+  free(shown);
+  return true;
+}
+
 static bool replay_color(hlo_ctx_t *c, int64_t color) {
   char buf[32];
   xprof_space_t *s =
@@ -433,21 +466,14 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     return false;
   for (size_t i = 0; i < c->n_lbufs; i++)
     c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1;
-  const HbmHlo__BufferAssignmentProto *all = c->proto->buffer_assignment;
-  uint64_t end = 0;
-  for (size_t i = 0; i < all->n_buffer_allocations; i++) {
-    const HbmHlo__BufferAllocationProto *a = all->buffer_allocations[i];
-    if (a->color != color || !in_device_memory(a))
-      continue;
-    c->alloc_base[i] = end;
-    end += a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
-  }
-  uint64_t indefinite = 0;
-  if (!add_indefinite(c, s, color, &indefinite))
-    return false;
   int64_t t = trace_for_color(c, color);
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   const HbmHlo__HeapSimulatorTrace *tr = t >= 0 ? ba->heap_simulator_traces[t] : NULL;
+  if (!lay_out_allocations(c, color, tr))
+    return false;
+  uint64_t indefinite = 0;
+  if (!add_indefinite(c, s, color, &indefinite))
+    return false;
   size_t n = tr ? tr->n_events : 0;
   s->step_labels = calloc(n + 1, sizeof *s->step_labels);
   if (!s->step_labels)
@@ -488,6 +514,20 @@ static size_t colors_of(const hlo_ctx_t *c, int64_t *out, size_t cap) {
   return n;
 }
 
+/* A stack_frame_id past the module's stack-frame index (or frames calling each other in a
+ * loop): those buffers are shown without a source line, and the profile says so. */
+static void warn_bad_frames(hlo_ctx_t *c) {
+  if (!c->sources.n_bad)
+    return;
+  hbm__error(HBM_ERR_PARSE,
+             "%s: program %s: %zu buffers' instructions have a stack_frame_id that points "
+             "nowhere in the module's stack-frame index of %zu frames (first: %lld) or frames "
+             "that loop: shown without a source line",
+             c->im->file, c->program, c->sources.n_bad, c->sources.n_frames,
+             (long long)c->sources.first_bad);
+  xprof_note_problem(c->im);
+}
+
 static hbm_status_t convert(hlo_ctx_t *c) {
   if (!c->proto->buffer_assignment) {
     hbm__error(HBM_ERR_PARSE,
@@ -496,9 +536,11 @@ static hbm_status_t convert(hlo_ctx_t *c) {
                c->im->file, c->program);
     return HBM_ERR_PARSE;
   }
-  if (!index_instructions(c) || !index_logical_buffers(c) || !map_traces_to_allocations(c))
+  if (!hlo_source_init(&c->sources, c->proto->hlo_module, c->im->strings) ||
+      !index_instructions(c) || !index_logical_buffers(c) || !map_traces_to_allocations(c))
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: program %s: out of memory", c->im->file,
                       c->program);
+  warn_bad_frames(c);
   int64_t colors[16];
   size_t n = colors_of(c, colors, HBM_ARRAY_LEN(colors));
   for (size_t i = 0; i < n; i++)
@@ -528,6 +570,7 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
   free(c.lbufs);
   free(c.trace_of_alloc);
   free(c.alloc_base);
+  hlo_source_free(&c.sources);
   hbm_hlo__hlo_proto__free_unpacked(hp, NULL);
   return st;
 }

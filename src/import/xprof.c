@@ -125,7 +125,8 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
                       .group = x->group,
                       .source = x->source,
                       .opcode = x->opcode,
-                      .label = x->label};
+                      .label = x->label,
+                      .stack = x->stack};
     if (hbm_profile_add_buffer(p, &b) < 0)
       return false;
   }

@@ -8,7 +8,7 @@
 
 /* One live interval of one buffer, steps relative to its program (end -1: to the end). */
 typedef struct xprof_buffer {
-  const char *op, *shape, *opcode, *label, *group, *source;
+  const char *op, *shape, *opcode, *label, *group, *source, *stack;
   uint64_t size, unpadded, offset;
   int64_t start, end;
   hbm_category_t category;
