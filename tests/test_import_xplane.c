@@ -512,6 +512,25 @@ static void logdir_and_cli(void **state) {
   size_t total;
   assert_int_equal(hbm_logdir_list(logdir, e, 4, &total), HBM_OK);
   assert_int_equal(total, 2);
+  /* XProf, once it opened the run, wrote its copy of each program beside the .xplane.pb
+   * ("<module>(<id>).hlo_proto.pb", "NO_MODULE.hlo_proto.pb"): the run reads the same. An
+   * HloProto of the user's own beside them is still listed. */
+  size_t hlo_len;
+  uint8_t *hlo = train_program(&hlo_len);
+  const char *copies[] = {"jit_train(7).hlo_proto.pb", "NO_MODULE.hlo_proto.pb",
+                          "mine.hlo_proto.pb"};
+  for (int i = 0; i < 3; i++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, copies[i]);
+    assert_int_equal(th_write(path, hlo, hlo_len), 0);
+  }
+  free(hlo);
+  assert_int_equal(hbm_logdir_list(logdir, e, 4, &total), HBM_OK);
+  assert_int_equal(total, 3);
+  for (size_t i = 0; i < total; i++)
+    assert_true(strstr(e[i].file, ".xplane.pb") || !strcmp(e[i].file, "mine.hlo_proto.pb"));
+  snprintf(cmd, sizeof cmd, "rm '%s/mine.hlo_proto.pb'", dir);
+  assert_int_equal(th_run(cmd, NULL), 0);
   char *out = NULL;
   snprintf(cmd, sizeof cmd, "'%s' report --json '%s/host1.xplane.pb'", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);

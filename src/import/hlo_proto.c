@@ -427,35 +427,20 @@ static uint64_t alloc_size(const HbmHlo__BufferAllocationProto *a) {
   return a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
 }
 
-/* The colour's allocations laid end to end, so that the highest address a buffer uses is
- * XProf's "total buffer allocation" for the colour (XProf 2.24 leaves the thread-local ones
- * out of it, as hbm does): allocations no buffer is shown in (temporaries outside the
- * replayed trace) first, then the others in index order. */
-static bool lay_out_allocations(hlo_ctx_t *c, int64_t color, const HbmHlo__HeapSimulatorTrace *tr) {
+/* The colour's allocations laid end to end (each buffer's address is its allocation's start
+ * plus its offset in it); returns their total, XProf's "total buffer allocation" (XProf 2.24
+ * leaves the thread-local ones out of it, as hbm does). */
+static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
-  bool *shown = calloc(ba->n_buffer_allocations + 1, sizeof *shown);
-  if (!shown)
-    return false;
+  uint64_t end = 0;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    shown[i] = is_indefinite(a) && in_device_memory(a);
+    if (a->color != color || !in_device_memory(a))
+      continue;
+    c->alloc_base[i] = end;
+    end += alloc_size(a);
   }
-  for (size_t e = 0; tr && e < tr->n_events; e++) {
-    const lbuf_t *b = lbuf(c, tr->events[e]->buffer_id);
-    if (b && b->alloc && b->alloc->color == color && in_device_memory(b->alloc))
-      shown[b->alloc_pos] = true;
-  }
-  uint64_t end = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
-      const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-      if (a->color != color || !in_device_memory(a) || shown[i] != (pass == 1))
-        continue;
-      c->alloc_base[i] = end;
-      end += alloc_size(a);
-    }
-  free(shown);
-  return true;
+  return end;
 }
 
 static bool replay_color(hlo_ctx_t *c, int64_t color) {
@@ -469,8 +454,7 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
   int64_t t = trace_for_color(c, color);
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   const HbmHlo__HeapSimulatorTrace *tr = t >= 0 ? ba->heap_simulator_traces[t] : NULL;
-  if (!lay_out_allocations(c, color, tr))
-    return false;
+  s->reserved = lay_out_allocations(c, color);
   uint64_t indefinite = 0;
   if (!add_indefinite(c, s, color, &indefinite))
     return false;

@@ -36,7 +36,7 @@ void hlo_source_free(hlo_source_t *s) {
 
 /* The file location of a 1-based frame id, NULL when the frame names none that exists. */
 static const HbmHlo__StackFrameIndexProto__FileLocation *location_of(const hlo_source_t *s,
-                                                                    int32_t frame_id) {
+                                                                     int32_t frame_id) {
   const HbmHlo__StackFrameIndexProto__StackFrame *f = s->index->stack_frames[frame_id - 1];
   int32_t at = f->file_location_id;
   return at > 0 && (size_t)at <= s->index->n_file_locations ? s->index->file_locations[at - 1]

@@ -12,7 +12,7 @@ typedef struct hlo_source {
   hbm_intern_t *strings;
   struct hlo_frame_text *texts; /* per frame id - 1: its texts, filled when first asked */
   size_t n_frames;
-  size_t n_bad;     /* instructions whose frame id pointed nowhere, or whose frames loop */
+  size_t n_bad;      /* instructions whose frame id pointed nowhere, or whose frames loop */
   int64_t first_bad; /* the first such frame id */
 } hlo_source_t;
 

@@ -100,6 +100,16 @@ static int by_peak(const void *a, const void *b) {
 
 static uint64_t bounded(uint64_t v) { return v > MAX_SIZE ? MAX_SIZE : v; }
 
+/* A program's allocations, reserved from its first step to its last. */
+static bool reserve_steps(hbm_profile_t *p, int space, int64_t base, int64_t n, uint64_t size) {
+  hbm_reserve_event_t e = {
+      .step = base, .space = space, .op = HBM_RESERVE_PREALLOCATE, .size = size};
+  if (hbm_profile_add_reserve(p, &e) != HBM_OK)
+    return false;
+  e.step = base + n, e.op = HBM_RESERVE_RELEASE;
+  return hbm_profile_add_reserve(p, &e) == HBM_OK;
+}
+
 static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
   int space = hbm_profile_add_space(p, s->name, s->device, s->color, 0);
   if (space < 0)
@@ -109,6 +119,8 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
     if (hbm_profile_add_step(p, s->step_times ? s->step_times[i] : 0,
                              s->step_labels ? s->step_labels[i] : NULL) < 0)
       return false;
+  if (s->reserved && !reserve_steps(p, space, base, s->n_steps, bounded(s->reserved)))
+    return false;
   for (size_t i = 0; i < s->n_buffers; i++) {
     const xprof_buffer_t *x = &s->buffers[i];
     int64_t end = x->end < 0 || x->end > s->n_steps ? s->n_steps : x->end;

@@ -25,7 +25,9 @@ typedef struct xprof_space {
   int64_t n_steps;
   xprof_buffer_t *buffers;
   size_t n_buffers, cap_buffers;
-  uint64_t peak; /* XProf's peak heap (indefinite included), to order the programs */
+  uint64_t peak;     /* XProf's peak heap (indefinite included), to order the programs */
+  uint64_t reserved; /* programs: XLA's allocations of the colour ("total buffer
+                        allocation"), reserved over the program's steps; 0 none */
   bool runtime;
 } xprof_space_t;
 

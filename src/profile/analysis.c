@@ -420,9 +420,14 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
   bool ok = collect_members(a, space) && compute_live(a);
+  /* A plan that states what it reserves (XLA's allocations, read from XProf's files) is
+   * taken at its word; otherwise its reservation is what its buffers reach. */
+  bool stated = false;
+  for (size_t i = 0; i < p->n_reserves && !stated; i++)
+    stated = p->reserves[i].space == space;
   if (ok)
-    ok =
-        p->kind == HBM_PROFILE_PLAN ? compute_reserved_plan(a) : compute_reserved_runtime(a, space);
+    ok = p->kind == HBM_PROFILE_PLAN && !stated ? compute_reserved_plan(a)
+                                                : compute_reserved_runtime(a, space);
   if (ok) {
     find_peak(a);
     ok = collect_peak_buffers(a) && collect_groups(a) && compute_fragmentation(a);
