@@ -138,12 +138,19 @@ def _is_small(o):
         o.get("label", "").startswith("small (")
 
 
-def compare_buffers(where, xp, hs, diffs):
-    """The buffers at the peak. Returns how many XProf lists (small ones as one)."""
+def _is_scoped(b):
+    return (b.get("label") or "").startswith("largest scoped VMEM allocation")
+
+
+def compare_buffers(where, xp, hs, color, diffs):
+    """The buffers at the peak. Returns how many XProf lists (small ones as one). XProf draws
+    the whole-program buffers only for HBM (their bytes are in every colour's peak), and
+    VMEM's scoped allocation as a figure of its own, not a bar."""
     heap = xp.get("maxHeap", [])
     theirs = [_heap_object_fields(o) for o in heap if not _is_small(o)]
     small = sum(to_bytes(o.get("logicalBufferSizeMib")) for o in heap if _is_small(o))
-    bufs = sorted(hs["buffers_at_peak"], key=lambda b: b["index"])
+    bufs = sorted((b for b in hs["buffers_at_peak"] if not _is_scoped(b)
+                   and (color == 0 or b["category"] not in INDEFINITE)), key=lambda b: b["index"])
     ours = [_buffer_fields(b) for b in bufs if b["size"] >= SMALL]
     our_small = sum(b["size"] for b in bufs if b["size"] < SMALL)
     if our_small != small:
@@ -165,7 +172,7 @@ def compare_buffers(where, xp, hs, diffs):
     their_by_size = [(f["size"], f["name"]) for f in
                      sorted(theirs, key=lambda f: -f["size"]) if f["type"] not in INDEFINITE]
     our_by_size = [(b["size"], b["op"]) for b in hs["buffers_at_peak"]
-                   if b["size"] >= SMALL and b["category"] not in INDEFINITE]
+                   if b["size"] >= SMALL and b["category"] not in INDEFINITE and not _is_scoped(b)]
     if our_by_size != their_by_size:
         _list_diff(where, "heap buffers by size, in order", our_by_size, their_by_size, diffs)
     return len(theirs) + (1 if small else 0)
@@ -183,26 +190,34 @@ def compare_program(where, xp, hs, start, color, diffs):
     """One program in one colour. Returns its row for the table."""
     bufs = hs["buffers_at_peak"]
     indefinite = [b for b in bufs if b["category"] in INDEFINITE]
+    scoped = [b for b in bufs if _is_scoped(b)]
     peak = to_bytes(xp.get("peakHeapMib"))
     indef = to_bytes(xp.get("indefiniteBufferAllocationMib"))
+    total = to_bytes(xp.get("totalBufferAllocationMib"))
+    their_scoped = to_bytes(xp.get("maxScopedVmemAllocationMib"))
+    if their_scoped:  # XProf's page for VMEM: "HLO temp" plus the scoped allocation
+        peak, total = peak - indef + their_scoped, total - indef + their_scoped
+        indef = 0
+    unpadded = to_bytes(xp.get("peakUnpaddedHeapMib")) + (peak - to_bytes(xp.get("peakHeapMib")))
     fields = [
         ("peak", hs["peak_bytes"], peak),
         # XProf adds the whole-program allocations' padded size to the unpadded peak.
         ("unpadded peak", hs["peak_unpadded_bytes"] - sum(b["unpadded_size"] for b in indefinite)
-         + sum(b["size"] for b in indefinite), to_bytes(xp.get("peakUnpaddedHeapMib"))),
-        ("peak position", hs["peak_step"] - start, int(xp.get("peakHeapSizePosition", 0))),
+         + sum(b["size"] for b in indefinite), unpadded),
+        # (an empty heap has no peak to place: XProf says 0, hbm the profile's first step)
+        ("peak position", hs["peak_step"] - start if hs["peak_bytes"] else 0,
+         int(xp.get("peakHeapSizePosition", 0))),
         ("arguments", hs["argument_bytes"], to_bytes(xp.get("entryComputationParametersMib"))),
         ("outputs", hs["output_bytes"], to_bytes(xp.get("maybeLiveOutMib"))),
         ("temporaries", hs["temporary_bytes"], max(0, peak - indef)),
-        ("total allocation", hs["heap_bytes"], to_bytes(xp.get("totalBufferAllocationMib"))),
+        ("total allocation", hs["heap_bytes"], total),
+        ("largest scoped VMEM", (scoped[0]["size"], scoped[0]["op"]) if scoped else (0, None),
+         (their_scoped, xp.get("maxScopedVmemInstructionName"))),
     ]
-    if color == 1:
-        fields.append(("largest scoped VMEM", hs.get("scoped_bytes", 0),
-                       to_bytes(xp.get("maxScopedVmemAllocationMib"))))
     for field, ours, theirs in fields:
         if ours != theirs:
             diffs.append(Diff(where, field, ours, theirs))
-    n = compare_buffers(where, xp, hs, diffs)
+    n = compare_buffers(where, xp, hs, color, diffs)
     with_source = sum(1 for o in xp.get("maxHeap", []) if (o.get("sourceInfo") or {}).get("fileName"))
     return {"program": where, "peak": peak, "arguments": fields[3][2], "outputs": fields[4][2],
             "temporaries": fields[5][2], "buffers": n, "sources": with_source}

@@ -10,6 +10,7 @@
 #include "import/hlo_proto_text.h"
 #include "import/hlo_shape.h"
 #include "import/hlo_source.h"
+#include "import/hlo_vmem.h"
 #include "import/pb_wire.h"
 #include "import/xprof.h"
 
@@ -43,17 +44,21 @@ typedef struct hlo_ctx {
   uint64_t *alloc_base;    /* per allocation: where it starts when the colour's allocations
                               are laid end to end (so addresses span the total allocation) */
   hlo_source_t sources;    /* source lines and stacks from the module's stack-frame index */
+  uint64_t scoped;         /* the largest scoped VMEM allocation (TPU), 0 none */
+  const char *scoped_by;   /* the instruction that makes it */
 } hlo_ctx_t;
 
+/* XLA's memory colours, named as XProf's Memory Viewer names them (its "Memory Types"). */
 static const char *color_name(int64_t color, char *buf, size_t cap) {
-  /* XLA's memory spaces: 0 is the device's main memory (HBM on TPUs and GPUs), 5 host. */
-  if (color == 0)
-    return "HBM";
-  if (color == 5)
-    return "Host";
+  static const char *const names[] = {"HBM", "VMEM", "Sflag", "CMEM", "SMEM", "Host", "SparseCore"};
+  if (color >= 0 && color < (int64_t)HBM_ARRAY_LEN(names))
+    return names[color];
   snprintf(buf, cap, "color %lld", (long long)color);
   return buf;
 }
+
+/* VMEM, where a TPU program's scoped allocations live (XProf shows the largest there). */
+#define VMEM_COLOR 1
 
 /* ---- where an unpack failed: the bytes walked against protobuf-c's descriptors ---- */
 
@@ -240,6 +245,12 @@ static bool is_indefinite(const HbmHlo__BufferAllocationProto *a) {
  * of the Memory Viewer (docs/viewer.md), and so does hbm. */
 static bool in_device_memory(const HbmHlo__BufferAllocationProto *a) { return !a->is_thread_local; }
 
+/* Whether an allocation is shown in its colour's space: XLA places no whole-program buffer
+ * in VMEM (XProf: "they never actually consume memory" there). */
+static bool shown_in(const HbmHlo__BufferAllocationProto *a, int64_t color) {
+  return a->color == color && in_device_memory(a) && !(color == VMEM_COLOR && is_indefinite(a));
+}
+
 /* XProf's category precedence: Parameter > Output > Thread-local > Constant > Temporary. */
 static hbm_category_t category_of(const HbmHlo__BufferAllocationProto *a) {
   if (a->is_entry_computation_parameter)
@@ -321,7 +332,7 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    if (a->color != color || !is_indefinite(a) || !in_device_memory(a))
+    if (!shown_in(a, color) || !is_indefinite(a))
       continue;
     lbuf_t *best = NULL;
     for (size_t k = 0; k < a->n_assigned; k++) {
@@ -435,12 +446,36 @@ static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
   uint64_t end = 0;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    if (a->color != color || !in_device_memory(a))
+    if (!shown_in(a, color))
       continue;
     c->alloc_base[i] = end;
     end += alloc_size(a);
   }
   return end;
+}
+
+/* The largest scoped VMEM allocation, live over the whole program above the VMEM heap: what
+ * XProf adds to the VMEM heap's peak and total ("HLO temp + scoped"). */
+static bool add_scoped(hlo_ctx_t *c, xprof_space_t *s) {
+  xprof_buffer_t *b = xprof_add_buffer(s);
+  if (!b)
+    return false;
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_printf(&sb,
+                    "largest scoped VMEM allocation, of %s (its backend_config's "
+                    "used_scoped_memory_configs)",
+                    c->scoped_by);
+  b->label = intern_sb(c, &sb);
+  b->op = hbm_intern(c->im->strings, c->scoped_by);
+  b->group = hbm_intern(c->im->strings, "scoped VMEM");
+  b->size = b->unpadded = c->scoped < ((uint64_t)1 << 48) ? c->scoped : (uint64_t)1 << 48;
+  b->offset = s->reserved;
+  b->start = 0, b->end = -1;
+  b->category = HBM_CAT_TEMPORARY;
+  s->reserved += b->size;
+  s->peak += b->size;
+  return b->op && b->label && b->group;
 }
 
 static bool replay_color(hlo_ctx_t *c, int64_t color) {
@@ -474,13 +509,15 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     s->step_labels[0] = hbm_intern(c->im->strings, "(no heap-simulator trace)");
   s->n_steps = n ? (int64_t)n : 1;
   s->peak = (uint64_t)peak + indefinite;
-  return true;
+  return color != VMEM_COLOR || !c->scoped || add_scoped(c, s);
 }
 
 /* Colours of the allocations, in the order they first appear. */
 static size_t colors_of(const hlo_ctx_t *c, int64_t *out, size_t cap) {
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   size_t n = 0;
+  if (c->scoped) /* VMEM is shown for its scoped allocations even with no buffer there */
+    out[n++] = VMEM_COLOR;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     int64_t color = ba->buffer_allocations[i]->color;
     bool seen = false;
@@ -525,6 +562,7 @@ static hbm_status_t convert(hlo_ctx_t *c) {
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: program %s: out of memory", c->im->file,
                       c->program);
   warn_bad_frames(c);
+  c->scoped = hlo_max_scoped_bytes(c->proto->hlo_module, VMEM_COLOR, &c->scoped_by);
   int64_t colors[16];
   size_t n = colors_of(c, colors, HBM_ARRAY_LEN(colors));
   for (size_t i = 0; i < n; i++)
