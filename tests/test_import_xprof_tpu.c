@@ -144,9 +144,8 @@ static uint8_t *tpu_file(size_t *len) {
   HbmXplane__XPlane *cpu = xf_plane(&a, s, "/host:CPU", 1, 16);
   xf_event_meta(&a, cpu, EV_ALLOC, "MemoryAllocation", 0);
   xf_event_meta(&a, cpu, EV_FREE, "MemoryDeallocation", 0);
-  const char *names[] = {"allocator_name",   "index_on_host",   "addr",
-                         "requested_bytes",  "allocation_bytes", "bytes_allocated",
-                         "bytes_reserved",   "tf_op"};
+  const char *names[] = {"allocator_name",   "index_on_host",   "addr",           "requested_bytes",
+                         "allocation_bytes", "bytes_allocated", "bytes_reserved", "tf_op"};
   for (int i = 0; i < 8; i++)
     xf_stat_meta(&a, cpu, S_NAME + i, names[i]);
   chip_events(&a, xf_line(&a, cpu, 1000, 12));
