@@ -454,30 +454,6 @@ static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
   return end;
 }
 
-/* The largest scoped VMEM allocation, live over the whole program above the VMEM heap: what
- * XProf adds to the VMEM heap's peak and total ("HLO temp + scoped"). */
-static bool add_scoped(hlo_ctx_t *c, xprof_space_t *s) {
-  xprof_buffer_t *b = xprof_add_buffer(s);
-  if (!b)
-    return false;
-  hbm_strbuf_t sb;
-  hbm_strbuf_init(&sb);
-  hbm_strbuf_printf(&sb,
-                    "largest scoped VMEM allocation, of %s (its backend_config's "
-                    "used_scoped_memory_configs)",
-                    c->scoped_by);
-  b->label = intern_sb(c, &sb);
-  b->op = hbm_intern(c->im->strings, c->scoped_by);
-  b->group = hbm_intern(c->im->strings, "scoped VMEM");
-  b->size = b->unpadded = c->scoped < ((uint64_t)1 << 48) ? c->scoped : (uint64_t)1 << 48;
-  b->offset = s->reserved;
-  b->start = 0, b->end = -1;
-  b->category = HBM_CAT_TEMPORARY;
-  s->reserved += b->size;
-  s->peak += b->size;
-  return b->op && b->label && b->group;
-}
-
 static bool replay_color(hlo_ctx_t *c, int64_t color) {
   char buf[32];
   xprof_space_t *s =
@@ -509,7 +485,7 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     s->step_labels[0] = hbm_intern(c->im->strings, "(no heap-simulator trace)");
   s->n_steps = n ? (int64_t)n : 1;
   s->peak = (uint64_t)peak + indefinite;
-  return color != VMEM_COLOR || !c->scoped || add_scoped(c, s);
+  return color != VMEM_COLOR || !c->scoped || xprof_add_scoped(c->im, s, c->scoped, c->scoped_by);
 }
 
 /* Colours of the allocations, in the order they first appear. */

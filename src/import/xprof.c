@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool xprof_import_init(xprof_import_t *im, const char *file) {
+bool xprof_import_init(xprof_import_t *im, const char *file) {
   memset(im, 0, sizeof *im);
   im->file = file;
   hbm_strbuf_init(&im->problems);
@@ -19,7 +19,7 @@ static bool xprof_import_init(xprof_import_t *im, const char *file) {
   return im->strings != NULL;
 }
 
-static void xprof_import_free(xprof_import_t *im) {
+void xprof_import_free(xprof_import_t *im) {
   for (size_t i = 0; i < im->n_spaces; i++) {
     free(im->spaces[i].buffers);
     free(im->spaces[i].step_labels);
@@ -76,6 +76,29 @@ bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value) {
   im->meta[im->n_meta++] = k;
   im->meta[im->n_meta++] = v;
   return true;
+}
+
+bool xprof_add_scoped(xprof_import_t *im, xprof_space_t *s, uint64_t bytes, const char *by) {
+  xprof_buffer_t *b = xprof_add_buffer(s);
+  if (!b)
+    return false;
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_printf(&sb,
+                    "largest scoped VMEM allocation, of %s (its backend_config's "
+                    "used_scoped_memory_configs)",
+                    by ? by : "?");
+  b->label = hbm_intern(im->strings, hbm_strbuf_str(&sb));
+  hbm_strbuf_free(&sb);
+  b->op = hbm_intern(im->strings, by ? by : "scoped VMEM");
+  b->group = hbm_intern(im->strings, "scoped VMEM");
+  b->size = b->unpadded = bytes < ((uint64_t)1 << 48) ? bytes : (uint64_t)1 << 48;
+  b->offset = s->reserved;
+  b->start = 0, b->end = -1;
+  b->category = HBM_CAT_TEMPORARY;
+  s->reserved += b->size;
+  s->peak += b->size;
+  return b->op && b->label && b->group;
 }
 
 void xprof_note_problem(xprof_import_t *im) {
@@ -152,7 +175,7 @@ static void set_meta(hbm_profile_t *p, const char *key, size_t value) {
 }
 
 /* One profile of everything read: programs largest peak first, then allocator timelines. */
-static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
+hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name, const char *format) {
   xprof_space_t **order = malloc((im->n_spaces + 1) * sizeof *order);
   hbm_profile_t *p = order ? hbm_profile_new(HBM_PROFILE_PLAN, name) : NULL;
   if (!p) {
@@ -164,7 +187,7 @@ static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
     order[i] = &im->spaces[i];
   qsort(order, im->n_spaces, sizeof *order, by_peak);
   hbm_profile_set_meta(p, "source_path", im->file);
-  hbm_profile_set_meta(p, "format", "xprof");
+  hbm_profile_set_meta(p, "format", format);
   hbm_profile_set_meta(p, "planner", "XLA's buffer assignment (heap-simulator trace, as XProf)");
   set_meta(p, "programs", im->n_programs);
   if (im->n_problems)
@@ -263,7 +286,7 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
   else if (st == HBM_OK || im.n_spaces > 0) {
     if (st != HBM_OK)
       xprof_note_problem(&im);
-    p = xprof_to_profile(&im, hbm__base_name(path));
+    p = xprof_to_profile(&im, hbm__base_name(path), "xprof");
   }
   xprof_import_free(&im);
   return p;
