@@ -105,10 +105,11 @@ static void bad_input_says_where(void **state) {
  * inventing a buffer. */
 static void blocks_that_do_not_add_up_are_said(void **state) {
   (void)state;
-  hbm_profile_t *p = hbm_profile_load(write_text(
-      "short.json", "{\"moduleName\": \"jit_g\", \"heapSizes\": [0, 1, 2, 0], "
-                    "\"bufferBlocks\": [{\"logicalBufferId\": 1, \"name\": \"x\", \"startStep\": 0, "
-                    "\"endStep\": 2, \"size\": 1048576}]}"));
+  hbm_profile_t *p = hbm_profile_load(
+      write_text("short.json",
+                 "{\"moduleName\": \"jit_g\", \"heapSizes\": [0, 1, 2, 0], "
+                 "\"bufferBlocks\": [{\"logicalBufferId\": 1, \"name\": \"x\", \"startStep\": 0, "
+                 "\"endStep\": 2, \"size\": 1048576}]}"));
   assert_non_null(p);
   const char *lost = hbm_profile_meta(p, "lost");
   assert_non_null(lost);

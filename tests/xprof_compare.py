@@ -75,17 +75,24 @@ def xprof_modules(xplane):
     return sorted(n for n in names if n != "NO_MODULE")  # XProf's name for "no programs"
 
 
-def xprof_viewer(xplane, module, color=0):
-    """XProf's Memory Viewer data, or a string saying why there is none."""
+def xprof_viewer_text(xplane, module, color=0):
+    """XProf's Memory Viewer data as the JSON text its converter returns (what a user saves
+    as memory_viewer.json), or (None, why)."""
     from xprof.convert import raw_to_tool_data
     try:
         data, _ = raw_to_tool_data.xspace_to_tool_data(
             [xplane], "memory_viewer", {"module_name": module, "memory_space": str(color)})
     except Exception as e:  # XProf refuses some programs (a buffer freed twice, ...)
-        return f"XProf failed: {e}"
+        return None, f"XProf failed: {e}"
     if not data:
-        return "XProf gave no data"
-    return json.loads(data)
+        return None, "XProf gave no data"
+    return (data.decode() if isinstance(data, bytes) else data), None
+
+
+def xprof_viewer(xplane, module, color=0):
+    """XProf's Memory Viewer data, or a string saying why there is none."""
+    text, why = xprof_viewer_text(xplane, module, color)
+    return json.loads(text) if text else why
 
 
 def xprof_memory_profile(xplane):
@@ -239,9 +246,10 @@ def compare_allocators(where, xplane, report, diffs):
     return rows
 
 
-def compare_xplane(hbm, path, diffs, work=None):
+def compare_xplane(hbm, path, diffs, work=None, seen=None, label=None):
     """Every program of an .xplane.pb (copied: XProf writes its .hlo_proto.pb files beside
-    the file it reads) and its allocators. Returns the table's rows."""
+    the file it reads) and its allocators. Returns the table's rows. `seen(module, color,
+    text, xp)` gets XProf's JSON text and data of each program compared."""
     own = work is None
     work = work or tempfile.mkdtemp(prefix="hbm_xprof_")
     try:
@@ -250,13 +258,16 @@ def compare_xplane(hbm, path, diffs, work=None):
         report = hbm_report(hbm, path)
         programs = hbm_programs(report)
         rows = []
-        base = os.path.basename(str(path))
+        base = label or os.path.basename(str(path))
         for module in xprof_modules(xplane):
             colors = sorted({c for c, name in COLORS.items() if (module, name) in programs} | {0})
             for color in colors:
                 where = f"{base}: {module}" + (f" {COLORS[color]}" if color else "")
                 found = programs.get((module, COLORS[color]))
-                xp = xprof_viewer(xplane, module, color)
+                text, why = xprof_viewer_text(xplane, module, color)
+                xp = json.loads(text) if text else why
+                if text and seen:
+                    seen(module, color, text, xp)
                 if isinstance(xp, str) or found is None:
                     if isinstance(xp, str) and found is None:
                         continue  # neither shows this colour

@@ -134,8 +134,7 @@ static void describe(mv_reader_t *r, const json_t *o, xprof_buffer_t *b) {
   b->label = text(r, json_object_get(o, "label"));
   uint64_t unpadded;
   if (json_object_get(o, "unpaddedShapeMib") &&
-      mib_bytes(r, json_object_get(o, "unpaddedShapeMib"), "maxHeap[].unpaddedShapeMib",
-                &unpadded))
+      mib_bytes(r, json_object_get(o, "unpaddedShapeMib"), "maxHeap[].unpaddedShapeMib", &unpadded))
     b->unpadded = unpadded;
   if (!b->source)
     source_of(r, json_object_get(o, "sourceInfo"), b);
@@ -195,9 +194,8 @@ static bool read_steps(mv_reader_t *r, xprof_space_t *s, uint64_t **target) {
 static bool has_attribute(const json_t *alloc, const char *name) {
   size_t i;
   json_t *a;
-  json_array_foreach(json_object_get(alloc, "attributes"), i, a) if (json_is_string(a) &&
-                                                                     !strcmp(json_string_value(a),
-                                                                             name)) return true;
+  json_array_foreach(json_object_get(alloc, "attributes"), i,
+                     a) if (json_is_string(a) && !strcmp(json_string_value(a), name)) return true;
   return false;
 }
 
@@ -233,8 +231,8 @@ static bool add_indefinite(mv_reader_t *r, xprof_space_t *s, const json_t *alloc
   const json_t *o = best ? heap_object(r, json_object_get(best, "id")) : NULL;
   describe(r, o, b);
   if (o) /* a constant or thread-local one: maxHeap says which */
-    b->category =
-        param || out ? b->category : category_of(json_string_value(json_object_get(o, "groupName")));
+    b->category = param || out ? b->category
+                               : category_of(json_string_value(json_object_get(o, "groupName")));
   if (!b->op)
     b->op = hbm_intern(r->im->strings, "allocation");
   return true;
@@ -244,20 +242,19 @@ static bool add_indefinite(mv_reader_t *r, xprof_space_t *s, const json_t *alloc
 
 static bool add_block(mv_reader_t *r, xprof_space_t *s, const json_t *blk) {
   int64_t id, start, end, size, unpadded, offset;
-  if (!integer(r, json_object_get(blk, "logicalBufferId"), "bufferBlocks[].logicalBufferId",
-               &id) ||
+  if (!integer(r, json_object_get(blk, "logicalBufferId"), "bufferBlocks[].logicalBufferId", &id) ||
       !integer(r, json_object_get(blk, "startStep"), "bufferBlocks[].startStep", &start) ||
       !integer(r, json_object_get(blk, "endStep"), "bufferBlocks[].endStep", &end) ||
       !integer(r, json_object_get(blk, "size"), "bufferBlocks[].size", &size) ||
-      !integer(r, json_object_get(blk, "unpaddedSize"), "bufferBlocks[].unpaddedSize",
-               &unpadded) ||
+      !integer(r, json_object_get(blk, "unpaddedSize"), "bufferBlocks[].unpaddedSize", &unpadded) ||
       !integer(r, json_object_get(blk, "offset"), "bufferBlocks[].offset", &offset))
     return false;
   if (id < 0)
     return true; /* an allocation's frame, not a buffer */
   if (start < 0 || end < start || start >= s->n_steps || size < 0 || offset < 0)
-    return bad(r, "bufferBlocks[]", "a span of events outside the heap timeline, or a negative "
-                                    "size or offset");
+    return bad(r, "bufferBlocks[]",
+               "a span of events outside the heap timeline, or a negative "
+               "size or offset");
   xprof_buffer_t *b = xprof_add_buffer(s);
   if (!b)
     return bad(r, "bufferBlocks", "out of memory");
@@ -287,10 +284,10 @@ static bool add_block(mv_reader_t *r, xprof_space_t *s, const json_t *blk) {
 typedef struct lives {
   xprof_buffer_t *tmpl; /* the blocks, by first allocation */
   size_t n;
-  int64_t *open;        /* per block: its live segment in the space, -1 when dead */
+  int64_t *open; /* per block: its live segment in the space, -1 when dead */
   bool *seen;
-  size_t *by_size;      /* block indexes by size, then first allocation */
-  hbm_u64map_t first;   /* size → where its blocks start in by_size */
+  size_t *by_size;    /* block indexes by size, then first allocation */
+  hbm_u64map_t first; /* size → where its blocks start in by_size */
 } lives_t;
 
 static const xprof_buffer_t *sort_tmpl; /* by_size's sort key (one reader at a time) */
@@ -372,8 +369,8 @@ static bool replay_heap(mv_reader_t *r, xprof_space_t *s, const uint64_t *target
       ok = start_life(s, &l, next, step);
       change -= (int64_t)l.tmpl[next].size;
     }
-    size_t k = change ? pick(&l, (uint64_t)(change > 0 ? change : -change), step, change < 0)
-                      : SIZE_MAX;
+    size_t k =
+        change ? pick(&l, (uint64_t)(change > 0 ? change : -change), step, change < 0) : SIZE_MAX;
     if (k != SIZE_MAX && change > 0)
       ok = start_life(s, &l, k, step);
     else if (k != SIZE_MAX)

@@ -19,20 +19,34 @@ import corpus_programs  # noqa: E402  (sets the host device count before jax loa
 BATCH = 24  # programs per trace session
 
 
+STATS = ["argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+         "temp_size_in_bytes"]
+
+
 def worker(root: Path, batch: int, names) -> int:
-    """Traces the programs `names` in one session into root/batch-K; errors into a JSON file."""
+    """Traces the programs `names` in one session into root/batch-K, then writes each one's
+    compiled.memory_analysis() (XLA's own totals; JAX's cache makes it free) into
+    root/batch-K/programs.json, and the errors into a JSON file."""
     import jax
 
     progs = corpus_programs.by_name()
-    errors = {}
+    errors, ran, stats = {}, [], {}
     out = root / f"batch-{batch}"
     with jax.profiler.trace(str(out)):
         for name in names:
             try:
                 fn, args = progs[name].build()
                 jax.block_until_ready(fn(*args))
+                ran.append((name, fn, args))
             except Exception as e:  # reported by the test, not fatal to the batch
                 errors[name] = f"{type(e).__name__}: {e}"[:2000]
+    for name, fn, args in ran:
+        ma = fn.lower(*args).compile().memory_analysis()
+        stats[name] = {"module": f"jit_{name}", "family": progs[name].family,
+                       **{k: int(getattr(ma, k)) for k in STATS}}
+    (out / "programs.json").write_text(json.dumps(stats, indent=1))
+    for f in out.glob("plugins/profile/*/*.trace.json.gz"):
+        f.unlink()  # the timeline of kernels: neither XProf's memory tools nor hbm read it
     (root / f".errors-{batch}.json").write_text(json.dumps(errors, indent=1))
     return 0
 
