@@ -5,6 +5,8 @@
  * canonical buffer), one step per event; the allocations with an indefinite lifetime
  * (parameters, outputs, constants, thread-local) are live at every step with their allocation's
  * size. The buffers at the first step reaching the maximum are XProf's "HLO Ops at Peak".
+ * Colours are named as XProf names them; VMEM also shows a TPU program's largest scoped
+ * allocation (hlo_vmem.c); each buffer carries its source line and stack (hlo_source.c).
  * The HloProto is unpacked with protobuf-c (proto/hlo.proto); when that fails, a walk of the
  * bytes against the same descriptors says where and what was expected. */
 #include "import/hlo_proto_text.h"
@@ -482,7 +484,7 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     peak = heap > peak ? heap : peak;
   }
   if (!n)
-    s->step_labels[0] = hbm_intern(c->im->strings, "(no heap-simulator trace)");
+    s->step_labels[0] = hbm_intern(c->im->strings, "no heap-simulator trace");
   s->n_steps = n ? (int64_t)n : 1;
   s->peak = (uint64_t)peak + indefinite;
   return color != VMEM_COLOR || !c->scoped || xprof_add_scoped(c->im, s, c->scoped, c->scoped_by);

@@ -2,9 +2,10 @@
  * in place with pb_wire.c: nothing is copied but the few strings kept. Two things are read:
  *   - the /host:metadata plane: one event-metadata entry per compiled program whose stats
  *     hold the serialized HloProto (stat "hlo_proto"); each goes to hlo_proto.c;
- *   - MemoryAllocation / MemoryDeallocation events on any other plane (the allocators'
- *     runtime events: allocator name, address, requested and allocated bytes, bytes in use,
- *     op, region type, data type, shape) — XProf's Memory Profile, one space per allocator.
+ *   - MemoryAllocation / MemoryDeallocation events on the /host:CPU plane (the allocators'
+ *     runtime events: allocator name or TPU chip, address, requested and allocated bytes,
+ *     bytes in use and reserved, op, region type, data type, shape) — XProf's Memory Profile,
+ *     one space per allocator (XProf's memory id), the 256 largest at most.
  * A damaged plane or program is noted and skipped; the rest is still read. */
 #include "import/pb_wire.h"
 #include "import/xprof.h"

@@ -184,7 +184,7 @@ static bool read_steps(mv_reader_t *r, xprof_space_t *s, uint64_t **target) {
     s->step_labels[i] = hbm_intern(r->im->strings, label ? label : "");
   }
   if (!n)
-    s->step_labels[0] = hbm_intern(r->im->strings, "no heap-simulator events");
+    s->step_labels[0] = hbm_intern(r->im->strings, "no heap-simulator trace");
   s->n_steps = n ? (int64_t)n : 1;
   return true;
 }
