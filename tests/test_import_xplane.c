@@ -330,6 +330,47 @@ static uint8_t *program_with_frames(size_t *len) {
   return bytes;
 }
 
+/* A stack 300 frames deep (frame k called from k - 1, one file location each) and two frames
+ * calling each other (301 and 302) in an index of 302 frames: the deep stack is cut after 256
+ * frames with "..." as its last line, the loop gives no source line (and is counted). */
+static uint8_t *program_with_deep_frames(size_t *len) {
+  xf_arena_t a = {0};
+  xf_module_t m;
+  xf_module_init(&m, &a, "jit_deep", 4);
+  int64_t d250 = 250, ids[] = {1, 2}, off[] = {0, 1000};
+  const char *names[] = {"deep_fusion", "loop_fusion"};
+  for (int i = 0; i < 2; i++) {
+    int64_t inst = xf_instruction(&m, names[i], "fusion", F32, &d250, 1, "jit(deep)/op");
+    HbmHlo__OpMetadata *md = m.comp->instructions[m.comp->n_instructions - 1]->metadata;
+    md->source_file = xf_str(&a, ""), md->stack_frame_id = i ? 301 : 300;
+    xf_logical_buffer(&m, i + 1, inst, 1000, 0);
+  }
+  xf_allocation(&m, 2000, 0, 0, ids, off, 2);
+  xf_event(&m, KIND_ALLOC, 1, "deep_fusion", 0);
+  xf_event(&m, KIND_ALLOC, 2, "loop_fusion", 0);
+  HbmHlo__StackFrameIndexProto *ix = xf_new(&a, sizeof *ix);
+  hbm_hlo__stack_frame_index_proto__init(ix);
+  ix->file_names = XF_NEW_ARRAY(&a, char *, 1);
+  ix->file_names[ix->n_file_names++] = xf_str(&a, "deep.py");
+  ix->file_locations = XF_NEW_ARRAY(&a, HbmHlo__StackFrameIndexProto__FileLocation *, 302);
+  ix->stack_frames = XF_NEW_ARRAY(&a, HbmHlo__StackFrameIndexProto__StackFrame *, 302);
+  for (int k = 1; k <= 302; k++) {
+    HbmHlo__StackFrameIndexProto__FileLocation *l = xf_new(&a, sizeof *l);
+    hbm_hlo__stack_frame_index_proto__file_location__init(l);
+    l->file_name_id = 1, l->line = k, l->column = 1;
+    ix->file_locations[ix->n_file_locations++] = l;
+    HbmHlo__StackFrameIndexProto__StackFrame *f = xf_new(&a, sizeof *f);
+    hbm_hlo__stack_frame_index_proto__stack_frame__init(f);
+    f->file_location_id = k;
+    f->parent_frame_id = k <= 300 ? k - 1 : (k == 301 ? 302 : 301);
+    ix->stack_frames[ix->n_stack_frames++] = f;
+  }
+  m.proto->hlo_module->stack_frame_index = ix;
+  uint8_t *bytes = xf_pack_hlo(&m, len);
+  xf_free(&a);
+  return bytes;
+}
+
 static const hbm_buffer_t *buffer_named(const hbm_profile_t *p, const char *op) {
   for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
     if (hbm_profile_buffer(p, i)->op && !strcmp(hbm_profile_buffer(p, i)->op, op))
@@ -362,6 +403,26 @@ static void source_lines_from_stack_frames(void **state) {
   hbm_analysis_t *a;
   assert_true(summary_of(&a, p, 0)->peak_bytes == 4000); /* the numbers are untouched */
   hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
+static void deep_and_looping_stacks(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = program_with_deep_frames(&len);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("deep.hlo_proto.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  const hbm_buffer_t *b = buffer_named(p, "deep_fusion");
+  assert_string_equal(b->source, "deep.py:300");
+  size_t lines = 1;
+  for (const char *c = b->stack; *c; c++)
+    lines += *c == '\n';
+  assert_int_equal(lines, 257); /* 256 frames, then "..." */
+  assert_non_null(strstr(b->stack, "deep.py:300:1\ndeep.py:299:1\n"));
+  assert_string_equal(b->stack + strlen(b->stack) - 4, "\n...");
+  assert_null(buffer_named(p, "loop_fusion")->source);
+  assert_non_null(strstr(hbm_profile_meta(p, "lost"), "1 buffers' instructions have a "));
   hbm_profile_free(p);
 }
 
@@ -649,6 +710,7 @@ int main(void) {
       cmocka_unit_test(allocator_timeline),
       cmocka_unit_test(bare_hlo_proto),
       cmocka_unit_test(source_lines_from_stack_frames),
+      cmocka_unit_test(deep_and_looping_stacks),
       cmocka_unit_test(donated_parameter_is_an_output),
       cmocka_unit_test(bad_files),
       cmocka_unit_test(damage_keeps_what_was_read),

@@ -117,6 +117,25 @@ static void blocks_that_do_not_add_up_are_said(void **state) {
   hbm_profile_free(p);
 }
 
+/* A program with no heap-simulator event (XProf gives no heapSizes, or only the heap before
+ * it): one step, its whole-program allocation live there. */
+static void program_without_events(void **state) {
+  (void)state;
+  const char *files[] = {HBM_SOURCE_DIR "/fuzz/corpus/xprof_memory_viewer_json/no_heap_sizes.json",
+                         HBM_SOURCE_DIR "/fuzz/corpus/xprof_memory_viewer_json/one_point.json"};
+  for (int i = 0; i < 2; i++) {
+    hbm_profile_t *p = hbm_profile_load(files[i]);
+    if (!p)
+      fail_msg("%s: %s", files[i], hbm_last_error());
+    assert_int_equal(hbm_profile_step_count(p), 1);
+    hbm_analysis_t *a = hbm_analyze(p, 0);
+    assert_true(hbm_analysis_summary(a)->peak_bytes == 1048576);
+    assert_null(hbm_profile_meta(p, "lost"));
+    hbm_analysis_free(a);
+    hbm_profile_free(p);
+  }
+}
+
 static void report_reads_it(void **state) {
   (void)state;
   char *out = NULL;
@@ -131,6 +150,7 @@ int main(void) {
       cmocka_unit_test(reads_xprofs_own_json),
       cmocka_unit_test(bad_input_says_where),
       cmocka_unit_test(blocks_that_do_not_add_up_are_said),
+      cmocka_unit_test(program_without_events),
       cmocka_unit_test(report_reads_it),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);

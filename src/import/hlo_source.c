@@ -26,12 +26,14 @@ bool hlo_source_init(hlo_source_t *s, const HbmHlo__HloModuleProto *m, hbm_inter
   if (!s->n_frames)
     return true;
   s->texts = calloc(s->n_frames, sizeof *s->texts);
-  return s->texts != NULL || (hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false);
+  s->visited = calloc(s->n_frames, sizeof *s->visited);
+  return (s->texts && s->visited) || (hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false);
 }
 
 void hlo_source_free(hlo_source_t *s) {
   free(s->texts);
-  s->texts = NULL;
+  free(s->visited);
+  s->texts = NULL, s->visited = NULL;
 }
 
 /* The file location of a 1-based frame id, NULL when the frame names none that exists. */
@@ -60,17 +62,21 @@ static bool walk(hlo_source_t *s, int32_t frame_id, frame_text_t *out) {
   int32_t id = frame_id;
   size_t depth = 0;
   bool bad = false;
+  uint32_t walk_no = ++s->walks;
   while (id > 0 && depth < HLO_SOURCE_MAX_FRAMES) {
-    if (!in_range(s, id) || depth >= s->n_frames) { /* past the index, or around a loop */
+    if (!in_range(s, id) || s->visited[id - 1] == walk_no) { /* past the index, or a loop */
       bad = true;
       break;
     }
+    s->visited[id - 1] = walk_no;
     const HbmHlo__StackFrameIndexProto__FileLocation *loc = location_of(s, id);
     hbm_strbuf_printf(&sb, "%s%s:%d:%d", depth ? "\n" : "", file_of(s, loc), loc ? loc->line : -1,
                       loc ? loc->column : -1);
     id = s->index->stack_frames[id - 1]->parent_frame_id;
     depth++;
   }
+  if (!bad && id > 0) /* deeper than HLO_SOURCE_MAX_FRAMES: the cut is shown */
+    hbm_strbuf_puts(&sb, "\n...");
   const HbmHlo__StackFrameIndexProto__FileLocation *top = location_of(s, frame_id);
   const char *file = file_of(s, top);
   bool ok = !sb.failed && (out->stack = hbm_intern(s->strings, hbm_strbuf_str(&sb))) != NULL;

@@ -11,6 +11,8 @@ typedef struct hlo_source {
   const HbmHlo__StackFrameIndexProto *index; /* NULL: the module has none */
   hbm_intern_t *strings;
   struct hlo_frame_text *texts; /* per frame id - 1: its texts, filled when first asked */
+  uint32_t *visited;            /* per frame id - 1: the last walk that passed it (loops) */
+  uint32_t walks;
   size_t n_frames;
   size_t n_bad;      /* instructions whose frame id pointed nowhere, or whose frames loop */
   int64_t first_bad; /* the first such frame id */

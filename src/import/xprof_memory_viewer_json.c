@@ -172,13 +172,15 @@ static bool read_steps(mv_reader_t *r, xprof_space_t *s, uint64_t **target) {
     return bad(r, "heapSizes", "more than 2^26 points");
   size_t n = points > 1 ? points - 1 : 0;
   s->step_labels = calloc(n + 1, sizeof *s->step_labels);
-  *target = calloc(points + 1, sizeof **target);
+  *target = calloc(points + 2, sizeof **target); /* a step needs the points around it */
   if (!s->step_labels || !*target)
     return bad(r, "heapSizes", "out of memory");
   for (size_t i = 0; i < points; i++)
     if (!mib_bytes(r, json_array_get(sizes, i), "heapSizes[]", &(*target)[i]))
       return false;
   r->indefinite = points ? (*target)[0] : 0; /* before the first event: whole-program only */
+  if (!n) /* no event: the one step keeps the heap as it starts */
+    (*target)[1] = (*target)[0];
   for (size_t i = 0; i < n; i++) {
     const char *label = json_string_value(json_array_get(names, i));
     s->step_labels[i] = hbm_intern(r->im->strings, label ? label : "");
@@ -417,6 +419,13 @@ static bool read_program(mv_reader_t *r) {
   uint64_t offset = 0;
   json_array_foreach(allocs, i, o) if (!add_indefinite(r, s, o, &offset)) return free(target),
       false;
+  if (json_array_size(json_object_get(r->root, "heapSizes")) && offset != r->indefinite) {
+    hbm__error(HBM_ERR_PARSE,
+               "%s: the whole-program allocations of indefiniteLifetimes hold %llu B where "
+               "XProf's heapSizes start at %llu B: the timeline is off by the difference",
+               r->path, (unsigned long long)offset, (unsigned long long)r->indefinite);
+    xprof_note_problem(r->im);
+  }
   size_t first_block = s->n_buffers;
   const json_t *blocks = json_object_get(r->root, "bufferBlocks");
   if (blocks && !json_is_array(blocks))
