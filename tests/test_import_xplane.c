@@ -379,13 +379,20 @@ static const hbm_buffer_t *buffer_named(const hbm_profile_t *p, const char *op) 
   return NULL;
 }
 
+/* A fixture program written as a bare .hlo_proto.pb and loaded. */
+static hbm_profile_t *load_program(uint8_t *(*make)(size_t *), const char *name) {
+  size_t len;
+  uint8_t *bytes = make(&len);
+  hbm_profile_t *p = hbm_profile_load(write_bytes(name, bytes, len));
+  free(bytes);
+  if (!p)
+    fail_msg("%s: %s", name, hbm_last_error());
+  return p;
+}
+
 static void source_lines_from_stack_frames(void **state) {
   (void)state;
-  size_t len;
-  uint8_t *bytes = program_with_frames(&len);
-  hbm_profile_t *p = hbm_profile_load(write_bytes("frames.hlo_proto.pb", bytes, len));
-  free(bytes);
-  assert_non_null(p);
+  hbm_profile_t *p = load_program(program_with_frames, "frames.hlo_proto.pb");
   const hbm_buffer_t *b = buffer_named(p, "a_fusion");
   assert_string_equal(b->source, "model.py:42"); /* the innermost frame, as XProf */
   assert_string_equal(b->stack, "model.py:42:8\ntrain.py:10:4");
@@ -408,11 +415,7 @@ static void source_lines_from_stack_frames(void **state) {
 
 static void deep_and_looping_stacks(void **state) {
   (void)state;
-  size_t len;
-  uint8_t *bytes = program_with_deep_frames(&len);
-  hbm_profile_t *p = hbm_profile_load(write_bytes("deep.hlo_proto.pb", bytes, len));
-  free(bytes);
-  assert_non_null(p);
+  hbm_profile_t *p = load_program(program_with_deep_frames, "deep.hlo_proto.pb");
   const hbm_buffer_t *b = buffer_named(p, "deep_fusion");
   assert_string_equal(b->source, "deep.py:300");
   size_t lines = 1;
