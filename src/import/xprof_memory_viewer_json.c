@@ -356,7 +356,7 @@ static bool replay_heap(mv_reader_t *r, xprof_space_t *s, const uint64_t *target
   l.seen = calloc(l.n + 1, sizeof *l.seen);
   l.by_size = malloc((l.n + 1) * sizeof *l.by_size);
   bool ok = l.tmpl && l.open && l.seen && l.by_size;
-  if (ok)
+  if (ok && l.n)
     memcpy(l.tmpl, s->buffers + first, l.n * sizeof *l.tmpl);
   ok = ok && index_sizes(&l);
   s->n_buffers = first;
@@ -432,7 +432,8 @@ static bool read_program(mv_reader_t *r) {
     return free(target), bad(r, "bufferBlocks", "expected an array");
   json_array_foreach(blocks, i, o) if (!add_block(r, s, o)) return free(target), false;
   /* in the order the trace allocated them (XProf's order at the peak), not the allocations' */
-  qsort(s->buffers + first_block, s->n_buffers - first_block, sizeof *s->buffers, by_start);
+  if (s->n_buffers > first_block)
+    qsort(s->buffers + first_block, s->n_buffers - first_block, sizeof *s->buffers, by_start);
   bool ok = replay_heap(r, s, target, first_block);
   free(target);
   if (!ok)
