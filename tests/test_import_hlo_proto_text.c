@@ -363,8 +363,10 @@ static void real_xprof_files_planned(void **state) {
   (void)state;
   const char *dir = HBM_SHARED_DIR "/real/xprof";
   DIR *d = opendir(dir);
-  if (!d)
+  if (!d) {
+    printf("skipped: no %s (the shared real files are not part of the repository)\n", dir);
     skip();
+  }
   struct dirent *de;
   size_t files = 0, programs = 0;
   while ((de = readdir(d)) != NULL) {
@@ -386,8 +388,10 @@ static void real_xprof_files_planned(void **state) {
     files++;
   }
   closedir(d);
-  if (!files)
+  if (!files) {
+    printf("skipped: no .pb file in %s\n", dir);
     skip();
+  }
   /* 31 + 16 + 8 programs in the AMD xplanes, 4 bare HloProtos (the TF file has none) */
   assert_true(programs >= 59);
 }
@@ -405,8 +409,12 @@ static void jax_zoo_traces(void **state) {
   (void)state;
   const char *zoo = getenv("HBM_JAX_ZOO") ? getenv("HBM_JAX_ZOO") : "../jax_zoo";
   DIR *d = opendir(zoo);
-  if (!d)
+  if (!d) {
+    printf("skipped: no JAX zoo at %s yet (tests/python builds it into the build directory; "
+           "HBM_JAX_ZOO names another)\n",
+           zoo);
     skip();
+  }
   struct dirent *de;
   int checked = 0;
   while ((de = readdir(d)) != NULL) {
@@ -444,8 +452,10 @@ static void jax_zoo_traces(void **state) {
     checked++;
   }
   closedir(d);
-  if (!checked)
+  if (!checked) {
+    printf("skipped: the JAX zoo at %s has no traced program\n", zoo);
     skip();
+  }
 }
 
 int main(void) {
