@@ -6,7 +6,11 @@
  * page's first view needs for its default space (summary, buffers at the peak, a 1000-point
  * timeline). Also the peak resident memory, against the file's size.
  *
- * Usage: bench_xplane [--mb N] [--runs R] [--keep PATH] */
+ * With --allocators N it instead writes a small .xplane.pb naming N distinct allocators (one
+ * allocation each, the audit's adversarial file of issue 26.4) and times loading it and writing
+ * `hbm report --json` of it to /dev/null.
+ *
+ * Usage: bench_xplane [--mb N] [--runs R] [--keep PATH] [--allocators N] */
 #include "hbm.h"
 
 #include "../tests/xplane_fixtures.h"
@@ -136,17 +140,73 @@ static void write_device_plane(FILE *f, size_t n) {
   free(line);
 }
 
+/* N allocators of one allocation each on /host:CPU. */
+static uint8_t *many_allocators(int n, size_t *len) {
+  xf_arena_t a = {0};
+  HbmXplane__XSpace *s = xf_space(&a, 1);
+  HbmXplane__XPlane *cpu = xf_plane(&a, s, "/host:CPU", 1, 8);
+  xf_event_meta(&a, cpu, 1, "MemoryAllocation", 0);
+  const char *stats[] = {"allocator_name", "addr", "allocation_bytes", "bytes_allocated"};
+  for (int i = 0; i < 4; i++)
+    xf_stat_meta(&a, cpu, 10 + i, stats[i]);
+  HbmXplane__XLine *line = xf_line(&a, cpu, 0, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "allocator_%d", i);
+    HbmXplane__XEvent *e = xf_xevent(&a, line, 1, (int64_t)i * 1000, 4);
+    xf_event_str(&a, e, 10, name);
+    xf_event_u64(&a, e, 11, 0x1000);
+    xf_event_u64(&a, e, 12, 256 + (uint64_t)i);
+    xf_event_u64(&a, e, 13, 256 + (uint64_t)i);
+  }
+  uint8_t *bytes = xf_pack_space(s, len);
+  xf_free(&a);
+  return bytes;
+}
+
+static int bench_allocators(int n, const char *path, bool keep) {
+  size_t len;
+  uint8_t *bytes = many_allocators(n, &len);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(bytes, 1, len, f) != len)
+    return perror(path), 1;
+  fclose(f);
+  free(bytes);
+  FILE *sink = fopen("/dev/null", "w");
+  double t0 = now_ms();
+  hbm_profile_t *p = hbm_profile_load(path);
+  double t1 = now_ms();
+  if (!p || !sink || hbm_report_json(p, -1, sink) != HBM_OK)
+    return fprintf(stderr, "bench_xplane: %s\n", hbm_last_error()), 1;
+  double t2 = now_ms();
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("allocators: %d in a %.0f KB file: load %.0f ms, report --json %.0f ms, %d spaces "
+         "shown, peak resident memory %.0f MB\n",
+         n, (double)len / 1e3, t1 - t0, t2 - t1, hbm_profile_space_count(p),
+         (double)ru.ru_maxrss / 1024);
+  if (hbm_profile_space_count(p) <= 0)
+    return fprintf(stderr, "bench_xplane: nothing was read\n"), 1;
+  hbm_profile_free(p);
+  fclose(sink);
+  if (!keep)
+    remove(path);
+  return 0;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
-  int mb = 100, runs = 5;
+  int mb = 100, runs = 5, allocators = 0;
   const char *keep = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mb") && i + 1 < argc)
       mb = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--allocators") && i + 1 < argc)
+      allocators = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
       runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--keep") && i + 1 < argc)
@@ -160,6 +220,8 @@ int main(int argc, char **argv) {
       return perror("mkstemps"), 1;
     close(fd);
   }
+  if (allocators > 0)
+    return bench_allocators(allocators, path, keep != NULL);
   FILE *f = fopen(path, "wb");
   if (!f)
     return perror(path), 1;

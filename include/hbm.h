@@ -343,6 +343,9 @@ typedef struct hbm_buffer {
   const char *source;
   const char *opcode; /* plan: HLO opcode */
   const char *label;  /* plan: XLA label (the instruction's text); runtime: NULL */
+  const char *stack;  /* the source stack, innermost frame first, one "file:line:column" per
+                         line (XProf's "Source Stack"); NULL when unknown. Not saved in
+                         .hbmtrace files. */
 } hbm_buffer_t;
 
 typedef struct hbm_space_info {
@@ -569,7 +572,8 @@ typedef struct hbm_summary {
   uint64_t padding_bytes;       /* peak_bytes - peak_unpadded_bytes */
   uint64_t indefinite_bytes;    /* buffers live for the whole program (HBM_BUF_INDEFINITE) */
   uint64_t argument_bytes;      /* parameters live at the peak */
-  uint64_t output_bytes;        /* outputs live at the peak */
+  uint64_t output_bytes;        /* outputs live at the peak (plans: with the donated
+                                   parameters that hold outputs, as memory_analysis()) */
   uint64_t temporary_bytes;     /* peak_bytes minus buffers live at the peak that are
                                    indefinite or program inputs/outputs, constants,
                                    thread-local (XProf's peak - indefinite); untagged

@@ -130,7 +130,8 @@ static void allocation(fx_t *f, int64_t size, int flags) {
  * only temporary), the outputs f (1024 B), r (4 B) and t's pointer table (2 × 8 = 16 B),
  * and the constant c (4 B). So XLA's temp is 1024 B, its
  * arguments 1024 B, its outputs 1024 + 4 + 16 = 1044 B. */
-static uint8_t *fixture(size_t *len, int64_t xla_temp, int64_t bad_operand) {
+static uint8_t *fixture_with(size_t *len, int64_t xla_temp, int64_t bad_operand,
+                             bool other_colors) {
   fx_t f = {0};
   f.proto = xf_new(&f.a, sizeof *f.proto);
   hbm_hlo__hlo_proto__init(f.proto);
@@ -169,19 +170,29 @@ static uint8_t *fixture(size_t *len, int64_t xla_temp, int64_t bad_operand) {
   f.proto->buffer_assignment = xf_new(&f.a, sizeof *f.proto->buffer_assignment);
   hbm_hlo__buffer_assignment_proto__init(f.proto->buffer_assignment);
   f.proto->buffer_assignment->buffer_allocations =
-      XF_NEW_ARRAY(&f.a, HbmHlo__BufferAllocationProto *, 6);
+      XF_NEW_ARRAY(&f.a, HbmHlo__BufferAllocationProto *, 8);
   allocation(&f, 1024, XF_PARAM);
   allocation(&f, xla_temp, 0);
   allocation(&f, 1024, XF_LIVE_OUT);
   allocation(&f, 4, XF_LIVE_OUT);
   allocation(&f, 16, XF_LIVE_OUT);
   allocation(&f, 4, XF_CONSTANT);
+  if (other_colors) { /* a device temporary in colour 2, a host one in colour 5 */
+    allocation(&f, 512, 0);
+    allocation(&f, 256, 0);
+    HbmHlo__BufferAssignmentProto *ba = f.proto->buffer_assignment;
+    ba->buffer_allocations[6]->color = 2, ba->buffer_allocations[7]->color = 5;
+  }
   *len = hbm_hlo__hlo_proto__get_packed_size(f.proto);
   uint8_t *out = malloc(*len);
   assert_non_null(out);
   hbm_hlo__hlo_proto__pack(f.proto, out);
   xf_free(&f.a);
   return out;
+}
+
+static uint8_t *fixture(size_t *len, int64_t xla_temp, int64_t bad_operand) {
+  return fixture_with(len, xla_temp, bad_operand, false);
 }
 
 /* The text hbm's planner is given, written out by hand from the module above: computations
@@ -325,8 +336,23 @@ static void unrenderable_module_says_why(void **state) {
   assert_true(hbm_profile_space_count(p) >= 1);
   assert_string_equal(hbm_profile_meta(p, "hbm_plan:jit_f"),
                       "hbm's planner: not planned: instruction f: operand id 99 is not in the "
-                      "module");
+                      "module — XLA: temp 1.00KiB, arguments 1.00KiB, outputs 1.02KiB");
   assert_null(hbm_profile_meta(p, "hbm_plan_temp_bytes:jit_f"));
+  assert_string_equal(hbm_profile_meta(p, "xla_temp_bytes:jit_f"), "1024"); /* XLA's still */
+  hbm_profile_free(p);
+}
+
+/* XLA's totals as compiled.memory_analysis() counts them: every memory colour but host
+ * memory (5) is device memory. The fixture plus a 512 B temporary in colour 2 and a 256 B
+ * one in host memory: XLA's device temp is 1024 + 512 = 1536 B. */
+static void xla_totals_count_every_device_colour(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = fixture_with(&len, 1024, 35, true);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("jit_f.hlo_proto.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  assert_string_equal(hbm_profile_meta(p, "xla_temp_bytes:jit_f"), "1536");
   hbm_profile_free(p);
 }
 
@@ -424,9 +450,13 @@ static void jax_zoo_traces(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(renders_the_text_by_hand), cmocka_unit_test(header_alias_and_while),
-      cmocka_unit_test(plan_beside_xla),          cmocka_unit_test(unrenderable_module_says_why),
-      cmocka_unit_test(real_xprof_files_planned), cmocka_unit_test(jax_zoo_traces),
+      cmocka_unit_test(renders_the_text_by_hand),
+      cmocka_unit_test(header_alias_and_while),
+      cmocka_unit_test(plan_beside_xla),
+      cmocka_unit_test(unrenderable_module_says_why),
+      cmocka_unit_test(xla_totals_count_every_device_colour),
+      cmocka_unit_test(real_xprof_files_planned),
+      cmocka_unit_test(jax_zoo_traces),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

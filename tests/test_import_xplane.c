@@ -271,6 +271,198 @@ static void bare_hlo_proto(void **state) {
   hbm_profile_free(p);
 }
 
+/* ---- source lines from the module's stack-frame index (what JAX 0.5+ writes) ---- */
+
+/* The stack-frame index of a program (hand-written, as JAX writes it):
+ *   files 1 train.py, 2 model.py; locations 1 train.py:10:4, 2 model.py:42:8;
+ *   frames 1 (train.py:10, no caller), 2 (model.py:42, called from 1),
+ *          3 and 4 (calling each other: a loop a hostile file may hold). */
+static void add_stack_frames(xf_module_t *m) {
+  xf_arena_t *a = m->a;
+  HbmHlo__StackFrameIndexProto *ix = xf_new(a, sizeof *ix);
+  hbm_hlo__stack_frame_index_proto__init(ix);
+  ix->file_names = XF_NEW_ARRAY(a, char *, 2);
+  ix->file_names[ix->n_file_names++] = xf_str(a, "train.py");
+  ix->file_names[ix->n_file_names++] = xf_str(a, "model.py");
+  int32_t locs[][3] = {{1, 10, 4}, {2, 42, 8}};
+  ix->file_locations = XF_NEW_ARRAY(a, HbmHlo__StackFrameIndexProto__FileLocation *, 2);
+  for (int i = 0; i < 2; i++) {
+    HbmHlo__StackFrameIndexProto__FileLocation *l = xf_new(a, sizeof *l);
+    hbm_hlo__stack_frame_index_proto__file_location__init(l);
+    l->file_name_id = locs[i][0], l->line = locs[i][1], l->column = locs[i][2];
+    ix->file_locations[ix->n_file_locations++] = l;
+  }
+  int32_t frames[][2] = {{1, 0}, {2, 1}, {2, 4}, {1, 3}}; /* {location, parent} */
+  ix->stack_frames = XF_NEW_ARRAY(a, HbmHlo__StackFrameIndexProto__StackFrame *, 4);
+  for (int i = 0; i < 4; i++) {
+    HbmHlo__StackFrameIndexProto__StackFrame *f = xf_new(a, sizeof *f);
+    hbm_hlo__stack_frame_index_proto__stack_frame__init(f);
+    f->file_location_id = frames[i][0], f->parent_frame_id = frames[i][1];
+    ix->stack_frames[ix->n_stack_frames++] = f;
+  }
+  m->proto->hlo_module->stack_frame_index = ix;
+}
+
+/* Four temporaries live together (peak 4000 B = 4 x 1000 B), each from its own instruction:
+ * a_fusion frame 2 (no source_file: the frame gives model.py:42), b_fusion source_file
+ * "model.py":7 and frame 2 (the metadata's own line wins), c_fusion frame 99 (points
+ * nowhere), d_fusion frame 3 (frames that loop). */
+static uint8_t *program_with_frames(size_t *len) {
+  xf_arena_t a = {0};
+  xf_module_t m;
+  xf_module_init(&m, &a, "jit_frames", 8);
+  int64_t d250 = 250, ids[4], off[4];
+  const char *names[] = {"a_fusion", "b_fusion", "c_fusion", "d_fusion"};
+  int32_t frame[] = {2, 2, 99, 3};
+  for (int i = 0; i < 4; i++) {
+    int64_t inst = xf_instruction(&m, names[i], "fusion", F32, &d250, 1, "jit(frames)/op");
+    HbmHlo__OpMetadata *md = m.comp->instructions[m.comp->n_instructions - 1]->metadata;
+    if (i != 1)
+      md->source_file = xf_str(&a, ""), md->source_line = 0;
+    md->stack_frame_id = frame[i];
+    xf_logical_buffer(&m, i + 1, inst, 1000, 0);
+    ids[i] = i + 1, off[i] = 1000 * i;
+  }
+  xf_allocation(&m, 4000, 0, 0, ids, off, 4);
+  for (int i = 0; i < 4; i++)
+    xf_event(&m, KIND_ALLOC, i + 1, names[i], 0);
+  add_stack_frames(&m);
+  uint8_t *bytes = xf_pack_hlo(&m, len);
+  xf_free(&a);
+  return bytes;
+}
+
+/* A stack 300 frames deep (frame k called from k - 1, one file location each) and two frames
+ * calling each other (301 and 302) in an index of 302 frames: the deep stack is cut after 256
+ * frames with "..." as its last line, the loop gives no source line (and is counted). */
+static uint8_t *program_with_deep_frames(size_t *len) {
+  xf_arena_t a = {0};
+  xf_module_t m;
+  xf_module_init(&m, &a, "jit_deep", 4);
+  int64_t d250 = 250, ids[] = {1, 2}, off[] = {0, 1000};
+  const char *names[] = {"deep_fusion", "loop_fusion"};
+  for (int i = 0; i < 2; i++) {
+    int64_t inst = xf_instruction(&m, names[i], "fusion", F32, &d250, 1, "jit(deep)/op");
+    HbmHlo__OpMetadata *md = m.comp->instructions[m.comp->n_instructions - 1]->metadata;
+    md->source_file = xf_str(&a, ""), md->stack_frame_id = i ? 301 : 300;
+    xf_logical_buffer(&m, i + 1, inst, 1000, 0);
+  }
+  xf_allocation(&m, 2000, 0, 0, ids, off, 2);
+  xf_event(&m, KIND_ALLOC, 1, "deep_fusion", 0);
+  xf_event(&m, KIND_ALLOC, 2, "loop_fusion", 0);
+  HbmHlo__StackFrameIndexProto *ix = xf_new(&a, sizeof *ix);
+  hbm_hlo__stack_frame_index_proto__init(ix);
+  ix->file_names = XF_NEW_ARRAY(&a, char *, 1);
+  ix->file_names[ix->n_file_names++] = xf_str(&a, "deep.py");
+  ix->file_locations = XF_NEW_ARRAY(&a, HbmHlo__StackFrameIndexProto__FileLocation *, 302);
+  ix->stack_frames = XF_NEW_ARRAY(&a, HbmHlo__StackFrameIndexProto__StackFrame *, 302);
+  for (int k = 1; k <= 302; k++) {
+    HbmHlo__StackFrameIndexProto__FileLocation *l = xf_new(&a, sizeof *l);
+    hbm_hlo__stack_frame_index_proto__file_location__init(l);
+    l->file_name_id = 1, l->line = k, l->column = 1;
+    ix->file_locations[ix->n_file_locations++] = l;
+    HbmHlo__StackFrameIndexProto__StackFrame *f = xf_new(&a, sizeof *f);
+    hbm_hlo__stack_frame_index_proto__stack_frame__init(f);
+    f->file_location_id = k;
+    f->parent_frame_id = k <= 300 ? k - 1 : (k == 301 ? 302 : 301);
+    ix->stack_frames[ix->n_stack_frames++] = f;
+  }
+  m.proto->hlo_module->stack_frame_index = ix;
+  uint8_t *bytes = xf_pack_hlo(&m, len);
+  xf_free(&a);
+  return bytes;
+}
+
+static const hbm_buffer_t *buffer_named(const hbm_profile_t *p, const char *op) {
+  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
+    if (hbm_profile_buffer(p, i)->op && !strcmp(hbm_profile_buffer(p, i)->op, op))
+      return hbm_profile_buffer(p, i);
+  fail_msg("no buffer %s", op);
+  return NULL;
+}
+
+/* A fixture program written as a bare .hlo_proto.pb and loaded. */
+static hbm_profile_t *load_program(uint8_t *(*make)(size_t *), const char *name) {
+  size_t len;
+  uint8_t *bytes = make(&len);
+  hbm_profile_t *p = hbm_profile_load(write_bytes(name, bytes, len));
+  free(bytes);
+  if (!p)
+    fail_msg("%s: %s", name, hbm_last_error());
+  return p;
+}
+
+static void source_lines_from_stack_frames(void **state) {
+  (void)state;
+  hbm_profile_t *p = load_program(program_with_frames, "frames.hlo_proto.pb");
+  const hbm_buffer_t *b = buffer_named(p, "a_fusion");
+  assert_string_equal(b->source, "model.py:42"); /* the innermost frame, as XProf */
+  assert_string_equal(b->stack, "model.py:42:8\ntrain.py:10:4");
+  b = buffer_named(p, "b_fusion");
+  assert_string_equal(b->source, "model.py:7");
+  assert_string_equal(b->stack, "model.py:42:8\ntrain.py:10:4");
+  assert_null(buffer_named(p, "c_fusion")->source); /* the fallback: no line, no crash */
+  assert_null(buffer_named(p, "c_fusion")->stack);
+  assert_null(buffer_named(p, "d_fusion")->source);
+  const char *lost = hbm_profile_meta(p, "lost"); /* and the warning says which and why */
+  assert_non_null(lost);
+  assert_non_null(strstr(lost, "program jit_frames: 2 buffers' instructions have a "
+                               "stack_frame_id that points nowhere"));
+  assert_non_null(strstr(lost, "index of 4 frames (first: 99)"));
+  hbm_analysis_t *a;
+  assert_true(summary_of(&a, p, 0)->peak_bytes == 4000); /* the numbers are untouched */
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
+static void deep_and_looping_stacks(void **state) {
+  (void)state;
+  hbm_profile_t *p = load_program(program_with_deep_frames, "deep.hlo_proto.pb");
+  const hbm_buffer_t *b = buffer_named(p, "deep_fusion");
+  assert_string_equal(b->source, "deep.py:300");
+  size_t lines = 1;
+  for (const char *c = b->stack; *c; c++)
+    lines += *c == '\n';
+  assert_int_equal(lines, 257); /* 256 frames, then "..." */
+  assert_non_null(strstr(b->stack, "deep.py:300:1\ndeep.py:299:1\n"));
+  assert_string_equal(b->stack + strlen(b->stack) - 4, "\n...");
+  assert_null(buffer_named(p, "loop_fusion")->source);
+  assert_non_null(strstr(hbm_profile_meta(p, "lost"), "1 buffers' instructions have a "));
+  hbm_profile_free(p);
+}
+
+/* A donated parameter holding an output (jax.jit(f, donate_argnums=0)): one allocation,
+ * parameter and maybe-live-out, 4096 B; a fresh 1024 B output beside it. XLA's
+ * memory_analysis() says arguments 4096, outputs 4096 + 1024 = 5120 (alias 4096). */
+static void donated_parameter_is_an_output(void **state) {
+  (void)state;
+  xf_arena_t ar = {0};
+  xf_module_t m;
+  xf_module_init(&m, &ar, "jit_update", 4);
+  int64_t d1024 = 1024, d256 = 256;
+  int64_t w = xf_instruction(&m, "w", "parameter", F32, &d1024, 1, "w");
+  int64_t o = xf_instruction(&m, "out", "fusion", F32, &d256, 1, "jit(update)/out");
+  xf_logical_buffer(&m, 1, w, 4096, 0);
+  xf_logical_buffer(&m, 2, o, 1024, 0);
+  int64_t one = 1, two = 2;
+  xf_allocation(&m, 4096, 0, XF_PARAM | XF_LIVE_OUT, &one, NULL, 1);
+  xf_allocation(&m, 1024, 0, XF_LIVE_OUT, &two, NULL, 1);
+  m.ba->n_heap_simulator_traces = 0;
+  size_t len;
+  uint8_t *bytes = xf_pack_hlo(&m, &len);
+  xf_free(&ar);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("donate.hlo_proto.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  hbm_analysis_t *a;
+  const hbm_summary_t *s = summary_of(&a, p, 0);
+  assert_true(s->argument_bytes == 4096);
+  assert_true(s->output_bytes == 5120);
+  assert_true(s->peak_bytes == 5120);
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
 /* ---- damaged input: the error names the file, the byte and what was expected ---- */
 
 static void expect_error(const char *name, const void *data, size_t len, const char *what) {
@@ -366,6 +558,50 @@ static void ten_million_tiny_events(void **state) {
   hbm_profile_free(p);
 }
 
+/* 20,000 allocators of one 1 KiB allocation each (audit finding 26.4: the spaces were built
+ * in a loop over every event per allocator, 40 s and 6.6 GB): the 256 with the highest peaks
+ * are shown (here the 256 last, whose allocations are largest), and the profile says what
+ * was left out. */
+static void many_allocators_are_bounded(void **state) {
+  (void)state;
+  enum { N = 20000 };
+  xf_arena_t a = {0};
+  HbmXplane__XSpace *s = xf_space(&a, 1);
+  HbmXplane__XPlane *cpu = xf_plane(&a, s, "/host:CPU", 1, 8);
+  xf_event_meta(&a, cpu, EV_ALLOC, "MemoryAllocation", 0);
+  const char *names[] = {"allocator_name", "addr", "requested_bytes", "allocation_bytes",
+                         "bytes_allocated"};
+  for (int i = 0; i < 5; i++)
+    xf_stat_meta(&a, cpu, S_ALLOCATOR + i, names[i]);
+  HbmXplane__XLine *l = xf_line(&a, cpu, 0, N);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "alloc_%d", i);
+    HbmXplane__XEvent *e = xf_xevent(&a, l, EV_ALLOC, (int64_t)i * 1000, 5);
+    xf_event_str(&a, e, S_ALLOCATOR, name);
+    xf_event_u64(&a, e, S_ADDR, 0x1000);
+    xf_event_u64(&a, e, S_REQUESTED, 1024 + (uint64_t)i);
+    xf_event_u64(&a, e, S_ALLOCATION, 1024 + (uint64_t)i);
+    xf_event_u64(&a, e, S_IN_USE, 1024 + (uint64_t)i);
+  }
+  size_t len;
+  uint8_t *bytes = xf_pack_space(s, &len);
+  xf_free(&a);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("allocators.xplane.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  assert_int_equal(hbm_profile_space_count(p), 256);
+  assert_int_equal(hbm_profile_find_space(p, "alloc_19999", "allocator") >= 0, 1);
+  assert_int_equal(hbm_profile_find_space(p, "alloc_19744", "allocator") >= 0, 1);
+  assert_int_equal(hbm_profile_find_space(p, "alloc_19743", "allocator"), -1);
+  const char *lost = hbm_profile_meta(p, "lost");
+  assert_non_null(lost);
+  assert_non_null(strstr(lost, "20000 allocators (allocator_name / index_on_host / "
+                               "device_ordinal): the 256 with the highest peaks are shown, the "
+                               "other 19744 and their 19744 events are not"));
+  hbm_profile_free(p);
+}
+
 static void logdir_and_cli(void **state) {
   (void)state;
   char dir[4200], cmd[9000];
@@ -386,6 +622,25 @@ static void logdir_and_cli(void **state) {
   size_t total;
   assert_int_equal(hbm_logdir_list(logdir, e, 4, &total), HBM_OK);
   assert_int_equal(total, 2);
+  /* XProf, once it opened the run, wrote its copy of each program beside the .xplane.pb
+   * ("<module>(<id>).hlo_proto.pb", "NO_MODULE.hlo_proto.pb"): the run reads the same. An
+   * HloProto of the user's own beside them is still listed. */
+  size_t hlo_len;
+  uint8_t *hlo = train_program(&hlo_len);
+  const char *copies[] = {"jit_train(7).hlo_proto.pb", "NO_MODULE.hlo_proto.pb",
+                          "mine.hlo_proto.pb"};
+  for (int i = 0; i < 3; i++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, copies[i]);
+    assert_int_equal(th_write(path, hlo, hlo_len), 0);
+  }
+  free(hlo);
+  assert_int_equal(hbm_logdir_list(logdir, e, 4, &total), HBM_OK);
+  assert_int_equal(total, 3);
+  for (size_t i = 0; i < total; i++)
+    assert_true(strstr(e[i].file, ".xplane.pb") || !strcmp(e[i].file, "mine.hlo_proto.pb"));
+  snprintf(cmd, sizeof cmd, "rm '%s/mine.hlo_proto.pb'", dir);
+  assert_int_equal(th_run(cmd, NULL), 0);
   char *out = NULL;
   snprintf(cmd, sizeof cmd, "'%s' report --json '%s/host1.xplane.pb'", HBM_BIN, dir);
   assert_int_equal(th_run(cmd, &out), 0);
@@ -467,9 +722,13 @@ int main(void) {
       cmocka_unit_test(buffer_assignment_replayed),
       cmocka_unit_test(allocator_timeline),
       cmocka_unit_test(bare_hlo_proto),
+      cmocka_unit_test(source_lines_from_stack_frames),
+      cmocka_unit_test(deep_and_looping_stacks),
+      cmocka_unit_test(donated_parameter_is_an_output),
       cmocka_unit_test(bad_files),
       cmocka_unit_test(damage_keeps_what_was_read),
       cmocka_unit_test(ten_million_tiny_events),
+      cmocka_unit_test(many_allocators_are_bounded),
       cmocka_unit_test(logdir_and_cli),
       cmocka_unit_test(real_xprof_files),
   };

@@ -161,6 +161,18 @@ static inline HbmHlo__BufferAllocationProto *xf_allocation(xf_module_t *m, int64
   return al;
 }
 
+/* Starts another heap-simulator trace: the events that follow go to it (at most `cap`). */
+static inline void xf_new_trace(xf_module_t *m, size_t cap) {
+  HbmHlo__HeapSimulatorTrace **grown =
+      XF_NEW_ARRAY(m->a, HbmHlo__HeapSimulatorTrace *, m->ba->n_heap_simulator_traces + 1);
+  memcpy(grown, m->ba->heap_simulator_traces, m->ba->n_heap_simulator_traces * sizeof *grown);
+  m->ba->heap_simulator_traces = grown;
+  m->trace = xf_new(m->a, sizeof *m->trace);
+  hbm_hlo__heap_simulator_trace__init(m->trace);
+  m->trace->events = XF_NEW_ARRAY(m->a, HbmHlo__HeapSimulatorTrace__Event *, cap);
+  m->ba->heap_simulator_traces[m->ba->n_heap_simulator_traces++] = m->trace;
+}
+
 static inline void xf_event(xf_module_t *m, int kind, int64_t buffer_id, const char *inst,
                             int64_t canonical) {
   HbmHlo__HeapSimulatorTrace__Event *e = xf_new(m->a, sizeof *e);
@@ -272,6 +284,13 @@ static inline void xf_event_u64(xf_arena_t *a, HbmXplane__XEvent *e, int64_t id,
   HbmXplane__XStat *st = xf_stat(a, id);
   st->value_case = HBM_XPLANE__XSTAT__VALUE_UINT64_VALUE;
   st->uint64_value = v;
+  e->stats[e->n_stats++] = st;
+}
+
+static inline void xf_event_i64(xf_arena_t *a, HbmXplane__XEvent *e, int64_t id, int64_t v) {
+  HbmXplane__XStat *st = xf_stat(a, id);
+  st->value_case = HBM_XPLANE__XSTAT__VALUE_INT64_VALUE;
+  st->int64_value = v;
   e->stats[e->n_stats++] = st;
 }
 

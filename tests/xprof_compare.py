@@ -1,168 +1,342 @@
-"""Compares hbm's Memory Viewer numbers with XProf's own, field by field.
+"""Compares hbm's Memory Viewer with XProf's own, field by field, program by program.
 
-For every program in every .xplane.pb given, XProf's conversion (its Python package, the
-same code `xprof --logdir` serves) turns the file into the Memory Viewer's data
-(`xspace_to_tool_data(..., 'memory_viewer', {'module_name': ..., 'memory_space': '0'})`),
-and `hbm report --json` reads the same file. Compared, for the HBM (colour 0) space:
-  - peak heap size (peakHeapMib, exact in bytes),
-  - unpadded peak (peakUnpaddedHeapMib), allowing for XProf adding the indefinite
-    allocations' padded size to it (docs/viewer.md, "Differences from XProf"),
-  - total argument size (entryComputationParametersMib),
-  - the buffers at the peak (maxHeap): heap-simulator buffers in order, indefinite ones as a
-    set, names with shape index and sizes; buffers under 16 KiB as XProf's one "small" total.
+For every program of every file given, XProf's conversion (its Python package, the code
+`xprof --logdir` serves: `xspace_to_tool_data([file], "memory_viewer", {"module_name": M,
+"memory_space": C})`) turns the file into the Memory Viewer's data, and `hbm report --json`
+reads the same file. For each program and memory colour hbm shows, compared in bytes:
+  peak            peakHeapMib
+  unpadded peak   peakUnpaddedHeapMib, with XProf's rule of adding the whole-program
+                  allocations' padded size (docs/viewer.md, "Differences from XProf")
+  peak position   peakHeapSizePosition (the heap-simulator event reaching the peak)
+  arguments       entryComputationParametersMib
+  outputs         maybeLiveOutMib (donated parameters that hold outputs included)
+  temporaries     peakHeapMib - indefiniteBufferAllocationMib (XProf's "HLO temp")
+  total           totalBufferAllocationMib (the colour's allocations, hbm's heap size)
+  scoped VMEM     maxScopedVmemAllocationMib (colour 1)
+  buffers         maxHeap: the whole-program ones as a set (XProf lists them in a hash map's
+                  order), the heap-simulator ones in order, each with its name and shape
+                  index, size, unpadded size, shape, framework op, allocation type, opcode,
+                  source file:line and source stack; those under 16 KiB as XProf's one
+                  "small" total; and the "by size" order (XProf's page sorts maxHeap by size,
+                  stably)
 And XProf's Memory Profile (`memory_profile`) of the allocators' runtime events: each
 allocator's peak bytes in use (peakStats.peakBytesInUse) against hbm's allocator space.
-Usage: python xprof_compare.py HBM_BINARY FILE.xplane.pb|FILE.hlo_proto.pb...   Exit 0 all equal, 1 a difference.
+
+Differences that are known are listed in KNOWN with their reason; any other fails.
+Usage: python xprof_compare.py HBM_BINARY FILE.xplane.pb|FILE.hlo_proto.pb...
+Exit 0: no unexplained difference; 1: some; the table is printed either way.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
-from xprof.convert import raw_to_tool_data
-
 MIB = float(1 << 20)
 SMALL = 16 * 1024  # XProf's small_buffer_size
 INDEFINITE = {"parameter", "output", "thread-local", "constant"}
+GROUPS = {"Parameter": "parameter", "Output": "output", "Thread-local": "thread-local",
+          "Constant": "constant", "Temporary": "temporary"}
+# XLA's memory colours, as XProf's "Memory Types" list names them (and hbm's spaces).
+COLORS = {0: "HBM", 1: "VMEM", 2: "Sflag", 3: "CMEM", 4: "SMEM", 5: "Host", 6: "SparseCore"}
 
+# Differences hbm keeps on purpose, each with its reason (docs/viewer.md). A difference
+# matching (field regex, program regex) is reported as known; any other fails the run.
+KNOWN = [
+    # ("field regex", "program regex", "reason"),
+]
+
+
+def to_bytes(mib):
+    return int(round((mib or 0) * MIB))
+
+
+class Diff:
+    def __init__(self, where, field, ours, theirs):
+        self.where, self.field, self.ours, self.theirs = where, field, ours, theirs
+        self.reason = next((r for f, p, r in KNOWN
+                            if re.search(f, field) and re.search(p, where)), None)
+
+    def __str__(self):
+        tail = f"  [known: {self.reason}]" if self.reason else ""
+        return f"{self.where}: {self.field}: hbm {self.ours!r}, XProf {self.theirs!r}{tail}"
+
+
+# ---- XProf's side ----
 
 def xprof_modules(xplane):
     """Module names XProf lists for a file (it writes <module>.hlo_proto.pb beside it)."""
+    from xprof.convert import raw_to_tool_data
     raw_to_tool_data.xspace_to_tool_names([xplane])
     folder = os.path.dirname(xplane)
     names = (f[: -len(".hlo_proto.pb")] for f in os.listdir(folder) if f.endswith(".hlo_proto.pb"))
     return sorted(n for n in names if n != "NO_MODULE")  # XProf's name for "no programs"
 
 
-def xprof_viewer(xplane, module):
-    data, _ = raw_to_tool_data.xspace_to_tool_data(
-        [xplane], "memory_viewer", {"module_name": module, "memory_space": "0"})
-    return json.loads(data) if data else None
+def xprof_viewer_text(xplane, module, color=0):
+    """XProf's Memory Viewer data as the JSON text its converter returns (what a user saves
+    as memory_viewer.json), or (None, why)."""
+    from xprof.convert import raw_to_tool_data
+    try:
+        data, _ = raw_to_tool_data.xspace_to_tool_data(
+            [xplane], "memory_viewer", {"module_name": module, "memory_space": str(color)})
+    except Exception as e:  # XProf refuses some programs (a buffer freed twice, ...)
+        return None, f"XProf failed: {e}"
+    if not data:
+        return None, "XProf gave no data"
+    return (data.decode() if isinstance(data, bytes) else data), None
 
 
-def hbm_spaces(hbm, xplane):
-    out = subprocess.run([hbm, "report", "--json", xplane], check=True, capture_output=True)
-    report = json.loads(out.stdout)
-    return {(s["space"], s["device"]): s for s in report["spaces"]}
+def xprof_viewer(xplane, module, color=0):
+    """XProf's Memory Viewer data, or a string saying why there is none."""
+    text, why = xprof_viewer_text(xplane, module, color)
+    return json.loads(text) if text else why
 
 
-def to_bytes(mib):
-    return int(round(mib * MIB))
+def xprof_memory_profile(xplane):
+    from xprof.convert import raw_to_tool_data
+    data, _ = raw_to_tool_data.xspace_to_tool_data([xplane], "memory_profile", {})
+    return json.loads(data) if data else {}
 
 
-def compare_program(name, xp, hs, problems):
-    def check(field, ours, theirs):
-        if ours != theirs:
-            problems.append(f"{name}: {field}: hbm {ours}, XProf {theirs}")
+# ---- hbm's side ----
 
+def hbm_report(hbm, path):
+    out = subprocess.run([hbm, "report", "--json", str(path)], check=True, capture_output=True)
+    return json.loads(out.stdout)
+
+
+def space_starts(report):
+    """First step of each space in the report's order (the profile's meta space_steps)."""
+    ranges = (report.get("meta") or {}).get("space_steps")
+    if not ranges:
+        return [0] * len(report["spaces"])
+    return [int(r.split("-")[0]) for r in ranges.split(",")]
+
+
+def hbm_programs(report):
+    """{(program, space name): (space, first step)} of a report."""
+    return {(s["device"], s["space"]): (s, start)
+            for s, start in zip(report["spaces"], space_starts(report))}
+
+
+# ---- one program ----
+
+def _buffer_fields(b):
+    return {"name": b["op"], "size": b["size"], "unpadded": b["unpadded_size"], "shape": b["shape"],
+            "framework op": b["group"], "type": b["category"], "opcode": b["opcode"],
+            "source": b["source"], "stack": b.get("stack")}
+
+
+def _heap_object_fields(o):
+    src = o.get("sourceInfo") or {}
+    source = f"{src['fileName']}:{src.get('lineNumber', 0)}" if src.get("fileName") else None
+    return {"name": o.get("instructionName"), "size": to_bytes(o.get("logicalBufferSizeMib")),
+            "unpadded": to_bytes(o.get("unpaddedShapeMib")), "shape": o.get("shapeString"),
+            "framework op": o.get("tfOpName") or None, "type": GROUPS.get(o.get("groupName")),
+            "opcode": o.get("opCode"), "source": source,
+            "stack": src.get("stackFrame") or None if source else None}
+
+
+def _is_small(o):
+    return o.get("logicalBufferId") == "-1" or o.get("logicalBufferId") == -1 or \
+        o.get("label", "").startswith("small (")
+
+
+def _is_scoped(b):
+    return (b.get("label") or "").startswith("largest scoped VMEM allocation")
+
+
+def compare_buffers(where, xp, hs, color, diffs):
+    """The buffers at the peak. Returns how many XProf lists (small ones as one). XProf draws
+    the whole-program buffers only for HBM (their bytes are in every colour's peak), and
+    VMEM's scoped allocation as a figure of its own, not a bar."""
+    heap = xp.get("maxHeap", [])
+    theirs = [_heap_object_fields(o) for o in heap if not _is_small(o)]
+    small = sum(to_bytes(o.get("logicalBufferSizeMib")) for o in heap if _is_small(o))
+    bufs = sorted((b for b in hs["buffers_at_peak"] if not _is_scoped(b)
+                   and (color == 0 or b["category"] not in INDEFINITE)), key=lambda b: b["index"])
+    ours = [_buffer_fields(b) for b in bufs if b["size"] >= SMALL]
+    our_small = sum(b["size"] for b in bufs if b["size"] < SMALL)
+    if our_small != small:
+        diffs.append(Diff(where, "small buffers at the peak (bytes)", our_small, small))
+
+    def key(f):
+        return tuple(str(f[k]) for k in ("name", "size", "unpadded", "shape", "framework op",
+                                         "type", "opcode", "source", "stack"))
+    our_ind = sorted(key(f) for f in ours if f["type"] in INDEFINITE)
+    their_ind = sorted(key(f) for f in theirs if f["type"] in INDEFINITE)
+    if our_ind != their_ind:
+        _list_diff(where, "whole-program buffers at the peak", our_ind, their_ind, diffs)
+    our_heap = [key(f) for f in ours if f["type"] not in INDEFINITE]
+    their_heap = [key(f) for f in theirs if f["type"] not in INDEFINITE]
+    if our_heap != their_heap:
+        _list_diff(where, "heap buffers at the peak, in order", our_heap, their_heap, diffs)
+    # "By size": XProf's page sorts maxHeap by size, stably; hbm's JSON lists them so.
+    # Equal-sized whole-program buffers come in XProf's hash-map order: compared as runs.
+    their_by_size = [(f["size"], f["name"]) for f in
+                     sorted(theirs, key=lambda f: -f["size"]) if f["type"] not in INDEFINITE]
+    our_by_size = [(b["size"], b["op"]) for b in hs["buffers_at_peak"]
+                   if b["size"] >= SMALL and b["category"] not in INDEFINITE and not _is_scoped(b)]
+    if our_by_size != their_by_size:
+        _list_diff(where, "heap buffers by size, in order", our_by_size, their_by_size, diffs)
+    return len(theirs) + (1 if small else 0)
+
+
+def _list_diff(where, field, ours, theirs, diffs):
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            diffs.append(Diff(where, f"{field} [{i}]", a, b))
+            return
+    diffs.append(Diff(where, f"{field}: count", len(ours), len(theirs)))
+
+
+def compare_program(where, xp, hs, start, color, diffs):
+    """One program in one colour. Returns its row for the table."""
     bufs = hs["buffers_at_peak"]
     indefinite = [b for b in bufs if b["category"] in INDEFINITE]
-    check("peak heap bytes", hs["peak_bytes"], to_bytes(xp.get("peakHeapMib", 0)))
-    # XProf adds the indefinite allocations' padded size to the unpadded peak.
-    xprof_rule = (hs["peak_unpadded_bytes"] - sum(b["unpadded_size"] for b in indefinite)
-                  + sum(b["size"] for b in indefinite))
-    check("unpadded peak bytes", xprof_rule, to_bytes(xp.get("peakUnpaddedHeapMib", 0)))
-    check("argument bytes", hs["argument_bytes"], to_bytes(xp.get("entryComputationParametersMib", 0)))
-    # hbm's heap_bytes (the highest address in use, allocations laid end to end) is at most
-    # XProf's total allocation, which also counts allocations no buffer is ever live in.
-    total = to_bytes(xp.get("totalBufferAllocationMib", 0))
-    if hs["heap_bytes"] > total:
-        check("heap bytes at most the total allocation", hs["heap_bytes"], total)
+    scoped = [b for b in bufs if _is_scoped(b)]
+    peak = to_bytes(xp.get("peakHeapMib"))
+    indef = to_bytes(xp.get("indefiniteBufferAllocationMib"))
+    total = to_bytes(xp.get("totalBufferAllocationMib"))
+    their_scoped = to_bytes(xp.get("maxScopedVmemAllocationMib"))
+    if their_scoped:  # XProf's page for VMEM: "HLO temp" plus the scoped allocation
+        peak, total = peak - indef + their_scoped, total - indef + their_scoped
+        indef = 0
+    unpadded = to_bytes(xp.get("peakUnpaddedHeapMib")) + (peak - to_bytes(xp.get("peakHeapMib")))
+    fields = [
+        ("peak", hs["peak_bytes"], peak),
+        # XProf adds the whole-program allocations' padded size to the unpadded peak.
+        ("unpadded peak", hs["peak_unpadded_bytes"] - sum(b["unpadded_size"] for b in indefinite)
+         + sum(b["size"] for b in indefinite), unpadded),
+        # (an empty heap has no peak to place: XProf says 0, hbm the profile's first step)
+        ("peak position", hs["peak_step"] - start if hs["peak_bytes"] else 0,
+         int(xp.get("peakHeapSizePosition", 0))),
+        ("arguments", hs["argument_bytes"], to_bytes(xp.get("entryComputationParametersMib"))),
+        ("outputs", hs["output_bytes"], to_bytes(xp.get("maybeLiveOutMib"))),
+        ("temporaries", hs["temporary_bytes"], max(0, peak - indef)),
+        ("total allocation", hs["heap_bytes"], total),
+        ("largest scoped VMEM", (scoped[0]["size"], scoped[0]["op"]) if scoped else (0, None),
+         (their_scoped, xp.get("maxScopedVmemInstructionName"))),
+    ]
+    for field, ours, theirs in fields:
+        if ours != theirs:
+            diffs.append(Diff(where, field, ours, theirs))
+    n = compare_buffers(where, xp, hs, color, diffs)
+    with_source = sum(1 for o in xp.get("maxHeap", []) if (o.get("sourceInfo") or {}).get("fileName"))
+    return {"program": where, "peak": peak, "arguments": fields[3][2], "outputs": fields[4][2],
+            "temporaries": fields[5][2], "buffers": n, "sources": with_source}
 
-    heap = xp.get("maxHeap", [])
-    small = sum(to_bytes(o.get("logicalBufferSizeMib", 0)) for o in heap
-                if o.get("label", "").startswith("small ("))
-    theirs = [o for o in heap if not o.get("label", "").startswith("small (")]
-    ours = [b for b in sorted(bufs, key=lambda b: b["index"]) if b["size"] >= SMALL]
-    check("small buffers at the peak (bytes)", sum(b["size"] for b in bufs if b["size"] < SMALL),
-          small)
-    their_ind = sorted((o["instructionName"], to_bytes(o.get("logicalBufferSizeMib", 0))) for o in theirs
-                       if o.get("groupName") in ("Parameter", "Output", "Thread-local", "Constant"))
-    our_ind = sorted((b["op"], b["size"]) for b in ours if b["category"] in INDEFINITE)
-    check("indefinite buffers at the peak", our_ind, their_ind)
-    their_heap = [(o["instructionName"], to_bytes(o.get("logicalBufferSizeMib", 0))) for o in theirs
-                  if o.get("groupName") not in ("Parameter", "Output", "Thread-local", "Constant")]
-    our_heap = [(b["op"], b["size"]) for b in ours if b["category"] not in INDEFINITE]
-    check("heap buffers at the peak, in order", our_heap, their_heap)
-    return len(theirs)
 
-
-def compare_allocators(xplane, spaces, name, problems):
-    data, _ = raw_to_tool_data.xspace_to_tool_data([xplane], "memory_profile", {})
-    profile = json.loads(data) if data else {}
-    n = 0
-    for allocator, mp in profile.get("memoryProfilePerAllocator", {}).items():
+def compare_allocators(where, xplane, report, diffs):
+    spaces = hbm_programs(report)
+    rows = []
+    profile = xprof_memory_profile(xplane)
+    for allocator, mp in sorted(profile.get("memoryProfilePerAllocator", {}).items()):
         theirs = int(mp.get("profileSummary", {}).get("peakStats", {}).get("peakBytesInUse", 0))
-        ours = spaces.get((allocator, "allocator"))
+        ours = spaces.get(("allocator", allocator))
         if ours is None:
-            problems.append(f"{name}: allocator {allocator}: hbm has no space for it")
-        elif ours["peak_bytes"] != theirs:
-            problems.append(f"{name}: allocator {allocator}: peak bytes in use: hbm "
-                            f"{ours['peak_bytes']}, XProf {theirs}")
-        n += 1
-        print(f"  allocator {allocator}: peak in use {theirs} B")
-    return n
+            diffs.append(Diff(where, f"allocator {allocator}", "no space", theirs))
+        elif ours[0]["peak_bytes"] != theirs:
+            diffs.append(Diff(where, f"allocator {allocator}: peak bytes in use",
+                              ours[0]["peak_bytes"], theirs))
+        rows.append({"program": f"{where}: allocator {allocator}", "peak": theirs})
+    return rows
 
 
-def compare_hlo_proto(hbm, path, problems):
+def compare_xplane(hbm, path, diffs, work=None, seen=None, label=None):
+    """Every program of an .xplane.pb (copied: XProf writes its .hlo_proto.pb files beside
+    the file it reads) and its allocators. Returns the table's rows. `seen(module, color,
+    text, xp)` gets XProf's JSON text and data of each program compared."""
+    own = work is None
+    work = work or tempfile.mkdtemp(prefix="hbm_xprof_")
+    try:
+        xplane = os.path.join(work, "host.xplane.pb")
+        shutil.copyfile(path, xplane)
+        report = hbm_report(hbm, path)
+        programs = hbm_programs(report)
+        rows = []
+        base = label or os.path.basename(str(path))
+        for module in xprof_modules(xplane):
+            colors = sorted({c for c, name in COLORS.items() if (module, name) in programs} | {0})
+            for color in colors:
+                where = f"{base}: {module}" + (f" {COLORS[color]}" if color else "")
+                found = programs.get((module, COLORS[color]))
+                text, why = xprof_viewer_text(xplane, module, color)
+                xp = json.loads(text) if text else why
+                if text and seen:
+                    seen(module, color, text, xp)
+                if isinstance(xp, str) or found is None:
+                    if isinstance(xp, str) and found is None:
+                        continue  # neither shows this colour
+                    diffs.append(Diff(where, "shown", found is not None, xp if isinstance(xp, str)
+                                      else "shown"))
+                    continue
+                rows.append(compare_program(where, xp, found[0], found[1], color, diffs))
+        rows += compare_allocators(base, xplane, report, diffs)
+        return rows
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def compare_hlo_proto(hbm, path, diffs):
     """A bare .hlo_proto.pb: XProf reads <module>.hlo_proto.pb from the run's directory."""
     work = tempfile.mkdtemp(prefix="hbm_xprof_")
     try:
         module = "program"
-        shutil.copyfile(path, os.path.join(work, module + ".hlo_proto.pb"))
+        copy = os.path.join(work, module + ".hlo_proto.pb")
+        shutil.copyfile(path, copy)
         xplane = os.path.join(work, "host.xplane.pb")
         open(xplane, "wb").close()
         xp = xprof_viewer(xplane, module)
-        spaces = hbm_spaces(hbm, os.path.join(work, module + ".hlo_proto.pb"))
-        hs = next((s for (name, _), s in spaces.items() if name == "HBM"), None)
-        if xp is None or hs is None:
-            problems.append(f"{path}: no {'XProf' if xp is None else 'hbm'} memory viewer data")
-            return 0
-        compare_program(os.path.basename(path), xp, hs, problems)
-        print(f"{path}: peak {hs['peak_bytes']} B, compared")
-        return 1
+        report = hbm_report(hbm, copy)
+        found = next(((s, st) for (_, name), (s, st) in hbm_programs(report).items()
+                      if name == "HBM"), None)
+        where = os.path.basename(str(path))
+        if isinstance(xp, str) or found is None:
+            diffs.append(Diff(where, "shown", found is not None, xp if isinstance(xp, str) else "shown"))
+            return []
+        return [compare_program(where, xp, found[0], found[1], 0, diffs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def compare_file(hbm, path, problems):
-    if path.endswith(".hlo_proto.pb"):
-        return compare_hlo_proto(hbm, path, problems)
-    work = tempfile.mkdtemp(prefix="hbm_xprof_")
-    try:
-        xplane = os.path.join(work, "host.xplane.pb")
-        shutil.copyfile(path, xplane)  # XProf writes its .hlo_proto.pb files beside it
-        spaces = hbm_spaces(hbm, xplane)
-        compared = 0
-        for module in xprof_modules(xplane):
-            xp = xprof_viewer(xplane, module)
-            hs = spaces.get(("HBM", module))
-            if xp is None:
-                problems.append(f"{path}: {module}: XProf gave no memory viewer data")
-                continue
-            if hs is None:
-                problems.append(f"{path}: {module}: hbm has no HBM space for it")
-                continue
-            n = compare_program(f"{os.path.basename(path)}: {module}", xp, hs, problems)
-            compared += 1
-            print(f"  {module}: peak {hs['peak_bytes']} B, {n} buffers at the peak")
-        allocators = compare_allocators(xplane, spaces, os.path.basename(path), problems)
-        print(f"{path}: {compared} programs, {allocators} allocators compared")
-        return compared + allocators
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def compare_file(hbm, path, diffs):
+    if str(path).endswith(".hlo_proto.pb"):
+        return compare_hlo_proto(hbm, path, diffs)
+    return compare_xplane(hbm, path, diffs)
+
+
+def print_table(rows, diffs, out=sys.stdout):
+    width = max([len(r["program"]) for r in rows] + [7])
+    width = min(width, 90)
+    print(f"{'program':<{width}} {'peak':>13} {'arguments':>13} {'outputs':>13} "
+          f"{'temporaries':>13} {'buffers':>7} {'sources':>7}  result", file=out)
+    bad = {d.where for d in diffs if not d.reason}
+    known = {d.where for d in diffs if d.reason}
+    for r in rows:
+        mark = "DIFFERENT" if r["program"] in bad else "known" if r["program"] in known else "same"
+        print(f"{r['program'][-width:]:<{width}} {r['peak']:>13} {r.get('arguments', ''):>13} "
+              f"{r.get('outputs', ''):>13} {r.get('temporaries', ''):>13} "
+              f"{r.get('buffers', ''):>7} {r.get('sources', ''):>7}  {mark}", file=out)
+    for d in diffs:
+        print(("KNOWN:     " if d.reason else "DIFFERENT: ") + str(d), file=out)
+    unexplained = sum(1 for d in diffs if not d.reason)
+    print(f"{len(rows)} programs and allocators compared, {unexplained} unexplained "
+          f"differences, {len(diffs) - unexplained} known", file=out)
+    return unexplained
 
 
 def main():
     hbm, files = sys.argv[1], sys.argv[2:]
-    problems = []
-    total = sum(compare_file(hbm, f, problems) for f in files)
-    for p in problems:
-        print("DIFFERENT:", p)
-    print(f"{total} programs and allocators, {len(problems)} differences")
-    return 1 if problems or not total else 0
+    diffs, rows = [], []
+    for f in files:
+        rows += compare_file(hbm, f, diffs)
+    unexplained = print_table(rows, diffs)
+    return 1 if unexplained or not rows else 0
 
 
 if __name__ == "__main__":

@@ -5,10 +5,14 @@
  * canonical buffer), one step per event; the allocations with an indefinite lifetime
  * (parameters, outputs, constants, thread-local) are live at every step with their allocation's
  * size. The buffers at the first step reaching the maximum are XProf's "HLO Ops at Peak".
+ * Colours are named as XProf names them; VMEM also shows a TPU program's largest scoped
+ * allocation (hlo_vmem.c); each buffer carries its source line and stack (hlo_source.c).
  * The HloProto is unpacked with protobuf-c (proto/hlo.proto); when that fails, a walk of the
  * bytes against the same descriptors says where and what was expected. */
 #include "import/hlo_proto_text.h"
 #include "import/hlo_shape.h"
+#include "import/hlo_source.h"
+#include "import/hlo_vmem.h"
 #include "import/pb_wire.h"
 #include "import/xprof.h"
 
@@ -24,7 +28,7 @@ typedef struct lbuf {
   int64_t ref_count;
   struct lbuf *canonical; /* SHARE_WITH: the buffer whose memory this one uses */
   int64_t open;           /* index of its live interval in the space, -1 if not live */
-  const char *op, *shape, *label, *group, *source, *opcode;
+  const char *op, *shape, *label, *group, *source, *stack, *opcode;
   uint64_t unpadded;
 } lbuf_t;
 
@@ -41,17 +45,22 @@ typedef struct hlo_ctx {
   int64_t *trace_of_alloc; /* per allocation (by position): heap trace index, -1 none */
   uint64_t *alloc_base;    /* per allocation: where it starts when the colour's allocations
                               are laid end to end (so addresses span the total allocation) */
+  hlo_source_t sources;    /* source lines and stacks from the module's stack-frame index */
+  uint64_t scoped;         /* the largest scoped VMEM allocation (TPU), 0 none */
+  const char *scoped_by;   /* the instruction that makes it */
 } hlo_ctx_t;
 
+/* XLA's memory colours, named as XProf's Memory Viewer names them (its "Memory Types"). */
 static const char *color_name(int64_t color, char *buf, size_t cap) {
-  /* XLA's memory spaces: 0 is the device's main memory (HBM on TPUs and GPUs), 5 host. */
-  if (color == 0)
-    return "HBM";
-  if (color == 5)
-    return "Host";
+  static const char *const names[] = {"HBM", "VMEM", "Sflag", "CMEM", "SMEM", "Host", "SparseCore"};
+  if (color >= 0 && color < (int64_t)HBM_ARRAY_LEN(names))
+    return names[color];
   snprintf(buf, cap, "color %lld", (long long)color);
   return buf;
 }
+
+/* VMEM, where a TPU program's scoped allocations live (XProf shows the largest there). */
+#define VMEM_COLOR 1
 
 /* ---- where an unpack failed: the bytes walked against protobuf-c's descriptors ---- */
 
@@ -150,8 +159,8 @@ static const char *intern_sb(hlo_ctx_t *c, hbm_strbuf_t *sb) {
   return s;
 }
 
-/* The strings XProf shows for a logical buffer, interned once. */
-static void describe(hlo_ctx_t *c, lbuf_t *b) {
+/* The strings XProf shows for a logical buffer, interned once; false when memory ran out. */
+static bool describe(hlo_ctx_t *c, lbuf_t *b) {
   const HbmHlo__LogicalBufferProto__Location *at = b->proto->defined_at;
   const HbmHlo__HloInstructionProto *inst = b->inst;
   const char *iname = inst ? inst->name : (at && at->instruction_name ? at->instruction_name : "?");
@@ -181,12 +190,7 @@ static void describe(hlo_ctx_t *c, lbuf_t *b) {
   hbm_strbuf_init(&sb);
   hbm_strbuf_printf(&sb, "%s: %s # %s", iname, b->shape ? b->shape : "?", op_name ? op_name : "");
   b->label = intern_sb(c, &sb);
-  b->source = NULL;
-  if (md && md->source_file && md->source_file[0]) {
-    hbm_strbuf_init(&sb);
-    hbm_strbuf_printf(&sb, "%s:%d", md->source_file, (int)md->source_line);
-    b->source = intern_sb(c, &sb);
-  }
+  return hlo_source_of(&c->sources, md, &b->source, &b->stack);
 }
 
 /* XProf keeps only the logical buffers some allocation holds. */
@@ -216,7 +220,8 @@ static bool index_logical_buffers(hlo_ctx_t *c) {
       b->inst = find_instruction(c, b->proto);
       b->offset = (uint64_t)alloc->assigned[k]->offset;
       b->open = -1;
-      describe(c, b);
+      if (!describe(c, b))
+        return hbm_u64map_free(&proto_by_id), false;
       if (hbm_u64map_get(&c->lbuf_by_id, id, &existing))
         c->lbufs[existing] = *b; /* the last assignment wins, as in XProf's map */
       else if (!hbm_u64map_put(&c->lbuf_by_id, id, c->n_lbufs++))
@@ -241,6 +246,12 @@ static bool is_indefinite(const HbmHlo__BufferAllocationProto *a) {
  * reduction's combiner): registers or stack, not device memory. XProf 2.24 leaves them out
  * of the Memory Viewer (docs/viewer.md), and so does hbm. */
 static bool in_device_memory(const HbmHlo__BufferAllocationProto *a) { return !a->is_thread_local; }
+
+/* Whether an allocation is shown in its colour's space: XLA places no whole-program buffer
+ * in VMEM (XProf: "they never actually consume memory" there). */
+static bool shown_in(const HbmHlo__BufferAllocationProto *a, int64_t color) {
+  return a->color == color && in_device_memory(a) && !(color == VMEM_COLOR && is_indefinite(a));
+}
 
 /* XProf's category precedence: Parameter > Output > Thread-local > Constant > Temporary. */
 static hbm_category_t category_of(const HbmHlo__BufferAllocationProto *a) {
@@ -306,7 +317,7 @@ static bool open_interval(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, int64
   if (!x)
     return false;
   x->op = b->op, x->shape = b->shape, x->opcode = b->opcode, x->label = b->label;
-  x->group = b->group, x->source = b->source;
+  x->group = b->group, x->source = b->source, x->stack = b->stack;
   x->size = size;
   x->unpadded = b->unpadded;
   x->offset = (b->alloc ? c->alloc_base[b->alloc_pos] : 0) + b->offset;
@@ -323,7 +334,7 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    if (a->color != color || !is_indefinite(a) || !in_device_memory(a))
+    if (!shown_in(a, color) || !is_indefinite(a))
       continue;
     lbuf_t *best = NULL;
     for (size_t k = 0; k < a->n_assigned; k++) {
@@ -425,6 +436,26 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
   }
 }
 
+static uint64_t alloc_size(const HbmHlo__BufferAllocationProto *a) {
+  return a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
+}
+
+/* The colour's allocations laid end to end (each buffer's address is its allocation's start
+ * plus its offset in it); returns their total, XProf's "total buffer allocation" (XProf 2.24
+ * leaves the thread-local ones out of it, as hbm does). */
+static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
+  const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
+  uint64_t end = 0;
+  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+    const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+    if (!shown_in(a, color))
+      continue;
+    c->alloc_base[i] = end;
+    end += alloc_size(a);
+  }
+  return end;
+}
+
 static bool replay_color(hlo_ctx_t *c, int64_t color) {
   char buf[32];
   xprof_space_t *s =
@@ -433,21 +464,13 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     return false;
   for (size_t i = 0; i < c->n_lbufs; i++)
     c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1;
-  const HbmHlo__BufferAssignmentProto *all = c->proto->buffer_assignment;
-  uint64_t end = 0;
-  for (size_t i = 0; i < all->n_buffer_allocations; i++) {
-    const HbmHlo__BufferAllocationProto *a = all->buffer_allocations[i];
-    if (a->color != color || !in_device_memory(a))
-      continue;
-    c->alloc_base[i] = end;
-    end += a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
-  }
-  uint64_t indefinite = 0;
-  if (!add_indefinite(c, s, color, &indefinite))
-    return false;
   int64_t t = trace_for_color(c, color);
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   const HbmHlo__HeapSimulatorTrace *tr = t >= 0 ? ba->heap_simulator_traces[t] : NULL;
+  s->reserved = lay_out_allocations(c, color);
+  uint64_t indefinite = 0;
+  if (!add_indefinite(c, s, color, &indefinite))
+    return false;
   size_t n = tr ? tr->n_events : 0;
   s->step_labels = calloc(n + 1, sizeof *s->step_labels);
   if (!s->step_labels)
@@ -464,13 +487,15 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
     s->step_labels[0] = hbm_intern(c->im->strings, "no heap-simulator trace");
   s->n_steps = n ? (int64_t)n : 1;
   s->peak = (uint64_t)peak + indefinite;
-  return true;
+  return color != VMEM_COLOR || !c->scoped || xprof_add_scoped(c->im, s, c->scoped, c->scoped_by);
 }
 
 /* Colours of the allocations, in the order they first appear. */
 static size_t colors_of(const hlo_ctx_t *c, int64_t *out, size_t cap) {
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   size_t n = 0;
+  if (c->scoped) /* VMEM is shown for its scoped allocations even with no buffer there */
+    out[n++] = VMEM_COLOR;
   for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
     int64_t color = ba->buffer_allocations[i]->color;
     bool seen = false;
@@ -488,6 +513,20 @@ static size_t colors_of(const hlo_ctx_t *c, int64_t *out, size_t cap) {
   return n;
 }
 
+/* A stack_frame_id past the module's stack-frame index (or frames calling each other in a
+ * loop): those buffers are shown without a source line, and the profile says so. */
+static void warn_bad_frames(hlo_ctx_t *c) {
+  if (!c->sources.n_bad)
+    return;
+  hbm__error(HBM_ERR_PARSE,
+             "%s: program %s: %zu buffers' instructions have a stack_frame_id that points "
+             "nowhere in the module's stack-frame index of %zu frames (first: %lld) or frames "
+             "that loop: shown without a source line",
+             c->im->file, c->program, c->sources.n_bad, c->sources.n_frames,
+             (long long)c->sources.first_bad);
+  xprof_note_problem(c->im);
+}
+
 static hbm_status_t convert(hlo_ctx_t *c) {
   if (!c->proto->buffer_assignment) {
     hbm__error(HBM_ERR_PARSE,
@@ -496,9 +535,12 @@ static hbm_status_t convert(hlo_ctx_t *c) {
                c->im->file, c->program);
     return HBM_ERR_PARSE;
   }
-  if (!index_instructions(c) || !index_logical_buffers(c) || !map_traces_to_allocations(c))
+  if (!hlo_source_init(&c->sources, c->proto->hlo_module, c->im->strings) ||
+      !index_instructions(c) || !index_logical_buffers(c) || !map_traces_to_allocations(c))
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: program %s: out of memory", c->im->file,
                       c->program);
+  warn_bad_frames(c);
+  c->scoped = hlo_max_scoped_bytes(c->proto->hlo_module, VMEM_COLOR, &c->scoped_by);
   int64_t colors[16];
   size_t n = colors_of(c, colors, HBM_ARRAY_LEN(colors));
   for (size_t i = 0; i < n; i++)
@@ -528,6 +570,7 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
   free(c.lbufs);
   free(c.trace_of_alloc);
   free(c.alloc_base);
+  hlo_source_free(&c.sources);
   hbm_hlo__hlo_proto__free_unpacked(hp, NULL);
   return st;
 }

@@ -284,12 +284,15 @@ bool hlo_proto_text(const HbmHlo__HloModuleProto *m, hbm_strbuf_t *out, hbm_strb
 
 /* ---- XLA's numbers and hbm's ---- */
 
+/* Host memory (pinned_host): compiled.memory_analysis() counts it apart, as host_*. */
+#define HOST_COLOR 5
+
 xla_sizes_t hlo_proto_xla_sizes(const HbmHlo__BufferAssignmentProto *ba) {
   xla_sizes_t s = {0};
   for (size_t i = 0; ba && i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
     uint64_t size = a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
-    if (a->color != 0)
+    if (a->color == HOST_COLOR)
       continue;
     if (a->is_entry_computation_parameter)
       s.argument_bytes += size;
@@ -313,17 +316,23 @@ static void set_number(xprof_import_t *im, const char *key, const char *program,
   xprof_add_meta(im, k, value);
 }
 
+/* XLA's totals, as memory_analysis() gives them: shown whether or not hbm could plan. */
+static void put_xla(hbm_strbuf_t *sb, const xla_sizes_t *x) {
+  char d[32], e[32], f[32];
+  hbm_strbuf_printf(sb, " — XLA: temp %s, arguments %s, outputs %s",
+                    bytes(x->temp_bytes, d, sizeof d), bytes(x->argument_bytes, e, sizeof e),
+                    bytes(x->output_bytes, f, sizeof f));
+}
+
 static void record(xprof_import_t *im, const char *program, const hbm_plan_summary_t *h,
                    const xla_sizes_t *x) {
-  char a[32], b[32], c[32], d[32], e[32], f[32], g[32], key[512];
+  char a[32], b[32], c[32], g[32], key[512];
   hbm_strbuf_t sb;
   hbm_strbuf_init(&sb);
-  hbm_strbuf_printf(&sb,
-                    "hbm's planner: temp %s, arguments %s, outputs %s — XLA: temp %s, "
-                    "arguments %s, outputs %s",
+  hbm_strbuf_printf(&sb, "hbm's planner: temp %s, arguments %s, outputs %s",
                     bytes(h->temp_bytes, a, sizeof a), bytes(h->argument_bytes, b, sizeof b),
-                    bytes(h->output_bytes, c, sizeof c), bytes(x->temp_bytes, d, sizeof d),
-                    bytes(x->argument_bytes, e, sizeof e), bytes(x->output_bytes, f, sizeof f));
+                    bytes(h->output_bytes, c, sizeof c));
+  put_xla(&sb, x);
   bool differs = h->temp_bytes != x->temp_bytes || h->argument_bytes != x->argument_bytes ||
                  h->output_bytes != x->output_bytes;
   if (h->temp_bytes != x->temp_bytes) {
@@ -349,33 +358,36 @@ static void record(xprof_import_t *im, const char *program, const hbm_plan_summa
   set_number(im, "hbm_plan_differs", program, differs);
 }
 
-static void record_failure(xprof_import_t *im, const char *program, const char *why) {
+static void record_failure(xprof_import_t *im, const char *program, const char *why,
+                           const xla_sizes_t *x) {
   char key[512];
   hbm_strbuf_t sb;
   hbm_strbuf_init(&sb);
   hbm_strbuf_printf(&sb, "hbm's planner: not planned: %s", why);
+  put_xla(&sb, x);
   snprintf(key, sizeof key, "hbm_plan:%s", program);
   xprof_add_meta(im, key, hbm_strbuf_str(&sb));
   hbm_strbuf_free(&sb);
+  set_number(im, "xla_temp_bytes", program, x->temp_bytes);
 }
 
 void hlo_proto_plan(xprof_import_t *im, const HbmHlo__HloProto *hp, const char *program) {
   hbm_strbuf_t text, why;
   hbm_strbuf_init(&text);
   hbm_strbuf_init(&why);
+  xla_sizes_t x = hlo_proto_xla_sizes(hp->buffer_assignment);
   if (!hlo_proto_text(hp->hlo_module, &text, &why)) {
-    record_failure(im, program, hbm_strbuf_str(&why));
+    record_failure(im, program, hbm_strbuf_str(&why), &x);
   } else {
     hbm_plan_options_t opt = {.backend = im->backend};
     hbm_status_t saved_status = hbm_last_status();
     char *saved = strdup(hbm_last_error()); /* a failed plan must not replace the load's error */
     hbm_plan_t *plan = hbm_plan_text(hbm_strbuf_str(&text), text.len, program, &opt);
     if (plan) {
-      xla_sizes_t x = hlo_proto_xla_sizes(hp->buffer_assignment);
       record(im, program, hbm_plan_get_summary(plan), &x);
       hbm_plan_free(plan);
     } else {
-      record_failure(im, program, hbm_last_error());
+      record_failure(im, program, hbm_last_error(), &x);
     }
     if (saved)
       hbm__error_text(saved_status, saved);

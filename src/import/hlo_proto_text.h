@@ -12,8 +12,9 @@
  * computation that is not in it). */
 bool hlo_proto_text(const HbmHlo__HloModuleProto *m, hbm_strbuf_t *out, hbm_strbuf_t *why);
 
-/* XLA's sizes of memory colour 0 from its buffer assignment, as memory_analysis() counts
- * them: parameters, outputs (maybe_live_out) and the other allocations (temporaries; not
+/* XLA's device sizes from its buffer assignment, as compiled.memory_analysis() counts them
+ * (PopulateBufferStatsFromAllocations): over every memory colour but host memory (5),
+ * parameters, outputs (maybe_live_out) and the other allocations (temporaries; not
  * thread-local, not constant). */
 typedef struct xla_sizes {
   uint64_t argument_bytes, output_bytes, temp_bytes;
@@ -23,7 +24,8 @@ xla_sizes_t hlo_proto_xla_sizes(const HbmHlo__BufferAssignmentProto *ba);
 /* Plans the program's module with hbm's planner (backend im->backend) and records both
  * results in im's meta under "hbm_plan:<program>" (a sentence) and the numbers
  * "hbm_plan_temp_bytes:", "xla_temp_bytes:", "hbm_plan_differs:" (1/0). A module that cannot
- * be rendered or planned says why there; this never fails the load. */
+ * be rendered or planned says why there, with XLA's totals still (and "xla_temp_bytes:");
+ * this never fails the load. */
 void hlo_proto_plan(xprof_import_t *im, const HbmHlo__HloProto *hp, const char *program);
 
 #endif /* HBM_IMPORT_HLO_PROTO_TEXT_H */

@@ -1,7 +1,8 @@
 /* load.c — hbm_profile_load: recognises what a file is from its content (an .hbmtrace
  * profile, an RMM CSV log, HLO text, an XLA buffer-assignment or memory-usage-report dump, a
  * pasted out-of-memory error: src/import/oom_text*.c, a PyTorch memory snapshot pickle:
- * torch_snapshot.c, an XProf .xplane.pb / .hlo_proto.pb: xprof*.c) and turns it into the one
+ * torch_snapshot.c, an XProf .xplane.pb / .hlo_proto.pb: xprof*.c, XProf's own memory_viewer
+ * JSON: xprof_memory_viewer_json.c) and turns it into the one
  * profile model. HLO and XLA dumps are planned with default options and the caller takes the
  * plan's profile. */
 #include "base/base.h"
@@ -23,7 +24,8 @@ typedef enum format {
   FORMAT_MEMORY_REPORT,
   FORMAT_OOM_TEXT,
   FORMAT_TORCH_SNAPSHOT,
-  FORMAT_XPROF
+  FORMAT_XPROF,
+  FORMAT_XPROF_MEMORY_VIEWER_JSON
 } format_t;
 
 /* The first line that is neither blank nor a '//' comment (HLO's line comments). */
@@ -79,6 +81,8 @@ static format_t detect(const char *path, const char *data, size_t len) {
     return FORMAT_XPROF;
   if (pk_looks_like_pickle((const uint8_t *)data, len))
     return FORMAT_TORCH_SNAPSHOT;
+  if (hbm__xprof_memory_viewer_json_is(data, len))
+    return FORMAT_XPROF_MEMORY_VIEWER_JSON;
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
@@ -143,12 +147,16 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
   case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
   case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
+  case FORMAT_XPROF_MEMORY_VIEWER_JSON:
+    p = hbm__xprof_memory_viewer_json_load(path, data, len);
+    break;
   case FORMAT_UNKNOWN:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
                "'HloModule'), a PyTorch memory snapshot (a pickle from "
-               "torch.cuda.memory._dump_snapshot), an XProf .xplane.pb or .hlo_proto.pb, an XLA "
+               "torch.cuda.memory._dump_snapshot), an XProf .xplane.pb or .hlo_proto.pb or its "
+               "memory_viewer JSON, an XLA "
                "dump (*-buffer-assignment.txt with 'allocation N: size' lines, "
                "*-memory-usage-report.txt), or a pasted out-of-memory error",
                path, HBM_TRACE_MAGIC);

@@ -2,9 +2,10 @@
  * in place with pb_wire.c: nothing is copied but the few strings kept. Two things are read:
  *   - the /host:metadata plane: one event-metadata entry per compiled program whose stats
  *     hold the serialized HloProto (stat "hlo_proto"); each goes to hlo_proto.c;
- *   - MemoryAllocation / MemoryDeallocation events on any other plane (the allocators'
- *     runtime events: allocator name, address, requested and allocated bytes, bytes in use,
- *     op, region type, data type, shape) — XProf's Memory Profile, one space per allocator.
+ *   - MemoryAllocation / MemoryDeallocation events on the /host:CPU plane (the allocators'
+ *     runtime events: allocator name or TPU chip, address, requested and allocated bytes,
+ *     bytes in use and reserved, op, region type, data type, shape) — XProf's Memory Profile,
+ *     one space per allocator (XProf's memory id), the 256 largest at most.
  * A damaged plane or program is noted and skipped; the rest is still read. */
 #include "import/pb_wire.h"
 #include "import/xprof.h"
@@ -13,6 +14,9 @@
 #include <string.h>
 
 #define MAX_MEMORY_EVENTS (8u << 20) /* ~1 GB of events kept at most; the rest is noted */
+/* Allocator spaces shown at most (a TPU host has a few chips, a GPU host a few allocators per
+ * GPU); a file naming more keeps the largest and says what it left out. */
+#define MAX_ALLOCATORS 256
 
 /* Stats hbm reads, by their metadata name. */
 typedef enum stat_kind {
@@ -26,7 +30,9 @@ typedef enum stat_kind {
   STAT_OP,
   STAT_REGION,
   STAT_DATA_TYPE,
-  STAT_SHAPE
+  STAT_SHAPE,
+  STAT_RESERVED,
+  STAT_MEMORY_INDEX /* index_on_host, device_ordinal: the allocator's id on TPUs */
 } stat_kind_t;
 
 static const struct {
@@ -43,7 +49,11 @@ static const struct {
                   {"tf_op", STAT_OP},
                   {"region_type", STAT_REGION},
                   {"data_type", STAT_DATA_TYPE},
-                  {"tensor_shape", STAT_SHAPE}};
+                  {"tensor_shape", STAT_SHAPE},
+                  {"shape", STAT_SHAPE},
+                  {"bytes_reserved", STAT_RESERVED},
+                  {"index_on_host", STAT_MEMORY_INDEX},
+                  {"device_ordinal", STAT_MEMORY_INDEX}};
 
 typedef struct slice {
   const uint8_t *p;
@@ -53,8 +63,10 @@ typedef struct slice {
 typedef struct mem_event {
   int64_t time_ps;
   size_t seq;
-  uint64_t addr, allocation, requested, in_use;
-  const char *allocator, *op, *region, *data_type, *shape;
+  uint64_t addr, allocation, requested, in_use, reserved;
+  const char *allocator; /* XProf's memory id: the last of the event's allocator_name,
+                            index_on_host and device_ordinal stats */
+  const char *op, *region, *data_type, *shape;
   bool alloc;
 } mem_event_t;
 
@@ -67,6 +79,7 @@ typedef struct plane {
   hbm_u64map_t memory_kind; /* event metadata id → 1 allocation, 2 deallocation */
   const char *recent[4];    /* the last texts of stats, interned */
   unsigned next_recent;
+  const char *numbers[16]; /* allocator ids 0-15 as text, interned when first seen */
 } plane_t;
 
 typedef struct space_reader {
@@ -273,9 +286,25 @@ static const char *stat_text(plane_t *pl, const stat_value_t *sv) {
   return NULL;
 }
 
+/* An allocator's number as its name ("0" for index_on_host 0), as XProf's memory ids. */
+static const char *number_text(plane_t *pl, uint64_t v) {
+  if (v < HBM_ARRAY_LEN(pl->numbers) && pl->numbers[v])
+    return pl->numbers[v];
+  char buf[24];
+  snprintf(buf, sizeof buf, "%lld", (long long)v);
+  const char *t = hbm_intern(pl->im->strings, buf);
+  if (v < HBM_ARRAY_LEN(pl->numbers))
+    pl->numbers[v] = t;
+  return t;
+}
+
 static void apply_stat(plane_t *pl, mem_event_t *e, const stat_value_t *sv) {
   switch (stat_kind(pl, sv->id)) {
   case STAT_ALLOCATOR: e->allocator = stat_text(pl, sv); break;
+  case STAT_MEMORY_INDEX:
+    e->allocator = sv->is_string ? stat_text(pl, sv) : number_text(pl, sv->u);
+    break;
+  case STAT_RESERVED: e->reserved = sv->u; break;
   case STAT_ADDR: e->addr = sv->u; break;
   case STAT_REQUESTED: e->requested = sv->u; break;
   case STAT_ALLOCATION: e->allocation = sv->u; break;
@@ -402,8 +431,11 @@ static void read_plane(space_reader_t *sr, pb_reader_t *r, const pb_field_t *f) 
   pb_reader_t body = pb_sub(r, f, "XPlane");
   bool ok = plane_pass(&pl, sr, body, 0, false);
   bool metadata = slice_is(pl.name, "/host:metadata");
-  ok = ok && plane_pass(&pl, sr, body, 1, metadata);
-  if (ok && !metadata && pl.memory_kind.count)
+  /* XProf's Memory Profile reads the allocators' events of the host threads' plane only. */
+  bool host = slice_is(pl.name, "/host:CPU");
+  if (ok && (metadata || host))
+    ok = plane_pass(&pl, sr, body, 1, metadata);
+  if (ok && host && pl.memory_kind.count)
     ok = plane_pass(&pl, sr, body, 2, false);
   if (!ok)
     xprof_note_problem(sr->im);
@@ -429,8 +461,9 @@ static hbm_category_t region_category(const char *region) {
   return HBM_CAT_UNKNOWN;
 }
 
-/* One allocator's replay: the buffers open by address, the bytes they hold, and the memory
- * in use that the trace never saw allocated (allocated before it began). */
+/* One allocator's replay: the buffers open by address, the bytes they hold, the memory in
+ * use that the trace never saw allocated (allocated before it began), and the stack the
+ * runtime reserves (TPUs' bytes_reserved). */
 typedef struct allocator_state {
   xprof_import_t *im;
   xprof_space_t *s;
@@ -438,6 +471,8 @@ typedef struct allocator_state {
   uint64_t live;
   int64_t baseline; /* index of the "before the trace" buffer, -1 none */
   uint64_t baseline_bytes;
+  int64_t stack; /* index of the stack-reserved buffer, -1 none */
+  uint64_t stack_bytes;
 } allocator_state_t;
 
 static xprof_buffer_t *open_buffer(allocator_state_t *st, int64_t step, uint64_t size) {
@@ -447,24 +482,37 @@ static xprof_buffer_t *open_buffer(allocator_state_t *st, int64_t step, uint64_t
   return b;
 }
 
-/* The allocator's own "bytes in use" after the event says how much the trace did not see:
- * shown as one buffer, which shrinks (ends, and a smaller one begins) as such memory is
- * freed, so hbm's in-use curve is the allocator's whenever the two can agree. */
-static bool track_baseline(allocator_state_t *st, const mem_event_t *e, int64_t step) {
-  uint64_t unseen = e->in_use > st->live ? e->in_use - st->live : 0;
-  if (step > 0 && unseen >= st->baseline_bytes)
+/* A buffer standing for bytes the allocator reports but the trace shows no allocation of:
+ * when the amount changes, the old one ends and one of the new size begins. */
+static bool track_amount(allocator_state_t *st, int64_t *index, uint64_t *bytes, uint64_t now,
+                         int64_t step, const char *op) {
+  if (*index >= 0)
+    st->s->buffers[*index].end = step;
+  *index = -1;
+  *bytes = now;
+  if (!now)
     return true;
-  if (st->baseline >= 0)
-    st->s->buffers[st->baseline].end = step;
-  st->baseline = -1;
-  st->baseline_bytes = unseen;
-  if (!unseen)
-    return true;
-  xprof_buffer_t *b = open_buffer(st, step, unseen);
+  xprof_buffer_t *b = open_buffer(st, step, now);
   if (!b)
     return false;
-  b->op = hbm_intern(st->im->strings, "(in use before the trace began)");
-  st->baseline = (int64_t)st->s->n_buffers - 1;
+  b->op = hbm_intern(st->im->strings, op);
+  *index = (int64_t)st->s->n_buffers - 1;
+  return b->op != NULL;
+}
+
+/* The allocator's own "bytes in use" after the event says how much the trace did not see:
+ * shown as one buffer, which shrinks as such memory is freed, so hbm's in-use curve is the
+ * allocator's whenever the two can agree; the stack it reserves is another (XProf counts
+ * both in an allocator's bytes in use). */
+static bool track_unseen(allocator_state_t *st, const mem_event_t *e, int64_t step) {
+  uint64_t unseen = e->in_use > st->live ? e->in_use - st->live : 0;
+  if ((step == 0 || unseen < st->baseline_bytes) &&
+      !track_amount(st, &st->baseline, &st->baseline_bytes, unseen, step,
+                    "(in use before the trace began)"))
+    return false;
+  if (e->reserved != st->stack_bytes &&
+      !track_amount(st, &st->stack, &st->stack_bytes, e->reserved, step, "(stack reserved)"))
+    return false;
   return true;
 }
 
@@ -490,7 +538,7 @@ static bool allocator_step(allocator_state_t *st, const mem_event_t *e, int64_t 
     if (!hbm_u64map_put(&st->open, e->addr, s->n_buffers - 1))
       return false;
   }
-  return track_baseline(st, e, step);
+  return track_unseen(st, e, step);
 }
 
 /* Offsets from the allocator's lowest address, so the span of the addresses is the memory
@@ -504,26 +552,110 @@ static void rebase_addresses(xprof_space_t *s) {
     s->buffers[i].offset = s->buffers[i].offset >= low ? s->buffers[i].offset - low : 0;
 }
 
-static bool build_allocator(xprof_import_t *im, const mem_event_t *ev, size_t n,
-                            const char *allocator, int64_t t0_ps) {
-  size_t count = 0;
-  for (size_t i = 0; i < n; i++)
-    count += ev[i].allocator == allocator;
+/* One allocator's events (indexes into ev, in time order) → its space. */
+static bool build_allocator(xprof_import_t *im, const mem_event_t *ev, const size_t *mine,
+                            size_t count, const char *allocator, int64_t t0_ps) {
   xprof_space_t *s = xprof_add_space(im, allocator ? allocator : "allocator", "allocator", 0);
   if (!s)
     return false;
   s->runtime = true;
   s->step_labels = calloc(count + 1, sizeof *s->step_labels);
   s->step_times = calloc(count + 1, sizeof *s->step_times);
-  allocator_state_t st = {.im = im, .s = s, .baseline = -1};
+  allocator_state_t st = {.im = im, .s = s, .baseline = -1, .stack = -1};
   hbm_u64map_init(&st.open);
   bool ok = s->step_labels && s->step_times;
-  for (size_t i = 0; i < n && ok; i++)
-    if (ev[i].allocator == allocator)
-      ok = allocator_step(&st, &ev[i], t0_ps);
+  for (size_t i = 0; i < count && ok; i++)
+    ok = allocator_step(&st, &ev[mine[i]], t0_ps);
   hbm_u64map_free(&st.open);
   rebase_addresses(s);
   return ok;
+}
+
+/* The allocators of a file, in the order they first appear, with XProf's peak of each (the
+ * most bytes allocated plus reserved any event reports) to keep the largest when a file
+ * names more than MAX_ALLOCATORS. */
+typedef struct allocator_group {
+  const char *name;
+  size_t count, first, at; /* events; index of its first; where its events start in the list */
+  uint64_t peak;
+  bool kept;
+} allocator_group_t;
+
+static int by_peak_desc(const void *a, const void *b) {
+  const allocator_group_t *x = *(allocator_group_t *const *)a, *y = *(allocator_group_t *const *)b;
+  if (x->peak != y->peak)
+    return x->peak > y->peak ? -1 : 1;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Groups the (time-sorted) events by allocator in one pass; NULL when memory ran out. */
+static allocator_group_t *group_events(const space_reader_t *sr, size_t *n_groups, size_t **order) {
+  hbm_u64map_t index;
+  hbm_u64map_init(&index);
+  allocator_group_t *g = NULL;
+  size_t n = 0, cap = 0;
+  size_t *group_of = malloc(sr->n_events * sizeof *group_of);
+  bool ok = group_of != NULL;
+  for (size_t i = 0; i < sr->n_events && ok; i++) {
+    const mem_event_t *e = &sr->events[i];
+    uint64_t key = (uint64_t)(uintptr_t)e->allocator, k; /* interned: one pointer per name */
+    if (!hbm_u64map_get(&index, key, &k)) {
+      allocator_group_t *grown = n == cap ? hbm__grow_array(g, &cap, n + 1, sizeof *g, 16) : g;
+      ok = grown && hbm_u64map_put(&index, key, n);
+      if (!ok)
+        break;
+      g = grown;
+      g[n] = (allocator_group_t){.name = e->allocator, .first = i};
+      k = n++;
+    }
+    group_of[i] = (size_t)k;
+    g[k].count++;
+    uint64_t in_use = e->in_use + e->reserved;
+    g[k].peak = in_use > g[k].peak ? in_use : g[k].peak;
+  }
+  hbm_u64map_free(&index);
+  *order = ok ? malloc((sr->n_events + 1) * sizeof **order) : NULL;
+  if (!*order) {
+    free(group_of), free(g);
+    return NULL;
+  }
+  for (size_t k = 0, at = 0; k < n; at += g[k++].count)
+    g[k].at = at;
+  size_t *fill = calloc(n + 1, sizeof *fill);
+  for (size_t i = 0; fill && i < sr->n_events; i++) /* counting sort: time order kept */
+    (*order)[g[group_of[i]].at + fill[group_of[i]]++] = i;
+  free(group_of);
+  if (!fill) {
+    free(*order), free(g);
+    return NULL;
+  }
+  free(fill);
+  *n_groups = n;
+  return g;
+}
+
+/* Keeps the MAX_ALLOCATORS with the highest peaks; says how many were left out. */
+static bool keep_largest(xprof_import_t *im, allocator_group_t *g, size_t n) {
+  allocator_group_t **rank = malloc((n + 1) * sizeof *rank);
+  if (!rank)
+    return false;
+  for (size_t k = 0; k < n; k++)
+    rank[k] = &g[k];
+  qsort(rank, n, sizeof *rank, by_peak_desc);
+  size_t dropped_events = 0;
+  for (size_t k = 0; k < n; k++) {
+    rank[k]->kept = k < MAX_ALLOCATORS;
+    dropped_events += rank[k]->kept ? 0 : rank[k]->count;
+  }
+  free(rank);
+  if (n > MAX_ALLOCATORS) {
+    hbm__error(HBM_ERR_PARSE,
+               "%s: %zu allocators (allocator_name / index_on_host / device_ordinal): the %d "
+               "with the highest peaks are shown, the other %zu and their %zu events are not",
+               im->file, n, MAX_ALLOCATORS, n - MAX_ALLOCATORS, dropped_events);
+    xprof_note_problem(im);
+  }
+  return true;
 }
 
 static bool build_allocators(space_reader_t *sr) {
@@ -531,18 +663,14 @@ static bool build_allocators(space_reader_t *sr) {
     return true;
   qsort(sr->events, sr->n_events, sizeof *sr->events, by_time);
   int64_t t0 = sr->events[0].time_ps;
-  const char **done = calloc(sr->n_events, sizeof *done);
-  size_t n_done = 0;
-  bool ok = done != NULL;
-  for (size_t i = 0; i < sr->n_events && ok; i++) {
-    bool seen = false; /* allocators are interned: equal names share a pointer */
-    for (size_t k = 0; k < n_done && !seen; k++)
-      seen = done[k] == sr->events[i].allocator;
-    if (!seen)
-      done[n_done++] = sr->events[i].allocator,
-      ok = build_allocator(sr->im, sr->events, sr->n_events, sr->events[i].allocator, t0);
-  }
-  free(done);
+  size_t n = 0, *order = NULL;
+  allocator_group_t *g = group_events(sr, &n, &order);
+  bool ok = g && keep_largest(sr->im, g, n);
+  for (size_t k = 0; k < n && ok; k++)
+    if (g[k].kept)
+      ok = build_allocator(sr->im, sr->events, order + g[k].at, g[k].count, g[k].name, t0);
+  free(g);
+  free(order);
   return ok;
 }
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool xprof_import_init(xprof_import_t *im, const char *file) {
+bool xprof_import_init(xprof_import_t *im, const char *file) {
   memset(im, 0, sizeof *im);
   im->file = file;
   hbm_strbuf_init(&im->problems);
@@ -19,7 +19,7 @@ static bool xprof_import_init(xprof_import_t *im, const char *file) {
   return im->strings != NULL;
 }
 
-static void xprof_import_free(xprof_import_t *im) {
+void xprof_import_free(xprof_import_t *im) {
   for (size_t i = 0; i < im->n_spaces; i++) {
     free(im->spaces[i].buffers);
     free(im->spaces[i].step_labels);
@@ -78,6 +78,29 @@ bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value) {
   return true;
 }
 
+bool xprof_add_scoped(xprof_import_t *im, xprof_space_t *s, uint64_t bytes, const char *by) {
+  xprof_buffer_t *b = xprof_add_buffer(s);
+  if (!b)
+    return false;
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  hbm_strbuf_printf(&sb,
+                    "largest scoped VMEM allocation, of %s (its backend_config's "
+                    "used_scoped_memory_configs)",
+                    by ? by : "?");
+  b->label = hbm_intern(im->strings, hbm_strbuf_str(&sb));
+  hbm_strbuf_free(&sb);
+  b->op = hbm_intern(im->strings, by ? by : "scoped VMEM");
+  b->group = hbm_intern(im->strings, "scoped VMEM");
+  b->size = b->unpadded = bytes < ((uint64_t)1 << 48) ? bytes : (uint64_t)1 << 48;
+  b->offset = s->reserved;
+  b->start = 0, b->end = -1;
+  b->category = HBM_CAT_TEMPORARY;
+  s->reserved += b->size;
+  s->peak += b->size;
+  return b->op && b->label && b->group;
+}
+
 void xprof_note_problem(xprof_import_t *im) {
   if (im->n_problems++ < 8)
     hbm_strbuf_printf(&im->problems, "%s%s", im->n_problems > 1 ? "; " : "", hbm_last_error());
@@ -100,6 +123,16 @@ static int by_peak(const void *a, const void *b) {
 
 static uint64_t bounded(uint64_t v) { return v > MAX_SIZE ? MAX_SIZE : v; }
 
+/* A program's allocations, reserved from its first step to its last. */
+static bool reserve_steps(hbm_profile_t *p, int space, int64_t base, int64_t n, uint64_t size) {
+  hbm_reserve_event_t e = {
+      .step = base, .space = space, .op = HBM_RESERVE_PREALLOCATE, .size = size};
+  if (hbm_profile_add_reserve(p, &e) != HBM_OK)
+    return false;
+  e.step = base + n, e.op = HBM_RESERVE_RELEASE;
+  return hbm_profile_add_reserve(p, &e) == HBM_OK;
+}
+
 static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
   int space = hbm_profile_add_space(p, s->name, s->device, s->color, 0);
   if (space < 0)
@@ -109,6 +142,8 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
     if (hbm_profile_add_step(p, s->step_times ? s->step_times[i] : 0,
                              s->step_labels ? s->step_labels[i] : NULL) < 0)
       return false;
+  if (s->reserved && !reserve_steps(p, space, base, s->n_steps, bounded(s->reserved)))
+    return false;
   for (size_t i = 0; i < s->n_buffers; i++) {
     const xprof_buffer_t *x = &s->buffers[i];
     int64_t end = x->end < 0 || x->end > s->n_steps ? s->n_steps : x->end;
@@ -125,7 +160,8 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
                       .group = x->group,
                       .source = x->source,
                       .opcode = x->opcode,
-                      .label = x->label};
+                      .label = x->label,
+                      .stack = x->stack};
     if (hbm_profile_add_buffer(p, &b) < 0)
       return false;
   }
@@ -139,7 +175,7 @@ static void set_meta(hbm_profile_t *p, const char *key, size_t value) {
 }
 
 /* One profile of everything read: programs largest peak first, then allocator timelines. */
-static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
+hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name, const char *format) {
   xprof_space_t **order = malloc((im->n_spaces + 1) * sizeof *order);
   hbm_profile_t *p = order ? hbm_profile_new(HBM_PROFILE_PLAN, name) : NULL;
   if (!p) {
@@ -151,7 +187,7 @@ static hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name) {
     order[i] = &im->spaces[i];
   qsort(order, im->n_spaces, sizeof *order, by_peak);
   hbm_profile_set_meta(p, "source_path", im->file);
-  hbm_profile_set_meta(p, "format", "xprof");
+  hbm_profile_set_meta(p, "format", format);
   hbm_profile_set_meta(p, "planner", "XLA's buffer assignment (heap-simulator trace, as XProf)");
   set_meta(p, "programs", im->n_programs);
   if (im->n_problems)
@@ -250,7 +286,7 @@ hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len
   else if (st == HBM_OK || im.n_spaces > 0) {
     if (st != HBM_OK)
       xprof_note_problem(&im);
-    p = xprof_to_profile(&im, hbm__base_name(path));
+    p = xprof_to_profile(&im, hbm__base_name(path), "xprof");
   }
   xprof_import_free(&im);
   return p;

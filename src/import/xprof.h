@@ -8,7 +8,7 @@
 
 /* One live interval of one buffer, steps relative to its program (end -1: to the end). */
 typedef struct xprof_buffer {
-  const char *op, *shape, *opcode, *label, *group, *source;
+  const char *op, *shape, *opcode, *label, *group, *source, *stack;
   uint64_t size, unpadded, offset;
   int64_t start, end;
   hbm_category_t category;
@@ -25,7 +25,9 @@ typedef struct xprof_space {
   int64_t n_steps;
   xprof_buffer_t *buffers;
   size_t n_buffers, cap_buffers;
-  uint64_t peak; /* XProf's peak heap (indefinite included), to order the programs */
+  uint64_t peak;     /* XProf's peak heap (indefinite included), to order the programs */
+  uint64_t reserved; /* programs: XLA's allocations of the colour ("total buffer
+                        allocation"), reserved over the program's steps; 0 none */
   bool runtime;
 } xprof_space_t;
 
@@ -42,10 +44,19 @@ typedef struct xprof_import {
   size_t n_meta, cap_meta;
 } xprof_import_t;
 
+bool xprof_import_init(xprof_import_t *im, const char *file); /* false: out of memory */
+void xprof_import_free(xprof_import_t *im);
+/* Everything read, as one profile (meta "format" = format); NULL with the error set. */
+hbm_profile_t *xprof_to_profile(xprof_import_t *im, const char *name, const char *format);
+
 xprof_space_t *xprof_add_space(xprof_import_t *im, const char *name, const char *device, int color);
 xprof_buffer_t *xprof_add_buffer(xprof_space_t *s);
 /* A profile meta entry (copied); false when memory ran out. */
 bool xprof_add_meta(xprof_import_t *im, const char *key, const char *value);
+/* A TPU program's largest scoped VMEM allocation (`by` makes it) as a buffer live over the
+ * whole program above the space's allocations: what XProf adds to VMEM's heap ("HLO temp +
+ * scoped"). false when memory ran out. */
+bool xprof_add_scoped(xprof_import_t *im, xprof_space_t *s, uint64_t bytes, const char *by);
 /* Records a problem (the last error's text) and carries on with what could be read. */
 void xprof_note_problem(xprof_import_t *im);
 
@@ -63,5 +74,11 @@ hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t l
 hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len);
 /* Whether the bytes look like a serialized XSpace or HloProto (or a gzip'd one). */
 bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len);
+
+/* xprof_memory_viewer_json.c: XProf's own Memory Viewer data (the JSON its converter returns
+ * for the tool "memory_viewer", which users save from its page) → a profile. */
+hbm_profile_t *hbm__xprof_memory_viewer_json_load(const char *path, const char *data, size_t len);
+/* Whether the text is such a JSON object (by its first keys). */
+bool hbm__xprof_memory_viewer_json_is(const char *data, size_t len);
 
 #endif /* HBM_IMPORT_XPROF_H */

@@ -244,6 +244,13 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
   sum->temporary_bytes = sum->peak_bytes > program ? sum->peak_bytes - program : 0;
   sum->argument_bytes = sum->category_bytes[HBM_CAT_PARAMETER];
   sum->output_bytes = sum->category_bytes[HBM_CAT_OUTPUT];
+  /* A plan's parameter that lives out is a donated argument holding an output: XLA's
+   * memory_analysis() and XProf count it in the outputs too (and as an alias). */
+  for (size_t k = 0; hbm_profile_kind(a->p) == HBM_PROFILE_PLAN && k < n; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    if (b->category == HBM_CAT_PARAMETER && (b->flags & HBM_BUF_LIVE_OUT))
+      sum->output_bytes += b->size;
+  }
   memcpy(a->by_size, a->at_peak, n * sizeof *a->at_peak);
   memcpy(a->by_padding, a->at_peak, n * sizeof *a->at_peak);
   return sort_buffers(a->p, a->by_size, n, false) && sort_buffers(a->p, a->by_padding, n, true);
@@ -413,9 +420,14 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
   bool ok = collect_members(a, space) && compute_live(a);
+  /* A plan that states what it reserves (XLA's allocations, read from XProf's files) is
+   * taken at its word; otherwise its reservation is what its buffers reach. */
+  bool stated = false;
+  for (size_t i = 0; i < p->n_reserves && !stated; i++)
+    stated = p->reserves[i].space == space;
   if (ok)
-    ok =
-        p->kind == HBM_PROFILE_PLAN ? compute_reserved_plan(a) : compute_reserved_runtime(a, space);
+    ok = p->kind == HBM_PROFILE_PLAN && !stated ? compute_reserved_plan(a)
+                                                : compute_reserved_runtime(a, space);
   if (ok) {
     find_peak(a);
     ok = collect_peak_buffers(a) && collect_groups(a) && compute_fragmentation(a);

@@ -147,14 +147,44 @@ static bool add_entry(listing_t *l, const char *run, const char *dir, const char
   return true;
 }
 
+/* XProf, once it has opened a run, writes each program of the run's .xplane.pb files beside
+ * them as "<module>(<program id>).hlo_proto.pb" (and "NO_MODULE.hlo_proto.pb" when there is
+ * none): copies of programs the .xplane.pb already holds, left out so that a run reads the
+ * same before and after XProf opened it. */
+static bool is_xprof_copy(const char *name) {
+  static const char suffix[] = ".hlo_proto.pb";
+  size_t n = strlen(name), stem = n - (sizeof suffix - 1);
+  if (!hbm__ends_with(name, suffix))
+    return false;
+  if (stem == 9 && !strncmp(name, "NO_MODULE", 9))
+    return true;
+  if (stem < 3 || name[stem - 1] != ')')
+    return false;
+  size_t digits = stem - 1;
+  while (digits > 0 && isdigit((unsigned char)name[digits - 1]))
+    digits--;
+  return digits > 1 && digits < stem - 1 && name[digits - 1] == '(';
+}
+
+static bool has_xplane(DIR *d) {
+  struct dirent *de;
+  bool found = false;
+  while (!found && (de = readdir(d)) != NULL)
+    found = de->d_name[0] != '.' && hbm__ends_with(de->d_name, ".xplane.pb");
+  rewinddir(d);
+  return found;
+}
+
 static hbm_status_t list_run(listing_t *l, const char *run, const char *dir) {
   DIR *d = opendir(dir);
   if (!d)
     return HBM_OK; /* not a directory (a stray file under plugins/profile) */
   struct dirent *de;
   hbm_status_t s = HBM_OK;
+  bool xplane = has_xplane(d);
   while ((de = readdir(d)) != NULL && s == HBM_OK)
-    if (is_profile_name(de->d_name) && !add_entry(l, run, dir, de->d_name))
+    if (is_profile_name(de->d_name) && !(xplane && is_xprof_copy(de->d_name)) &&
+        !add_entry(l, run, dir, de->d_name))
       s = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory listing %s", dir);
   closedir(d);
   return s;

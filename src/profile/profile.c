@@ -133,7 +133,8 @@ static hbm_status_t check_space(const hbm_profile_t *p, int space) {
 
 /* Interns the tag strings of b in place; false if memory ran out. */
 static bool intern_buffer_strings(hbm_profile_t *p, hbm_buffer_t *b) {
-  const char **fields[] = {&b->op, &b->shape, &b->group, &b->source, &b->opcode, &b->label};
+  const char **fields[] = {&b->op,     &b->shape, &b->group, &b->source,
+                           &b->opcode, &b->label, &b->stack};
   for (size_t i = 0; i < HBM_ARRAY_LEN(fields); i++) {
     if (!*fields[i])
       continue;

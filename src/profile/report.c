@@ -77,6 +77,27 @@ static const char *cell(const char *s, int width, char *buf, size_t cap) {
   return buf;
 }
 
+/* The last `width` columns of s, the cut marked at the front: a source path keeps its file
+ * name and line number. */
+static const char *cell_tail(const char *s, int width, char *buf, size_t cap) {
+  if (!s || !*s)
+    return cell(s, width, buf, cap);
+  const unsigned char *p = (const unsigned char *)s + strlen(s);
+  int cols = 0;
+  while (p > (const unsigned char *)s && cols < width)
+    if ((*--p & 0xc0) != 0x80)
+      cols++;
+  if (p == (const unsigned char *)s)
+    return cell(s, width, buf, cap);
+  while (*p && (*p & 0xc0) == 0x80) /* drop the first kept character for the mark */
+    p++;
+  p += *p ? 1 : 0;
+  while (*p && (*p & 0xc0) == 0x80)
+    p++;
+  snprintf(buf, cap, "\xe2\x80\xa6%s", (const char *)p);
+  return buf;
+}
+
 /* ---- the timeline chart ---- */
 
 typedef struct chart {
@@ -242,7 +263,7 @@ static void write_buffer_row(FILE *out, const hbm_buffer_t *b, bool plan) {
   fprintf(out, "%-12s %-28s %-22s %-16s %s\n", hbm_category_name(b->category),
           cell(b->op ? b->op : b->label, 28, c[0], sizeof c[0]),
           cell(b->shape, 22, c[1], sizeof c[1]), cell(b->group, 16, c[2], sizeof c[2]),
-          cell(b->source, 40, c[3], sizeof c[3]));
+          cell_tail(b->source, 40, c[3], sizeof c[3]));
 }
 
 static void write_buffers(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *a) {
@@ -405,13 +426,14 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
 
 static json_t *buffer_json(const hbm_profile_t *p, int64_t idx) {
   const hbm_buffer_t *b = hbm_profile_buffer(p, idx);
-  return json_pack(
-      "{s:I, s:I, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:I, s:I}", "index", (json_int_t)idx,
-      "size", (json_int_t)b->size, "unpadded_size", (json_int_t)b->unpadded_size, "address",
-      (json_int_t)b->address, "op", hbm__json_string(b->op), "shape", hbm__json_string(b->shape),
-      "category", hbm_category_name(b->category), "group", hbm__json_string(b->group), "source",
-      hbm__json_string(b->source), "opcode", hbm__json_string(b->opcode), "label",
-      hbm__json_string(b->label), "start", (json_int_t)b->start, "end", (json_int_t)b->end);
+  return json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:o}",
+                   "index", (json_int_t)idx, "size", (json_int_t)b->size, "unpadded_size",
+                   (json_int_t)b->unpadded_size, "address", (json_int_t)b->address, "op",
+                   hbm__json_string(b->op), "shape", hbm__json_string(b->shape), "category",
+                   hbm_category_name(b->category), "group", hbm__json_string(b->group), "source",
+                   hbm__json_string(b->source), "opcode", hbm__json_string(b->opcode), "label",
+                   hbm__json_string(b->label), "start", (json_int_t)b->start, "end",
+                   (json_int_t)b->end, "stack", hbm__json_string(b->stack));
 }
 
 static json_t *oom_json(const hbm_profile_t *p, const hbm_oom_event_t *e) {

@@ -59,6 +59,7 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
   set_new(o, "category", json_string(hbm_category_name(b->category)));
   set_new(o, "group", hbm__json_text(b->group));
   set_new(o, "source", hbm__json_text(b->source));
+  set_new(o, "stack", hbm__json_text(b->stack));
   set_new(o, "opcode", hbm__json_text(b->opcode));
   set_new(o, "label", hbm__json_text(b->label));
   set_new(o, "start", json_integer(b->start));
@@ -112,6 +113,7 @@ static json_t *json_bar(const hbm_profile_t *p, int64_t index) {
   set_new(o, "group", hbm__json_text(b->group));
   set_new(o, "op", hbm__json_text(b->op));
   set_new(o, "shape", hbm__json_text(b->shape));
+  set_new(o, "source", hbm__json_text(b->source));
   return o;
 }
 

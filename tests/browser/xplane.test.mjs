@@ -4,7 +4,8 @@
 // type list groups every program (XProf's module list), largest peak first; the peak shown
 // equals `hbm report --json`'s for that program; picking another program shows its peak; the
 // first view is zoomed to the program's own steps; hbm's own plan of the program is shown
-// beside XLA's; no page errors. Screenshots: --artifacts.
+// beside XLA's; a buffer's source line in the table and on its card with its source stack;
+// no page errors. Screenshots: --artifacts.
 import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync } from 'node:fs';
@@ -66,6 +67,31 @@ async function main() {
     const planShown = await page.locator('#hbm-plan').count() ? await page.locator('#hbm-plan').innerText() : null;
     check(planText && planShown && planShown.trim() === planText.trim(), `hbm's plan is shown beside XLA's (${planShown})`);
     await page.screenshot({ path: path.join(args.artifacts, 'xplane_first.png') });
+
+    // Source lines (today's JAX writes stack frames): the table's source column, the card's
+    // source line and its source stack (XProf's "Source Stack"), as hbm report gives them.
+    const ops = spaces[0].buffers_at_peak.map((b) => b.op);
+    const withSource = spaces[0].buffers_at_peak.find((b) => b.source && b.stack
+      && ops.filter((o) => o && o.includes(b.op)).length === 1);
+    check(withSource, 'a buffer at the peak has a source line and stack');
+    if (withSource) {
+      await page.click('#peak-table-wrap summary');
+      await page.fill('#peak-filter', withSource.op);
+      await page.waitForFunction(() => document.querySelectorAll('#peak-table tbody tr').length === 1);
+      const cell = page.locator('#peak-table tbody tr td.source');
+      const shownCell = (await cell.textContent()).trim();
+      check(shownCell === withSource.source.split('/').pop() && await cell.getAttribute('title') === withSource.source,
+        `the table shows its source line (${shownCell}, the path as its title)`);
+      await page.locator('#peak-table tbody tr').click();
+      await page.waitForSelector('#buffer-card [data-field="stack"]', { timeout: 5000 });
+      const source = (await page.locator('#buffer-card [data-field="source"]').innerText()).trim();
+      check(source === withSource.source, `the card shows the source line (${source})`);
+      const stack = (await page.locator('#buffer-card [data-field="stack"]').innerText()).trim();
+      check(stack === withSource.stack.trim(), 'the card shows the source stack');
+      await page.screenshot({ path: path.join(args.artifacts, 'xplane_source_stack.png') });
+      await page.fill('#peak-filter', '');
+      await page.keyboard.press('Escape');
+    }
 
     // Another program: its own peak.
     const other = spaces.findIndex((s, i) => i > 0 && s.device !== spaces[0].device && s.device !== 'allocator');

@@ -10,7 +10,9 @@ const HEIGHT = 190;
 export const SMALL_BYTES = 16 * 1024;
 
 // Merges buffers under SMALL_BYTES into one bar at the end (XProf's "small buffers").
-export function mergeSmall(items) {
+// XProf's "small" bar: last in program order and by padding (it has no unpadded size), and
+// placed by its size in the "by size" order, after the buffers as large (a stable sort).
+export function mergeSmall(items, order) {
   const big = [];
   const small = { merged: true, id: -1, size: 0, unpadded: 0, count: 0, category: 'unknown', op: null };
   for (const b of items) {
@@ -20,7 +22,9 @@ export function mergeSmall(items) {
       small.count++;
     } else big.push(b);
   }
-  if (small.count) big.push(small);
+  if (!small.count) return big;
+  const at = order === 'size' ? big.findIndex((b) => b.size < small.size) : -1;
+  big.splice(at < 0 ? big.length : at, 0, small);
   return big;
 }
 

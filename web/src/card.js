@@ -1,5 +1,6 @@
 // card.js — the buffer card (XProf's hover card, and more): op, shape, size, unpadded size,
-// padding and expansion, allocation type, group, source, opcode, XLA label (runtime: the
+// padding and expansion, allocation type, group, source and source stack (XProf's "Source
+// Stack": file:line:column per frame, innermost first), opcode, XLA label (runtime: the
 // call stack, e.g. a PyTorch snapshot's frames) and live range.
 // Each value carries data-field so tests (and users' scripts) can read it.
 import { formatBytes, formatTime, escapeHtml, categoryColor, CATEGORY_LABELS } from './format.js';
@@ -55,6 +56,7 @@ export function renderCard(el, card, kind, pinned) {
       ${row('category', 'Allocation type', escapeHtml(CATEGORY_LABELS[cat] || cat))}
       ${row('group', 'Group', escapeHtml(card.group || ''))}
       ${row('source', 'Source', card.source ? `<code>${escapeHtml(card.source)}</code>` : '')}
+      ${row('stack', 'Source stack', card.stack ? `<code class="label">${escapeHtml(card.stack)}</code>` : '')}
       ${row('opcode', 'Opcode', escapeHtml(card.opcode || ''))}
       ${row('label', kind === 'runtime' ? 'Stack' : 'XLA label', card.label ? `<code class="label">${escapeHtml(card.label)}</code>` : '')}
       ${card.start != null ? row('range', 'Live range', rangeText(card, kind)) : ''}

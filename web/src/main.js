@@ -411,7 +411,7 @@ function renderBars() {
   $('padding-charts').hidden = !padded;
   $('padding-none').hidden = padded;
   for (const order of padded ? ['program', 'size', 'padding'] : ['program', 'size']) {
-    const items = merge ? mergeSmall(state.bars[order]) : state.bars[order];
+    const items = merge ? mergeSmall(state.bars[order], order) : state.bars[order];
     views.bars[order].show(items, color, log);
     $(`rest-${order}`).textContent = restNote(order, state.bars[order].rest);
   }
@@ -427,14 +427,15 @@ function renderTable() {
   if (!wrap.open) return;
   const filter = $('peak-filter').value.trim().toLowerCase();
   const items = state.bars.size.filter((b) => !b.merged && (!filter
-    || [b.op, b.shape, b.group].some((t) => t && t.toLowerCase().includes(filter))));
+    || [b.op, b.shape, b.group, b.source].some((t) => t && t.toLowerCase().includes(filter))));
   const rows = items.slice(0, TABLE_ROWS).map((b, i) => `<tr data-i="${i}">
     <td class="num">${i + 1}</td><td class="opname">${escapeHtml(b.op || '(untagged)')}</td>
     <td><code>${escapeHtml(b.shape || '')}</code></td><td class="num">${formatBytes(b.size)}</td>
     <td class="num">${formatBytes(b.unpadded)}</td><td class="num">${formatBytes(b.size - b.unpadded)}</td>
-    <td>${escapeHtml(b.category)}</td><td>${escapeHtml(b.group || '')}</td></tr>`);
+    <td>${escapeHtml(b.category)}</td><td class="group">${escapeHtml(b.group || '')}</td>
+    <td class="source" title="${escapeHtml(b.source || '')}">${escapeHtml((b.source || '').split('/').pop())}</td></tr>`);
   $('peak-table').innerHTML = `<thead><tr><th>#</th><th>op</th><th>shape</th><th>size</th><th>unpadded</th>
-    <th>padding</th><th>category</th><th>group</th></tr></thead><tbody>${rows.join('')}</tbody>`;
+    <th>padding</th><th>category</th><th>group</th><th>source</th></tr></thead><tbody>${rows.join('')}</tbody>`;
   const rest = state.bars.size.rest;
   const among = rest ? ` among the ${formatCount(state.bars.size.length)} largest of ${formatCount(state.bars.size.length + rest.count)}` : '';
   $('peak-table-count').textContent = `${formatCount(items.length)} buffer${items.length === 1 ? '' : 's'}${among}${items.length > TABLE_ROWS ? ` (the ${TABLE_ROWS} largest shown)` : ''}`;
