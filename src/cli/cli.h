@@ -15,6 +15,7 @@ int hbm_cmd_plan(int argc, char **argv);
 int hbm_cmd_view(int argc, char **argv);
 int hbm_cmd_explain(int argc, char **argv);
 int hbm_cmd_run(int argc, char **argv);
+int hbm_cmd_diff(int argc, char **argv);
 
 /* Prints "hbm <cmd>: <message>" to stderr and returns exit status `code`. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -541,15 +541,9 @@ hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
                                            "peak_reserved_bytes", "limit_bytes", (json_int_t)0,
                                            "buffers_at_peak", "oom_events"));
   json_object_set_new(root, "spaces", spaces);
-  char *text = s == HBM_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(root);
-  if (s != HBM_OK)
+  if (s != HBM_OK) {
+    json_decref(root);
     return s;
-  if (!text)
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory writing the JSON report");
-  s = hbm__write_out(out, text, strlen(text), "JSON report");
-  if (s == HBM_OK)
-    s = hbm__write_out(out, "\n", 1, "JSON report");
-  free(text);
-  return s;
+  }
+  return hbm__write_json(out, root, "JSON report");
 }
