@@ -54,14 +54,14 @@ static hbm_profile_t *plan_of(const char *name, const spec_t *specs, size_t n) {
  * B: peak at step 3 = w 100 + grow 300 + shrink 150 + new 70 + longer 500 = 1120.
  * Change +310 = grew +100, shrank -250, gone -50, new +70, lived longer +500, shorter -60. */
 static const spec_t specs_a[] = {
-    {"w", "f32[25]", 100, 0, -1},        {"grow", "f32[50]", 200, 2, 8},
-    {"shrink", "f32[100]", 400, 2, 8},   {"gone", "f32[12]", 50, 3, 7},
-    {"longer", "f32[125]", 500, 0, 2},   {"shorter", "f32[15]", 60, 1, 9},
+    {"w", "f32[25]", 100, 0, -1},      {"grow", "f32[50]", 200, 2, 8},
+    {"shrink", "f32[100]", 400, 2, 8}, {"gone", "f32[12]", 50, 3, 7},
+    {"longer", "f32[125]", 500, 0, 2}, {"shorter", "f32[15]", 60, 1, 9},
 };
 static const spec_t specs_b[] = {
-    {"w", "f32[25]", 100, 0, -1},        {"grow", "f32[75]", 300, 2, 8},
-    {"shrink", "f32[37]", 150, 2, 8},    {"new", "f32[17]", 70, 3, 7},
-    {"longer", "f32[125]", 500, 0, 9},   {"shorter", "f32[15]", 60, 0, 1},
+    {"w", "f32[25]", 100, 0, -1},      {"grow", "f32[75]", 300, 2, 8},
+    {"shrink", "f32[37]", 150, 2, 8},  {"new", "f32[17]", 70, 3, 7},
+    {"longer", "f32[125]", 500, 0, 9}, {"shorter", "f32[15]", 60, 0, 1},
 };
 
 typedef struct pair {
@@ -123,9 +123,12 @@ static void test_each_reason(void **state) {
     int64_t delta;
     uint64_t a, b;
   } want[] = {
-      {"grow", HBM_DIFF_GREW, 100, 200, 300},       {"shrink", HBM_DIFF_SHRANK, -250, 400, 150},
-      {"gone", HBM_DIFF_GONE, -50, 50, 0},          {"new", HBM_DIFF_NEW, 70, 0, 70},
-      {"longer", HBM_DIFF_LIVED_LONGER, 500, 0, 500}, {"shorter", HBM_DIFF_LIVED_SHORTER, -60, 60, 0},
+      {"grow", HBM_DIFF_GREW, 100, 200, 300},
+      {"shrink", HBM_DIFF_SHRANK, -250, 400, 150},
+      {"gone", HBM_DIFF_GONE, -50, 50, 0},
+      {"new", HBM_DIFF_NEW, 70, 0, 70},
+      {"longer", HBM_DIFF_LIVED_LONGER, 500, 0, 500},
+      {"shorter", HBM_DIFF_LIVED_SHORTER, -60, 60, 0},
   };
   size_t n;
   hbm_diff_rows(t.d, HBM_DIFF_BY_OP, &n);
@@ -155,8 +158,7 @@ static void test_each_reason(void **state) {
   assert_int_equal(grow->b_index, 1);
   assert_int_equal(grow->a_size, 200);
   assert_int_equal(grow->b_size, 300);
-  const hbm_diff_row_t *longer =
-      row_for(t.d, HBM_DIFF_BY_BUFFER, "longer", HBM_DIFF_LIVED_LONGER);
+  const hbm_diff_row_t *longer = row_for(t.d, HBM_DIFF_BY_BUFFER, "longer", HBM_DIFF_LIVED_LONGER);
   assert_int_equal(longer->a_size, 500); /* in A, but not at its peak */
   assert_int_equal(longer->a_bytes, 0);
   assert_tables_add_up(t.d);
@@ -286,8 +288,8 @@ static void test_json_and_text(void **state) {
   close_pair(&t);
 }
 
-/* Steps 2-4 of A as a profile of 3 steps, buffers clipped to them: its peak (step 3 of A = step 1 of
- * the window) is still 810; steps 0-2 of A: peak at step 1 = 660. */
+/* Steps 2-4 of A as a profile of 3 steps, buffers clipped to them: its peak (step 3 of A = step 1
+ * of the window) is still 810; steps 0-2 of A: peak at step 1 = 660. */
 static void test_window(void **state) {
   (void)state;
   hbm_profile_t *a = plan_of("A", specs_a, 6);
@@ -312,9 +314,9 @@ static void test_window(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_each_reason),      cmocka_unit_test(test_reversed),
-      cmocka_unit_test(test_pairing_order),    cmocka_unit_test(test_different_kinds),
-      cmocka_unit_test(test_json_and_text),    cmocka_unit_test(test_window),
+      cmocka_unit_test(test_each_reason),   cmocka_unit_test(test_reversed),
+      cmocka_unit_test(test_pairing_order), cmocka_unit_test(test_different_kinds),
+      cmocka_unit_test(test_json_and_text), cmocka_unit_test(test_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

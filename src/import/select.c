@@ -239,8 +239,8 @@ hbm_status_t hbm_profile_select(const char *spec, hbm_selection_t *out) {
       hbm_profile_free(p);
       p = w;
       if (marked)
-        snprintf(window, sizeof window, "training step %s = steps %" PRId64 "-%" PRId64,
-                 parts.step, from, to);
+        snprintf(window, sizeof window, "training step %s = steps %" PRId64 "-%" PRId64, parts.step,
+                 from, to);
       else
         snprintf(window, sizeof window, "steps %" PRId64 "-%" PRId64, from, to);
     }

@@ -40,9 +40,12 @@ struct hbm_diff {
 
 static const char *const reason_names[HBM_DIFF_REASON_COUNT] = {
     "new", "gone", "grew", "shrank", "lived_longer", "lived_shorter"};
-static const char *const reason_words[HBM_DIFF_REASON_COUNT] = {
-    "new buffer", "gone", "grew", "shrank", "lived longer across the peak",
-    "no longer across the peak"};
+static const char *const reason_words[HBM_DIFF_REASON_COUNT] = {"new buffer",
+                                                                "gone",
+                                                                "grew",
+                                                                "shrank",
+                                                                "lived longer across the peak",
+                                                                "no longer across the peak"};
 static const char *const by_names[HBM_DIFF_BY_COUNT] = {"buffer", "op",    "source", "category",
                                                         "shape",  "group", "reason"};
 
@@ -135,9 +138,7 @@ static bool push_row(row_list_t *l, const hbm_diff_row_t *r) {
 
 static const char *tag_or_none(const char *s) { return s && *s ? s : "(none)"; }
 
-static const char *op_of(const hbm_buffer_t *b) {
-  return tag_or_none(b->op ? b->op : b->label);
-}
+static const char *op_of(const hbm_buffer_t *b) { return tag_or_none(b->op ? b->op : b->label); }
 
 /* A pair's contribution: its bytes at B's peak less its bytes at A's peak. */
 static hbm_diff_row_t pair_row(const member_t *a, const member_t *b, hbm_diff_reason_t reason) {
@@ -191,8 +192,8 @@ static int cmp_size_then_order(const void *xp, const void *yp) {
 /* Pairs the buffers at both peaks: those of equal size first (the same tensor, unchanged,
  * even when allocated in another order), then the rest in allocation order (a tensor that
  * grew). Marks the paired ones in used_a / used_b. */
-static bool pair_at_peaks(pairing_t *pg, const member_t *a, size_t pa, const member_t *b,
-                          size_t pb, bool *used_a, bool *used_b) {
+static bool pair_at_peaks(pairing_t *pg, const member_t *a, size_t pa, const member_t *b, size_t pb,
+                          bool *used_a, bool *used_b) {
   const member_t **sa = malloc((pa + 1) * sizeof *sa), **sb = malloc((pb + 1) * sizeof *sb);
   bool ok = sa && sb;
   for (size_t i = 0; ok && i < pa; i++)
@@ -425,9 +426,8 @@ static bool write_notes(hbm_diff_t *d) {
     ok &= note(d, "padding is known only in %s (the other records requested sizes only)",
                pa ? "A" : "B");
   if (d->n_paired == 0 && d->sum[0].n_buffers_at_peak && d->sum[1].n_buffers_at_peak)
-    ok &= note(d,
-               "no buffer of A has a counterpart in B (no op, source, group and category in "
-               "common): every row is a new or a gone buffer");
+    ok &= note(d, "no buffer of A has a counterpart in B (no op, source, group and category in "
+                  "common): every row is a new or a gone buffer");
   if (d->sum[0].n_buffers == 0 || d->sum[1].n_buffers == 0)
     ok &= note(d, "%s has no buffers in its memory space: its peak is 0",
                d->sum[0].n_buffers == 0 ? "A" : "B");
@@ -617,7 +617,7 @@ hbm_status_t hbm_diff_text(const hbm_diff_t *d, const char *const labels[2], int
   text_side(d, labels, 0, out);
   text_side(d, labels, 1, out);
   text_metrics(d, out);
-  static const hbm_diff_by_t order[] = {HBM_DIFF_BY_REASON, HBM_DIFF_BY_OP,    HBM_DIFF_BY_SOURCE,
+  static const hbm_diff_by_t order[] = {HBM_DIFF_BY_REASON,   HBM_DIFF_BY_OP,    HBM_DIFF_BY_SOURCE,
                                         HBM_DIFF_BY_CATEGORY, HBM_DIFF_BY_SHAPE, HBM_DIFF_BY_GROUP};
   for (size_t i = 0; i < HBM_ARRAY_LEN(order); i++)
     text_table(d, order[i], rows, out);
@@ -650,10 +650,9 @@ static json_t *json_side(const hbm_diff_t *d, const char *const labels[2], int s
       "peak_label",
       hbm__json_string(s->peak_step >= 0 ? hbm_profile_step_label(p, s->peak_step) : NULL),
       "peak_unpadded_bytes", (json_int_t)s->peak_unpadded_bytes, "argument_bytes",
-      (json_int_t)s->argument_bytes, "output_bytes", (json_int_t)s->output_bytes,
-      "temporary_bytes", (json_int_t)s->temporary_bytes, "peak_reserved_bytes",
-      (json_int_t)s->peak_reserved_bytes, "n_buffers", (json_int_t)s->n_buffers,
-      "n_buffers_at_peak", (json_int_t)s->n_buffers_at_peak);
+      (json_int_t)s->argument_bytes, "output_bytes", (json_int_t)s->output_bytes, "temporary_bytes",
+      (json_int_t)s->temporary_bytes, "peak_reserved_bytes", (json_int_t)s->peak_reserved_bytes,
+      "n_buffers", (json_int_t)s->n_buffers, "n_buffers_at_peak", (json_int_t)s->n_buffers_at_peak);
   if (o && !s->peak_reserved_bytes)
     json_object_set_new(o, "peak_reserved_bytes", json_null());
   return o;
@@ -661,21 +660,20 @@ static json_t *json_side(const hbm_diff_t *d, const char *const labels[2], int s
 
 static json_t *json_row(const hbm_diff_t *d, hbm_diff_by_t by, const hbm_diff_row_t *r) {
   json_t *o = json_pack("{s:o, s:s, s:I, s:I, s:I, s:I, s:I}", "key", hbm__json_string(r->key),
-                        "reason", reason_names[r->reason], "delta", (json_int_t)r->delta,
-                        "a_bytes", (json_int_t)r->a_bytes, "b_bytes", (json_int_t)r->b_bytes,
-                        "a_count", (json_int_t)r->a_count, "b_count", (json_int_t)r->b_count);
+                        "reason", reason_names[r->reason], "delta", (json_int_t)r->delta, "a_bytes",
+                        (json_int_t)r->a_bytes, "b_bytes", (json_int_t)r->b_bytes, "a_count",
+                        (json_int_t)r->a_count, "b_count", (json_int_t)r->b_count);
   if (o && by == HBM_DIFF_BY_BUFFER) {
     const hbm_buffer_t *a = r->a_index >= 0 ? hbm_profile_buffer(d->p[0], r->a_index) : NULL;
     const hbm_buffer_t *b = r->b_index >= 0 ? hbm_profile_buffer(d->p[1], r->b_index) : NULL;
     const hbm_buffer_t *e = b ? b : a;
     json_object_update_new(
-        o, json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:s}", "a_index",
-                     (json_int_t)r->a_index, "b_index", (json_int_t)r->b_index, "a_size",
-                     (json_int_t)r->a_size, "b_size", (json_int_t)r->b_size, "a_shape",
-                     hbm__json_string(a ? a->shape : NULL), "b_shape",
-                     hbm__json_string(b ? b->shape : NULL), "source", hbm__json_string(e->source),
-                     "group", hbm__json_string(e->group), "category",
-                     hbm_category_name(e->category)));
+        o, json_pack(
+               "{s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:s}", "a_index", (json_int_t)r->a_index,
+               "b_index", (json_int_t)r->b_index, "a_size", (json_int_t)r->a_size, "b_size",
+               (json_int_t)r->b_size, "a_shape", hbm__json_string(a ? a->shape : NULL), "b_shape",
+               hbm__json_string(b ? b->shape : NULL), "source", hbm__json_string(e->source),
+               "group", hbm__json_string(e->group), "category", hbm_category_name(e->category)));
   }
   return o;
 }
@@ -703,9 +701,9 @@ json_t *hbm__diff_to_json(const hbm_diff_t *d, const char *const labels[2], size
     json_object_set_new(root, key, rows);
     if (shown < n) {
       snprintf(key, sizeof key, "by_%s_rest", by_names[by]);
-      json_object_set_new(root, key,
-                          json_pack("{s:I, s:I}", "rows", (json_int_t)(n - shown), "delta",
-                                    (json_int_t)rest));
+      json_object_set_new(
+          root, key,
+          json_pack("{s:I, s:I}", "rows", (json_int_t)(n - shown), "delta", (json_int_t)rest));
     }
   }
   for (size_t i = 0; i < d->n_notes; i++)

@@ -74,7 +74,8 @@ static bool copy_events(const hbm_profile_t *p, hbm_profile_t *w, int64_t from, 
 hbm_profile_t *hbm_profile_window(const hbm_profile_t *p, int64_t from, int64_t to) {
   int64_t n = p ? hbm_profile_step_count(p) : 0;
   if (!p || from < 0 || to > n || from >= to) {
-    hbm__error(HBM_ERR_INVALID, "steps %" PRId64 "-%" PRId64 " are not a window of the %" PRId64
+    hbm__error(HBM_ERR_INVALID,
+               "steps %" PRId64 "-%" PRId64 " are not a window of the %" PRId64
                " steps of the profile",
                from, to, n);
     return NULL;
