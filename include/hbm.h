@@ -640,6 +640,19 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
 hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out);
 /* Chrome trace / Perfetto JSON: memory counters and allocation slices. */
 hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out);
+/* Many devices, one view (the summary `hbm report DIR` prints first): profiles[0..n) of one
+ * run (names[i]: their file names, may be NULL) hold several devices (a runtime profile's
+ * spaces with buffers; an XProf file's devices, each at the largest peak of the programs XLA
+ * assigned to it). Text: the largest device named, the median, the smallest, the spread, the
+ * peak per device and what the largest holds beyond the median (hbm_diff); nothing when there
+ * are fewer than two devices. JSON: {count, per_device[], largest, median, smallest,
+ * spread_bytes, difference}. */
+size_t hbm_report_device_count(const hbm_profile_t *const *profiles, const char *const *names,
+                               size_t n);
+hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out);
+hbm_status_t hbm_report_devices_json(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Logdir (XProf layout: <logdir>/plugins/profile/<run>/<host>.<ext>)                          */

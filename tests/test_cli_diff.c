@@ -169,21 +169,21 @@ static char *write_stepped_profile(void) {
   hbm_tag_t ta = {.op = "a"}, tb = {.op = "b"}, tc = {.op = "c"};
   int64_t t = 0;
   for (int step = 1; step <= 2; step++) {
-    hbm_marker_t begin = {.step = hbm_profile_step_count(p), .kind = HBM_MARKER_STEP_BEGIN,
-                          .value = step};
+    hbm_marker_t begin = {
+        .step = hbm_profile_step_count(p), .kind = HBM_MARKER_STEP_BEGIN, .value = step};
     assert_int_equal(hbm_profile_add_marker(p, &begin), HBM_OK);
     uint64_t b_size = step == 1 ? 200 : 400;
     assert_true(hbm_profile_alloc_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x100, 100, &ta) >=
                 0);
-    assert_true(hbm_profile_alloc_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x200, b_size,
-                                     &tb) >= 0);
+    assert_true(
+        hbm_profile_alloc_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x200, b_size, &tb) >= 0);
     assert_int_equal(hbm_profile_free_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x100), HBM_OK);
     assert_true(hbm_profile_alloc_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x900, 50, &tc) >=
                 0);
     assert_int_equal(hbm_profile_free_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x200), HBM_OK);
     assert_int_equal(hbm_profile_free_at(p, hbm_profile_add_step(p, t++, NULL), 0, 0x900), HBM_OK);
-    hbm_marker_t end = {.step = hbm_profile_step_count(p), .kind = HBM_MARKER_STEP_END,
-                        .value = step};
+    hbm_marker_t end = {
+        .step = hbm_profile_step_count(p), .kind = HBM_MARKER_STEP_END, .value = step};
     assert_int_equal(hbm_profile_add_marker(p, &end), HBM_OK);
   }
   assert_true(hbm_profile_alloc_at(p, 0, 1, 0x10, 7, NULL) >= 0); /* sim1: one small buffer */
@@ -210,9 +210,8 @@ static void selectors(void **state) {
   assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "key")), "b");
   assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "reason")),
                       "grew");
-  assert_non_null(
-      strstr(json_string_value(json_object_get(json_object_get(d, "a"), "label")),
-             "training step 1 = steps 0-6"));
+  assert_non_null(strstr(json_string_value(json_object_get(json_object_get(d, "a"), "label")),
+                         "training step 1 = steps 0-6"));
   json_decref(d);
   d = run_json("diff --json '%s@0:3' '%s'", path, path);
   assert_int_equal(int_at(json_object_get(d, "a"), "peak_bytes"), 300);
@@ -261,8 +260,10 @@ static void bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(torch_context_lengths), cmocka_unit_test(xprof_programs),
-      cmocka_unit_test(different_kinds),       cmocka_unit_test(selectors),
+      cmocka_unit_test(torch_context_lengths),
+      cmocka_unit_test(xprof_programs),
+      cmocka_unit_test(different_kinds),
+      cmocka_unit_test(selectors),
       cmocka_unit_test(bad_input),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);

@@ -1,5 +1,5 @@
-/* diff.h — the internal side of diff.c for the viewer's /api/compare and the many-device
- * summary (report.c): the diff as a jansson object, and the profiles it compares. The public
+/* diff.h — the internal side of diff.c and report_devices.c for the viewer's /api/compare
+ * and its device summary: the diff as a jansson object, and the profiles it compares. The public
  * API (hbm_diff_*) is in hbm.h. */
 #ifndef HBM_PROFILE_DIFF_H
 #define HBM_PROFILE_DIFF_H
@@ -11,5 +11,9 @@
 json_t *hbm__diff_to_json(const hbm_diff_t *d, const char *const labels[2], size_t top);
 /* The profile of side 0 (A) or 1 (B). */
 const hbm_profile_t *hbm__diff_profile(const hbm_diff_t *d, int side);
+
+/* The many-device summary (report_devices.c) as hbm_report_devices_json writes it; NULL with
+ * an error when out of memory. */
+json_t *hbm__devices_json(const hbm_profile_t *const *profiles, const char *const *names, size_t n);
 
 #endif /* HBM_PROFILE_DIFF_H */
