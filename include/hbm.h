@@ -851,6 +851,53 @@ hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out);
  * label, ...}], remat, fits, ... */
 hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out);
 
+/* ---- What is the largest size that fits (`hbm plan --fit`, hbm.fit in Python; fit.c) ---- */
+/* A module family where one dimension varies (a batch size, a sequence length): `plan` makes
+ * the plan of the member for `value` with the options it is given (their memory is the one to
+ * fit), or returns NULL with hbm_last_error() set. hbm_fit finds the largest value that fits
+ * by planning: from the smallest value, doubling while the plan fits (exponential search for
+ * an upper bound), then bisection, on the assumption that memory grows with the value. */
+typedef hbm_plan_t *(*hbm_fit_plan_fn)(int64_t value, const hbm_plan_options_t *opt, void *ctx);
+
+typedef struct hbm_fit_options {
+  hbm_plan_options_t plan; /* plan.memory: the memory to fit (required) */
+  int64_t lo;              /* the smallest value (default 1) */
+  int64_t hi;              /* the largest value tried (0: 2^40) */
+  int64_t multiple;        /* values are multiples of this (default 1) */
+  /* Or the values themselves (sorted ascending; a family of files): searched by index. */
+  const int64_t *values;
+  size_t n_values;
+} hbm_fit_options_t;
+
+typedef struct hbm_fit_try {
+  int64_t value;
+  uint64_t used_bytes; /* what the device must hold for the plan */
+  int fits;
+} hbm_fit_try_t;
+
+typedef struct hbm_fit_result {
+  uint64_t memory;
+  int found;             /* 1 when some value fits */
+  int64_t value;         /* the largest value that fits (found) */
+  int has_next;          /* 1 when a value past it was planned and does not fit */
+  int64_t next;          /* the next value, which does not fit (the smallest, when !found) */
+  hbm_plan_t *plan;      /* the plan at value (NULL when !found) */
+  hbm_plan_t *next_plan; /* the plan at next: what is at the peak when it stops fitting */
+  hbm_fit_try_t *tried;  /* every plan made, in order */
+  size_t n_tried;
+} hbm_fit_result_t;
+
+/* Fails only when a plan cannot be made (the callback's error) or on bad options; a family
+ * whose smallest value does not fit is a result (found = 0, next_plan its plan). */
+hbm_status_t hbm_fit(hbm_fit_plan_fn plan, void *ctx, const hbm_fit_options_t *opt,
+                     hbm_fit_result_t *out);
+void hbm_fit_result_free(hbm_fit_result_t *r);
+/* The answer, the plans tried, and the E1000 report of the next value (what is at its peak);
+ * `dimension` names the value ("batch"; NULL: "value"). */
+hbm_status_t hbm_fit_report_text(const hbm_fit_result_t *r, const char *dimension, FILE *out);
+/* {memory_bytes, found, value, next, tried[{value, used_bytes, fits}], plan, next_plan}. */
+hbm_status_t hbm_fit_report_json(const hbm_fit_result_t *r, FILE *out);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Two profiles compared (`hbm diff`, src/profile/diff.c, select.c)                            */
 /* ------------------------------------------------------------------------------------------ */

@@ -88,9 +88,9 @@ static void made_ranks(void **state) {
   assert_int_equal(int_at(d, "count"), 3);
   assert_int_equal(int_at(d, "spread_bytes"), 5 * MIB);
   assert_int_equal(int_at(json_object_get(d, "largest"), "peak_bytes"), 15 * MIB);
-  assert_non_null(strstr(json_string_value(json_object_get(json_object_get(d, "largest"),
-                                                           "profile")),
-                         "rank1.hbmtrace"));
+  assert_non_null(
+      strstr(json_string_value(json_object_get(json_object_get(d, "largest"), "profile")),
+             "rank1.hbmtrace"));
   assert_int_equal(int_at(json_object_get(d, "median"), "peak_bytes"), 12 * MIB);
   json_t *diff = json_object_get(d, "difference");
   assert_int_equal(int_at(diff, "change"), 3 * MIB);

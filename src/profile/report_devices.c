@@ -18,14 +18,14 @@
 #define BAR_COLUMNS 30
 
 typedef struct device_peak {
-  char label[320];         /* "host1.xplane.pb device 2", "rank1.pickle cuda:1" */
-  const hbm_profile_t *p;  /* where its peak is */
+  char label[320];        /* "host1.xplane.pb device 2", "rank1.pickle cuda:1" */
+  const hbm_profile_t *p; /* where its peak is */
   int space;
-  int64_t device;          /* XProf device id, -1 for a runtime space */
-  size_t file;             /* index of its profile */
+  int64_t device; /* XProf device id, -1 for a runtime space */
+  size_t file;    /* index of its profile */
   uint64_t peak;
-  size_t programs;         /* XProf: programs run on it */
-  bool runtime;            /* XProf: the figure is its allocator's (else a program's) */
+  size_t programs; /* XProf: programs run on it */
+  bool runtime;    /* XProf: the figure is its allocator's (else a program's) */
 } device_peak_t;
 
 typedef struct device_list {
@@ -159,11 +159,11 @@ static bool collect(const hbm_profile_t *const *profiles, const char *const *nam
                     device_list_t *l) {
   for (size_t i = 0; i < n; i++) {
     /* One file: its devices need no file name. */
-    const char *name = n == 1               ? ""
+    const char *name = n == 1              ? ""
                        : names && names[i] ? hbm__base_name(names[i])
                                            : hbm_profile_name(profiles[i]);
     bool ok = is_xprof(profiles[i]) ? add_xprof_devices(l, profiles[i], i, name)
-                                               : add_space_devices(l, profiles[i], i, name);
+                                    : add_space_devices(l, profiles[i], i, name);
     if (!ok)
       return false;
   }
@@ -256,9 +256,9 @@ static void text_bars(FILE *out, const ranking_t *r) {
   fprintf(out, "\n  peak per device\n");
   for (size_t i = 0; i < r->list.n; i++) {
     const device_peak_t *d = &r->list.d[i];
-    int cols = r->largest->peak ? (int)((double)d->peak / (double)r->largest->peak * BAR_COLUMNS +
-                                        0.5)
-                                : 0;
+    int cols = r->largest->peak
+                   ? (int)((double)d->peak / (double)r->largest->peak * BAR_COLUMNS + 0.5)
+                   : 0;
     char b[32];
     fprintf(out, "    %10s  ", hbm_format_bytes(d->peak, b, sizeof b));
     for (int c = 0; c < BAR_COLUMNS; c++)
@@ -280,7 +280,8 @@ static void text_difference(FILE *out, const ranking_t *r) {
   char c[32];
   int64_t change = hbm_diff_change(d);
   fprintf(out, "\n  what the largest holds at its peak beyond the median's (%s%s; as `hbm diff`)\n",
-          change >= 0 ? "+" : "-", hbm_format_bytes(change >= 0 ? (uint64_t)change : (uint64_t)-change, c, sizeof c));
+          change >= 0 ? "+" : "-",
+          hbm_format_bytes(change >= 0 ? (uint64_t)change : (uint64_t)-change, c, sizeof c));
   for (size_t i = 0; i < n && i < DIFF_ROWS; i++) {
     char delta[32];
     int64_t v = rows[i].delta;
@@ -293,8 +294,8 @@ static void text_difference(FILE *out, const ranking_t *r) {
   free_difference(d, an);
 }
 
-hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles,
-                                     const char *const *names, size_t n, FILE *out) {
+hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out) {
   ranking_t r;
   hbm_status_t st = rank(profiles, names, n, &r);
   if (st != HBM_OK)
@@ -323,11 +324,10 @@ hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles,
 
 static json_t *device_json(const device_peak_t *d, const char *const *names) {
   const hbm_space_info_t *s = hbm_profile_space(d->p, d->space);
-  json_t *o = json_pack("{s:o, s:o, s:o, s:o, s:I}", "label", hbm__json_string(d->label),
-                        "profile", hbm__json_string(names ? names[d->file] : NULL), "space",
+  json_t *o = json_pack("{s:o, s:o, s:o, s:o, s:I}", "label", hbm__json_string(d->label), "profile",
+                        hbm__json_string(names ? names[d->file] : NULL), "space",
                         hbm__json_string(s ? s->name : NULL), "space_device",
-                        hbm__json_string(s ? s->device : NULL), "peak_bytes",
-                        (json_int_t)d->peak);
+                        hbm__json_string(s ? s->device : NULL), "peak_bytes", (json_int_t)d->peak);
   if (o && d->device >= 0) {
     json_object_set_new(o, "device", json_integer((json_int_t)d->device));
     json_object_set_new(o, "programs", json_integer((json_int_t)d->programs));
@@ -355,15 +355,16 @@ json_t *hbm__devices_json(const hbm_profile_t *const *profiles, const char *cons
     hbm_analysis_t *an[2];
     hbm_diff_t *d = difference(&r, an);
     const char *labels[2] = {r.median->label, r.largest->label};
-    json_object_set_new(root, "difference", d ? hbm__diff_to_json(d, labels, DIFF_ROWS) : json_null());
+    json_object_set_new(root, "difference",
+                        d ? hbm__diff_to_json(d, labels, DIFF_ROWS) : json_null());
     free_difference(d, an);
   }
   ranking_free(&r);
   return root;
 }
 
-hbm_status_t hbm_report_devices_json(const hbm_profile_t *const *profiles,
-                                     const char *const *names, size_t n, FILE *out) {
+hbm_status_t hbm_report_devices_json(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out) {
   json_t *root = hbm__devices_json(profiles, names, n);
   if (!root)
     return hbm_last_status() != HBM_OK ? hbm_last_status()
