@@ -16,18 +16,17 @@
 
 #include "helpers.h"
 
-static const char generator[] =
-    "#!/bin/sh\n"
-    "n=$1\n"
-    "[ \"$n\" = 13 ] && exit 3\n"
-    "cat <<H\n"
-    "HloModule fam_$n, is_scheduled=true\n\n"
-    "ENTRY main {\n"
-    "  p = f32[$n,256]{1,0} parameter(0)\n"
-    "  t = f32[$n,256]{1,0} exponential(p)\n"
-    "  ROOT r = f32[$n,256]{1,0} add(t, p)\n"
-    "}\n"
-    "H\n";
+static const char generator[] = "#!/bin/sh\n"
+                                "n=$1\n"
+                                "[ \"$n\" = 13 ] && exit 3\n"
+                                "cat <<H\n"
+                                "HloModule fam_$n, is_scheduled=true\n\n"
+                                "ENTRY main {\n"
+                                "  p = f32[$n,256]{1,0} parameter(0)\n"
+                                "  t = f32[$n,256]{1,0} exponential(p)\n"
+                                "  ROOT r = f32[$n,256]{1,0} add(t, p)\n"
+                                "}\n"
+                                "H\n";
 
 static int run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int run(char **out, const char *fmt, ...) {

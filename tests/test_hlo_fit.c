@@ -178,8 +178,10 @@ static void errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(largest_batch),         cmocka_unit_test(multiples_and_ranges),
-      cmocka_unit_test(smallest_does_not_fit), cmocka_unit_test(reports),
+      cmocka_unit_test(largest_batch),
+      cmocka_unit_test(multiples_and_ranges),
+      cmocka_unit_test(smallest_does_not_fit),
+      cmocka_unit_test(reports),
       cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -59,8 +59,7 @@ static hbm_plan_t *plan_command(int64_t value, const hbm_plan_options_t *opt, vo
   hbm_plan_t *plan = NULL;
   if (status != 0 || !text || len == 0)
     hbm__error(HBM_ERR_IO, "%s: exit status %d%s", cmd,
-                      WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-                      len == 0 ? ", no module printed" : "");
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1, len == 0 ? ", no module printed" : "");
   else
     plan = hbm_plan_text(text, len, cmd, opt);
   free(text);
@@ -124,8 +123,8 @@ int cli_plan_fit(const cli_fit_t *fit, const hbm_plan_options_t *opt, bool json)
     free(values);
     return cli_fail("plan", 1, "--fit: %s", hbm_last_error());
   }
-  hbm_status_t st = json ? hbm_fit_report_json(&r, stdout)
-                         : hbm_fit_report_text(&r, fit->dimension, stdout);
+  hbm_status_t st =
+      json ? hbm_fit_report_json(&r, stdout) : hbm_fit_report_text(&r, fit->dimension, stdout);
   rc = st != HBM_OK ? cli_fail("plan", 1, "%s", hbm_last_error()) : r.found ? 0 : 2;
   hbm_fit_result_free(&r);
   free(values);

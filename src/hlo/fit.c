@@ -32,8 +32,8 @@ static hbm_status_t candidates_of(const hbm_fit_options_t *opt, candidates_t *c)
   if (opt->values) {
     for (size_t i = 1; i < opt->n_values; i++)
       if (opt->values[i] <= opt->values[i - 1])
-        return hbm__error(HBM_ERR_INVALID, "fit: the values must be ascending (%" PRId64
-                                           " after %" PRId64 ")",
+        return hbm__error(HBM_ERR_INVALID,
+                          "fit: the values must be ascending (%" PRId64 " after %" PRId64 ")",
                           opt->values[i], opt->values[i - 1]);
     c->n = opt->n_values;
     return c->n ? HBM_OK : hbm__error(HBM_ERR_INVALID, "fit: no values to try");
@@ -77,8 +77,8 @@ static hbm_status_t try_index(search_t *s, size_t i, bool *fits) {
                             value);
   hbm_fit_result_t *r = s->out;
   if (r->n_tried == s->cap_tried) {
-    hbm_fit_try_t *grown = hbm__grow_array(r->tried, &s->cap_tried, r->n_tried + 1,
-                                           sizeof *grown, 32);
+    hbm_fit_try_t *grown =
+        hbm__grow_array(r->tried, &s->cap_tried, r->n_tried + 1, sizeof *grown, 32);
     if (!grown) {
       hbm_plan_free(plan);
       return hbm_last_status();
@@ -131,8 +131,8 @@ hbm_status_t hbm_fit(hbm_fit_plan_fn plan, void *ctx, const hbm_fit_options_t *o
   if (!plan || !opt || !out)
     return hbm__error(HBM_ERR_INVALID, "fit: NULL argument");
   memset(out, 0, sizeof *out);
-  search_t s = {.plan_fn = plan, .ctx = ctx, .opt = opt, .out = out, .fit_index = -1,
-                .fail_index = -1};
+  search_t s = {
+      .plan_fn = plan, .ctx = ctx, .opt = opt, .out = out, .fit_index = -1, .fail_index = -1};
   hbm_status_t st = candidates_of(opt, &s.c);
   if (st == HBM_OK)
     st = exponential(&s);
@@ -163,8 +163,9 @@ static const char *used_text(const hbm_fit_result_t *r, uint64_t used, char *buf
   char u[32], m[32], d[32];
   uint64_t mem = r->memory;
   bool fits = used <= mem;
-  snprintf(buf, cap, "%s (%" PRIu64 " bytes) used of %s: %s %s", hbm_format_bytes(used, u, sizeof u),
-           used, hbm_format_bytes(mem, m, sizeof m), fits ? "fits," : "does not fit, over by",
+  snprintf(buf, cap, "%s (%" PRIu64 " bytes) used of %s: %s %s",
+           hbm_format_bytes(used, u, sizeof u), used, hbm_format_bytes(mem, m, sizeof m),
+           fits ? "fits," : "does not fit, over by",
            hbm_format_bytes(fits ? mem - used : used - mem, d, sizeof d));
   if (fits)
     snprintf(buf + strlen(buf), cap - strlen(buf), " to spare");
@@ -226,10 +227,9 @@ hbm_status_t hbm_fit_report_json(const hbm_fit_result_t *r, FILE *out) {
     return hbm__error(HBM_ERR_INVALID, "fit report: NULL result or stream");
   json_t *root = json_object(), *tried = json_array();
   for (size_t i = 0; i < r->n_tried; i++)
-    json_array_append_new(tried, json_pack("{s:I, s:I, s:b}", "value",
-                                           (json_int_t)r->tried[i].value, "used_bytes",
-                                           (json_int_t)r->tried[i].used_bytes, "fits",
-                                           r->tried[i].fits));
+    json_array_append_new(
+        tried, json_pack("{s:I, s:I, s:b}", "value", (json_int_t)r->tried[i].value, "used_bytes",
+                         (json_int_t)r->tried[i].used_bytes, "fits", r->tried[i].fits));
   json_object_set_new(root, "memory_bytes", json_integer((json_int_t)r->memory));
   json_object_set_new(root, "found", json_boolean(r->found));
   json_object_set_new(root, "value", r->found ? json_integer(r->value) : json_null());
