@@ -1,15 +1,9 @@
 """The Python package `hbm` from the source tree: plan() against XLA's memory_analysis(),
 plan_text() errors, report() and view()."""
 import json
-import os
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def hbm(hbm_package):
