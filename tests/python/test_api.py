@@ -5,6 +5,7 @@ import urllib.request
 
 import pytest
 
+
 @pytest.fixture(scope="module")
 def hbm(hbm_package):
     return hbm_package
