@@ -638,6 +638,11 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
 /* The same as JSON (keys: peak_bytes, peak_step, peak_reserved_bytes, limit_bytes,
  * buffers_at_peak[{size, op, shape, category, ...}], oom_events, ...). */
 hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out);
+/* Totals by group of one space (under `hbm run` a buffer's group is the shared library that
+ * asked for it): live at the peak and allocated over the whole profile, each line prefixed
+ * with `indent`. */
+hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const char *indent,
+                                    FILE *out);
 /* Chrome trace / Perfetto JSON: memory counters and allocation slices. */
 hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out);
 /* Many devices, one view (the summary `hbm report DIR` prints first): profiles[0..n) of one
