@@ -136,10 +136,16 @@ static bool is_xprof(const hbm_profile_t *p) {
   return format && !strcmp(format, "xprof");
 }
 
-/* Any other profile: each memory space that holds buffers is a device. */
+/* A runtime profile (a run, a snapshot, an allocation log): each device memory space (colour 0:
+ * not host memory) that holds buffers is a device. A compile-time plan is a program, not a
+ * device: it has none. */
 static bool add_space_devices(device_list_t *l, const hbm_profile_t *p, size_t file,
                               const char *name) {
+  if (hbm_profile_kind(p) == HBM_PROFILE_PLAN)
+    return true;
   for (int s = 0; s < hbm_profile_space_count(p); s++) {
+    if (hbm_profile_space(p, s)->color != 0)
+      continue;
     size_t n_buffers;
     uint64_t peak = peak_of(p, s, &n_buffers);
     if (n_buffers == 0)
@@ -324,10 +330,11 @@ hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles, const
 
 static json_t *device_json(const device_peak_t *d, const char *const *names) {
   const hbm_space_info_t *s = hbm_profile_space(d->p, d->space);
-  json_t *o = json_pack("{s:o, s:o, s:o, s:o, s:I}", "label", hbm__json_string(d->label), "profile",
-                        hbm__json_string(names ? names[d->file] : NULL), "space",
-                        hbm__json_string(s ? s->name : NULL), "space_device",
-                        hbm__json_string(s ? s->device : NULL), "peak_bytes", (json_int_t)d->peak);
+  json_t *o =
+      json_pack("{s:o, s:o, s:o, s:i, s:o, s:I}", "label", hbm__json_string(d->label), "profile",
+                hbm__json_string(names ? names[d->file] : NULL), "space",
+                hbm__json_string(s ? s->name : NULL), "space_index", d->space, "space_device",
+                hbm__json_string(s ? s->device : NULL), "peak_bytes", (json_int_t)d->peak);
   if (o && d->device >= 0) {
     json_object_set_new(o, "device", json_integer((json_int_t)d->device));
     json_object_set_new(o, "programs", json_integer((json_int_t)d->programs));
