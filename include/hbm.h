@@ -904,7 +904,7 @@ hbm_status_t hbm_fit_report_text(const hbm_fit_result_t *r, const char *dimensio
 hbm_status_t hbm_fit_report_json(const hbm_fit_result_t *r, FILE *out);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Two profiles compared (`hbm diff`, src/profile/diff.c, select.c)                            */
+/* Two profiles compared (`hbm diff`: src/profile/diff.c, window.c; src/import/select.c)      */
 /* ------------------------------------------------------------------------------------------ */
 /* The change of the peak from profile A to profile B, attributed to buffers: each buffer of A
  * is paired with "the same" buffer of B (same op, source, group and category; the k-th such

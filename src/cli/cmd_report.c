@@ -54,9 +54,11 @@ static void print_usage(FILE *out) {
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
           "log, HLO text, an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt), an\n"
           "XProf file (*.xplane.pb as jax.profiler.trace writes it, *.hlo_proto.pb), a PyTorch\n"
-          "memory snapshot or a pasted OOM text; without PATH, $HBM_PROFILE_DIR.\n\n"
+          "memory snapshot or a pasted OOM text; without PATH, $HBM_PROFILE_DIR. When the run\n"
+          "holds several hosts, devices or ranks, their summary comes first: the peak per\n"
+          "device, the largest named, the spread, what the largest holds beyond the median.\n\n"
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
-          "                limit_bytes, buffers_at_peak, oom_events, ...)\n"
+          "                limit_bytes, buffers_at_peak, oom_events, devices, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
           "  --width N     chart width in columns (default: the terminal's, else 100)\n");
 }
