@@ -240,7 +240,11 @@ static void asker_of(const void *caller, caller_info_t *who) {
     if (preload_is_own_address(frames[i]))
       continue;
     caller_of(frames[i], &frame);
-    if (!passes_through(&frame) && strcmp(frame.library, "?")) {
+    /* A sanitizer's runtime intercepts backtrace itself: its frames are not the asker. */
+    bool sanitizer = !strncmp(frame.library, "libasan", 7) ||
+                     !strncmp(frame.library, "libtsan", 7) ||
+                     !strncmp(frame.library, "libubsan", 8);
+    if (!passes_through(&frame) && !sanitizer && strcmp(frame.library, "?")) {
       *who = frame;
       return;
     }

@@ -467,7 +467,8 @@ hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
     free(pg.out.rows);
     return fail(d);
   }
-  qsort(pg.out.rows, pg.out.n, sizeof *pg.out.rows, cmp_change);
+  if (pg.out.n) /* rows is NULL when nothing changed */
+    qsort(pg.out.rows, pg.out.n, sizeof *pg.out.rows, cmp_change);
   d->rows[HBM_DIFF_BY_BUFFER] = pg.out.rows;
   d->n_rows[HBM_DIFF_BY_BUFFER] = pg.out.n;
   d->n_unchanged = pg.unchanged;
@@ -534,20 +535,23 @@ static const char *label_of(const hbm_diff_t *d, const char *const labels[2], in
   return labels && labels[side] ? labels[side] : hbm_profile_name(d->p[side]);
 }
 
+/* "A  LABEL: runtime, peak 6.53GiB at step 6720 (label)"; the space is named when no label
+ * says which it is. */
 static void text_side(const hbm_diff_t *d, const char *const labels[2], int side, FILE *out) {
   const hbm_summary_t *s = &d->sum[side];
   const hbm_profile_t *p = d->p[side];
   const hbm_space_info_t *info = hbm_profile_space(p, s->space);
+  const char *step_label = s->peak_step >= 0 ? hbm_profile_step_label(p, s->peak_step) : NULL;
   char peak[32];
-  fprintf(out, "  %s  %s: %s, %s on %s, peak %s at step %" PRId64 "%s%s%s\n", side ? "B" : "A",
-          label_of(d, labels, side), hbm_profile_kind(p) == HBM_PROFILE_PLAN ? "plan" : "runtime",
-          info->name, info->device && *info->device ? info->device : "-",
-          hbm_format_bytes(s->peak_bytes, peak, sizeof peak), s->peak_step,
-          s->peak_step >= 0 && hbm_profile_step_label(p, s->peak_step) ? " (" : "",
-          s->peak_step >= 0 && hbm_profile_step_label(p, s->peak_step)
-              ? hbm_profile_step_label(p, s->peak_step)
-              : "",
-          s->peak_step >= 0 && hbm_profile_step_label(p, s->peak_step) ? ")" : "");
+  fprintf(out, "  %s  %s: %s", side ? "B" : "A", label_of(d, labels, side),
+          hbm_profile_kind(p) == HBM_PROFILE_PLAN ? "plan" : "runtime");
+  if (!labels || !labels[side])
+    fprintf(out, ", %s on %s", info->name, info->device && *info->device ? info->device : "-");
+  fprintf(out, ", peak %s at step %" PRId64, hbm_format_bytes(s->peak_bytes, peak, sizeof peak),
+          s->peak_step);
+  if (step_label)
+    fprintf(out, " (%s)", step_label);
+  fputc('\n', out);
 }
 
 static void text_metric(FILE *out, const char *what, uint64_t a, uint64_t b) {
@@ -587,15 +591,15 @@ static void text_table(const hbm_diff_t *d, hbm_diff_by_t by, size_t top, FILE *
   char total[32];
   fprintf(out, "\n  by %s (%zu row%s%s; they add up to %s)\n", titles[by], n, n == 1 ? "" : "s",
           shown < n ? ", the largest shown" : "", signed_bytes(d->change, total, sizeof total));
-  fprintf(out, "    %12s  %-28s %11s %11s  %s\n", "change", "why", "A", "B", titles[by]);
+  bool reasons = by == HBM_DIFF_BY_REASON; /* the key is the reason: said once */
+  fprintf(out, "    %12s  %-28s %11s %11s%s%s\n", "change", reasons ? "reason" : "why", "A", "B",
+          reasons ? "" : "  ", reasons ? "" : titles[by]);
   for (size_t i = 0; i < shown; i++) {
     char c[32], a[32], b[32];
-    bool reasons = by == HBM_DIFF_BY_REASON; /* the key is the reason: said once */
-    fprintf(out, "    %12s  %-28s %11s %11s  %s", signed_bytes(rows[i].delta, c, sizeof c),
-            reasons ? "" : reason_words[rows[i].reason],
-            hbm_format_bytes(rows[i].a_bytes, a, sizeof a),
-            hbm_format_bytes(rows[i].b_bytes, b, sizeof b),
-            reasons ? reason_words[rows[i].reason] : rows[i].key);
+    fprintf(out, "    %12s  %-28s %11s %11s%s%s", signed_bytes(rows[i].delta, c, sizeof c),
+            reason_words[rows[i].reason], hbm_format_bytes(rows[i].a_bytes, a, sizeof a),
+            hbm_format_bytes(rows[i].b_bytes, b, sizeof b), reasons ? "" : "  ",
+            reasons ? "" : rows[i].key);
     if (rows[i].a_count > 1 || rows[i].b_count > 1)
       fprintf(out, "  (%zu -> %zu buffers)", rows[i].a_count, rows[i].b_count);
     fputc('\n', out);
