@@ -629,6 +629,8 @@ const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n)
  * most cap indices to out and returns how many there are in total. */
 size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
                                       int64_t *out, size_t cap);
+/* The profile an analysis was made of. */
+const hbm_profile_t *hbm_analysis_profile(const hbm_analysis_t *a);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Reports and exports                                                                         */
@@ -640,8 +642,26 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
 /* The same as JSON (keys: peak_bytes, peak_step, peak_reserved_bytes, limit_bytes,
  * buffers_at_peak[{size, op, shape, category, ...}], oom_events, ...). */
 hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out);
+/* Totals by group of one space (under `hbm run` a buffer's group is the shared library that
+ * asked for it): live at the peak and allocated over the whole profile, each line prefixed
+ * with `indent`. */
+hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const char *indent,
+                                    FILE *out);
 /* Chrome trace / Perfetto JSON: memory counters and allocation slices. */
 hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out);
+/* Many devices, one view (the summary `hbm report DIR` prints first): profiles[0..n) of one
+ * run (names[i]: their file names, may be NULL) hold several devices (a runtime profile's
+ * spaces with buffers; an XProf file's devices, each at the largest peak of the programs XLA
+ * assigned to it). Text: the largest device named, the median, the smallest, the spread, the
+ * peak per device and what the largest holds beyond the median (hbm_diff); nothing when there
+ * are fewer than two devices. JSON: {count, per_device[], largest, median, smallest,
+ * spread_bytes, difference}. */
+size_t hbm_report_device_count(const hbm_profile_t *const *profiles, const char *const *names,
+                               size_t n);
+hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out);
+hbm_status_t hbm_report_devices_json(const hbm_profile_t *const *profiles, const char *const *names,
+                                     size_t n, FILE *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Logdir (XProf layout: <logdir>/plugins/profile/<run>/<host>.<ext>)                          */
@@ -839,6 +859,139 @@ hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out);
  * peak_instruction, buffers_at_peak[{size, unpadded_size, op, shape, category, opcode,
  * label, ...}], remat, fits, ... */
 hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out);
+
+/* ---- What is the largest size that fits (`hbm plan --fit`, hbm.fit in Python; fit.c) ---- */
+/* A module family where one dimension varies (a batch size, a sequence length): `plan` makes
+ * the plan of the member for `value` with the options it is given (their memory is the one to
+ * fit), or returns NULL with hbm_last_error() set. hbm_fit finds the largest value that fits
+ * by planning: from the smallest value, doubling while the plan fits (exponential search for
+ * an upper bound), then bisection, on the assumption that memory grows with the value. */
+typedef hbm_plan_t *(*hbm_fit_plan_fn)(int64_t value, const hbm_plan_options_t *opt, void *ctx);
+
+typedef struct hbm_fit_options {
+  hbm_plan_options_t plan; /* plan.memory: the memory to fit (required) */
+  int64_t lo;              /* the smallest value (default 1) */
+  int64_t hi;              /* the largest value tried (0: 2^40) */
+  int64_t multiple;        /* values are multiples of this (default 1) */
+  /* Or the values themselves (sorted ascending; a family of files): searched by index. */
+  const int64_t *values;
+  size_t n_values;
+} hbm_fit_options_t;
+
+typedef struct hbm_fit_try {
+  int64_t value;
+  uint64_t used_bytes; /* what the device must hold for the plan */
+  int fits;
+} hbm_fit_try_t;
+
+typedef struct hbm_fit_result {
+  uint64_t memory;
+  int found;             /* 1 when some value fits */
+  int64_t value;         /* the largest value that fits (found) */
+  int has_next;          /* 1 when a value past it was planned and does not fit */
+  int64_t next;          /* the next value, which does not fit (the smallest, when !found) */
+  hbm_plan_t *plan;      /* the plan at value (NULL when !found) */
+  hbm_plan_t *next_plan; /* the plan at next: what is at the peak when it stops fitting */
+  hbm_fit_try_t *tried;  /* every plan made, in order */
+  size_t n_tried;
+} hbm_fit_result_t;
+
+/* Fails only when a plan cannot be made (the callback's error) or on bad options; a family
+ * whose smallest value does not fit is a result (found = 0, next_plan its plan). */
+hbm_status_t hbm_fit(hbm_fit_plan_fn plan, void *ctx, const hbm_fit_options_t *opt,
+                     hbm_fit_result_t *out);
+void hbm_fit_result_free(hbm_fit_result_t *r);
+/* The answer, the plans tried, and the E1000 report of the next value (what is at its peak);
+ * `dimension` names the value ("batch"; NULL: "value"). */
+hbm_status_t hbm_fit_report_text(const hbm_fit_result_t *r, const char *dimension, FILE *out);
+/* {memory_bytes, found, value, next, tried[{value, used_bytes, fits}], plan, next_plan}. */
+hbm_status_t hbm_fit_report_json(const hbm_fit_result_t *r, FILE *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Two profiles compared (`hbm diff`: src/profile/diff.c, window.c; src/import/select.c)      */
+/* ------------------------------------------------------------------------------------------ */
+/* The change of the peak from profile A to profile B, attributed to buffers: each buffer of A
+ * is paired with "the same" buffer of B (same op, source, group and category; the k-th such
+ * buffer of A with the k-th of B, those live at each peak first), and each pair or lone buffer
+ * contributes its bytes at B's peak minus its bytes at A's peak. The rows of every table
+ * (by buffer, op, source file:line, category, shape, group, reason) therefore add up to
+ * B's peak minus A's peak exactly. Both peaks are the analysis's (hbm_analyze). */
+
+typedef enum hbm_diff_reason {
+  HBM_DIFF_NEW = 0,           /* at B's peak; A has no such buffer */
+  HBM_DIFF_GONE = 1,          /* at A's peak; B has no such buffer */
+  HBM_DIFF_GREW = 2,          /* at both peaks, larger in B */
+  HBM_DIFF_SHRANK = 3,        /* at both peaks, smaller in B */
+  HBM_DIFF_LIVED_LONGER = 4,  /* in both, live across B's peak but not across A's */
+  HBM_DIFF_LIVED_SHORTER = 5, /* in both, live across A's peak but not across B's */
+  HBM_DIFF_REASON_COUNT
+} hbm_diff_reason_t;
+
+typedef enum hbm_diff_by {
+  HBM_DIFF_BY_BUFFER = 0, /* one row per buffer (pair) */
+  HBM_DIFF_BY_OP = 1,     /* op / instruction name */
+  HBM_DIFF_BY_SOURCE = 2, /* source file:line */
+  HBM_DIFF_BY_CATEGORY = 3,
+  HBM_DIFF_BY_SHAPE = 4, /* "f32[128,64] -> f32[256,64]" when a pair's shapes differ */
+  HBM_DIFF_BY_GROUP = 5, /* group (layer, calling library, ...) */
+  HBM_DIFF_BY_REASON = 6,
+  HBM_DIFF_BY_COUNT
+} hbm_diff_by_t;
+
+typedef struct hbm_diff_row {
+  const char *key; /* what the row is about ("(none)" when the buffers have no such tag) */
+  hbm_diff_reason_t reason;
+  int64_t delta;             /* bytes at B's peak minus bytes at A's peak */
+  uint64_t a_bytes, b_bytes; /* bytes of the row's buffers live at each peak */
+  size_t a_count, b_count;   /* buffers of the row live at each peak */
+  /* HBM_DIFF_BY_BUFFER only (-1 / 0 elsewhere): the buffers (profile indices, -1 none) and
+   * their sizes whether or not live at the peak. */
+  int64_t a_index, b_index;
+  uint64_t a_size, b_size;
+} hbm_diff_row_t;
+
+typedef struct hbm_diff hbm_diff_t;
+
+/* Compares the analysed spaces a (before) and b (after); the analyses and their profiles must
+ * outlive the diff. Never fails on what the profiles hold: what cannot be compared (kinds,
+ * reserved memory, padding, no common tags) is said in hbm_diff_notes. */
+hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b);
+void hbm_diff_free(hbm_diff_t *d);
+/* side 0: A, 1: B. */
+const hbm_summary_t *hbm_diff_summary(const hbm_diff_t *d, int side);
+/* B's peak minus A's peak, in bytes. */
+int64_t hbm_diff_change(const hbm_diff_t *d);
+/* The rows of one table, largest change first (rows whose change is 0 are left out). */
+const hbm_diff_row_t *hbm_diff_rows(const hbm_diff_t *d, hbm_diff_by_t by, size_t *n);
+/* Buffers paired at both peaks with the same size: not in any row. */
+size_t hbm_diff_unchanged(const hbm_diff_t *d, uint64_t *bytes);
+/* Sentences on what cannot be compared; n = 0 when everything can. */
+const char *const *hbm_diff_notes(const hbm_diff_t *d, size_t *n);
+/* "new", "gone", "grew", "shrank", "lived_longer", "lived_shorter"; the table names "buffer",
+ * "op", "source", "category", "shape", "group", "reason". */
+const char *hbm_diff_reason_name(hbm_diff_reason_t r);
+const char *hbm_diff_by_name(hbm_diff_by_t by);
+/* The terminal text (top rows per table, 0: 15) and JSON (every row). labels name A and B in
+ * the output (NULL: the profiles' names). */
+hbm_status_t hbm_diff_text(const hbm_diff_t *d, const char *const labels[2], int top, FILE *out);
+hbm_status_t hbm_diff_json(const hbm_diff_t *d, const char *const labels[2], FILE *out);
+
+/* A profile as `hbm diff` names it: "PATH", "PATH#SPACE", "PATH@STEP", "PATH@FROM:TO",
+ * "PATH#SPACE@STEP". SPACE: a memory space's index, its device (an XProf program such as
+ * jit_step(10), a GPU such as cuda:1), its name (HBM) or a part of its device that names one
+ * program only; default: the space with the highest peak (the one `hbm report` puts first).
+ * STEP: the training step N between the profile's step markers (hbm_profiler_step_begin/end);
+ * FROM:TO: the steps [FROM, TO). PATH is taken whole when a file of that name exists. */
+typedef struct hbm_selection {
+  hbm_profile_t *profile; /* owned: the file's profile, or the window of it asked for */
+  int space;
+  char what[512]; /* "jit_step(10) (HBM), training step 3 = steps 120-340" */
+} hbm_selection_t;
+hbm_status_t hbm_profile_select(const char *spec, hbm_selection_t *out);
+void hbm_selection_free(hbm_selection_t *s);
+/* Steps [from, to) of p as a profile of their own: buffers live in the window clipped to it,
+ * reserved memory from before it carried in at its first step. */
+hbm_profile_t *hbm_profile_window(const hbm_profile_t *p, int64_t from, int64_t to);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,7 @@ ok() {
   echo "ok: $*"
 }
 for f in "$fake/libcuda.so.1" "$progs/cuda_user" "$progs/cuda_user_linked" "$progs/torch_plug" \
-  "$progs/libcudart.so.12" "$progs/cudart_user" "$progs/cudart_user_linked" \
+  "$progs/libcudart.so.12" "$progs/cudart_user" "$progs/cudart_user_linked" "$progs/attrib_user" \
   "$build/libhbm_preload.so"; do
   [ -e "$f" ] || fail "$f was not built"
 done
@@ -212,5 +212,29 @@ json=$("$hbm" report --json "$dir") || fail "torch plug: hbm report failed"
 grep -q '"peak_bytes": 1053576,' <<<"$json" || fail "torch plug: peak is not 1048576 + 5000"
 grep -q 'mode: platform (' <<<"$json" || fail "torch plug: not in platform mode"
 ok "PyTorch's plug: hbm_torch_malloc/hbm_torch_free serve and profile, NULL on OOM"
+
+# 7. Attribution by library: attrib_user allocates 1 MiB + 2 MiB from its own code, 4 MiB from
+#    libattrib_a.so (cudaMalloc, served at the runtime) and 5 MiB + 6 MiB from libattrib_b.so
+#    (cudaMallocPitch: the runtime passes it to the driver, where hbm sees the runtime as the
+#    caller and must walk past it). Totals, by hand: the program 3145728 bytes in 2, a 4194304
+#    in 1, b 11534336 in 2, all live at the peak. NVML (the double) names another process,
+#    pid 4242 with 512 MiB.
+dir=$tmp/attrib
+FAKECUDA_OTHER_PROCESS=4242:512M "$hbm" run --mode platform --logdir "$dir" -- \
+  "$progs/attrib_user" self:1048576 a:4194304 b:5242880 self:2097152 b:6291456 \
+  >"$dir.out" 2>"$dir.err" || { cat "$dir.err"; fail "attribution: exit status $?"; }
+for want in "libattrib_b.so .* 11.00MiB  61.1%   2 buffers   11.00MiB (11534336 bytes) in 2" \
+  "libattrib_a.so .*  4.00MiB  22.2%   1 buffer     4.00MiB (4194304 bytes) in 1" \
+  "attrib_user (the program) .*  3.00MiB  16.7%   2 buffers    3.00MiB (3145728 bytes) in 2" \
+  "other processes on cuda:0 (FakeCUDA GPU): pid 4242 holds 512.0MiB (536870912 bytes)"; do
+  grep -q "^hbm run: .*$want" "$dir.err" || { cat "$dir.err"; fail "attribution: no '$want'"; }
+done
+report=$("$hbm" report "$dir") || fail "attribution: hbm report failed"
+grep -q "libattrib_b.so .*(11534336 bytes) in 2" <<<"$report" &&
+  grep -q "pid 4242 holds 512.0MiB" <<<"$report" || fail "attribution: not in hbm report"
+json=$("$hbm" report --json "$dir")
+grep -q '"source": "cuMemAlloc_v2 from libattrib_b.so+0x' <<<"$json" ||
+  fail "attribution: the runtime's driver call not attributed to libattrib_b.so"
+ok "attribution: the program, libattrib_a.so and libattrib_b.so, each total exact; pid 4242 named"
 
 echo "test_run: $passed passed, 0 failed"

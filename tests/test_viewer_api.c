@@ -371,22 +371,58 @@ static void test_oom_events(void **state) {
   json_decref(root);
 }
 
+/* /api/compare: hbm diff's tables (each adding up to the change of the peak), the summaries
+ * side by side, both timelines; /api/devices: the run's devices, each at its summary's peak. */
 static void test_compare_two_plans(void **state) {
   json_t *a = getf(200, "/api/summary?run=%s&profile=%s", VF_RUN_PLANS, plan_a);
   json_t *b = getf(200, "/api/summary?run=%s&profile=%s", VF_RUN_PLANS, plan_b);
   json_t *c = getf(200, "/api/compare?run=%s&profile=%s&b_run=%s&b_profile=%s", VF_RUN_PLANS,
                    plan_a, VF_RUN_PLANS, plan_b);
-  assert_int_equal(jint(json_object_get(c, "delta"), "peak_bytes"),
-                   jint(b, "peak_bytes") - jint(a, "peak_bytes"));
+  json_int_t change = jint(b, "peak_bytes") - jint(a, "peak_bytes");
+  assert_int_equal(jint(json_object_get(c, "delta"), "peak_bytes"), change);
   assert_int_equal(jint(json_object_get(c, "a"), "peak_bytes"), jint(a, "peak_bytes"));
-  json_t *ops = json_object_get(c, "ops");
-  assert_true(json_array_size(ops) > 0);
-  json_t *top = json_array_get(ops, 0);
-  assert_int_equal(jint(top, "delta"), jint(top, "b_bytes") - jint(top, "a_bytes"));
-  json_decref(a);
-  json_decref(b);
+  json_t *diff = json_object_get(c, "diff");
+  assert_int_equal(jint(diff, "change"), change);
+  static const char *const tables[] = {"by_buffer", "by_op",    "by_source", "by_category",
+                                       "by_shape",  "by_group", "by_reason"};
+  for (size_t k = 0; k < HBM_ARRAY_LEN(tables); k++) {
+    json_t *rows = json_object_get(diff, tables[k]), *row;
+    char rest_key[32];
+    snprintf(rest_key, sizeof rest_key, "%s_rest", tables[k]);
+    json_int_t sum = /* the rows past the top 50, summed (absent when none) */
+        json_integer_value(json_object_get(json_object_get(diff, rest_key), "delta"));
+    size_t i;
+    json_array_foreach(rows, i, row) sum += jint(row, "delta");
+    assert_int_equal(sum, change);
+  }
+  assert_true(json_array_size(json_object_get(diff, "by_op")) > 0);
+  json_t *tl = json_object_get(c, "timeline_b");
+  assert_int_equal(jint(tl, "n_steps"), jint(b, "n_steps"));
+  assert_int_equal(json_array_size(json_object_get(tl, "steps")),
+                   json_array_size(json_object_get(tl, "bytes")));
   json_decref(c);
   json_decref(getf(400, "/api/compare?run=%s&profile=%s", VF_RUN_PLANS, plan_a));
+  /* Plans are programs, not devices: a run of two plans has none. A run of two runtime
+   * profiles (and one that does not load, named) has two. */
+  json_t *d = getf(200, "/api/devices?run=%s", VF_RUN_PLANS);
+  assert_int_equal(jint(d, "count"), 0);
+  json_decref(d);
+  json_t *whole = getf(200, "/api/summary?run=%s&profile=whole.hbmtrace", VF_RUN_BROKEN);
+  json_t *cut = getf(200, "/api/summary?run=%s&profile=truncated.hbmtrace", VF_RUN_BROKEN);
+  d = getf(200, "/api/devices?run=%s", VF_RUN_BROKEN);
+  assert_int_equal(jint(d, "count"), 2);
+  json_int_t hi = jint(whole, "peak_bytes") > jint(cut, "peak_bytes") ? jint(whole, "peak_bytes")
+                                                                      : jint(cut, "peak_bytes");
+  assert_int_equal(jint(json_object_get(d, "largest"), "peak_bytes"), hi);
+  assert_string_equal(json_string_value(json_array_get(json_object_get(d, "not_loaded"), 0)),
+                      "corrupt.hbmtrace");
+  json_decref(d);
+  json_decref(whole);
+  json_decref(cut);
+  json_decref(get("/api/devices", 400));
+  json_decref(get("/api/devices?run=nope", 404));
+  json_decref(a);
+  json_decref(b);
 }
 
 /* ---- bad input ---- */

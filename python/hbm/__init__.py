@@ -8,12 +8,15 @@
         step(state, batch)
     hbm.report("/tmp/xprof")      # the report as a dict
     v = hbm.view("/tmp/xprof")    # the Memory Viewer; v.url, v.stop()
+    f = hbm.fit(step, lambda b: (params, jax.ShapeDtypeStruct((b, 512), jnp.float32)),
+                memory="16GiB")   # the largest batch that fits; f.next_plan: where it stops
 
 The planner runs in libhbm through ctypes; report and view run the `hbm` executable that the
 same wheel installs."""
 from ._lib import HbmError, executable, library_path
 from .api import Plan, Viewer, memory_analysis, plan, plan_text, report, trace, view
+from .fit import Fit, fit
 
 __version__ = "0.1.0"
-__all__ = ["HbmError", "Plan", "Viewer", "executable", "library_path", "memory_analysis", "plan",
-           "plan_text", "report", "trace", "view"]
+__all__ = ["Fit", "HbmError", "Plan", "Viewer", "executable", "fit", "library_path",
+           "memory_analysis", "plan", "plan_text", "report", "trace", "view"]

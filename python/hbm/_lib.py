@@ -27,6 +27,33 @@ class PlanOptions(ctypes.Structure):
                 ("alignment", ctypes.c_uint64), ("top", ctypes.c_int), ("backend", ctypes.c_int)]
 
 
+class FitOptions(ctypes.Structure):
+    """hbm_fit_options_t (include/hbm.h)."""
+
+    _fields_ = [("plan", PlanOptions), ("lo", ctypes.c_int64), ("hi", ctypes.c_int64),
+                ("multiple", ctypes.c_int64), ("values", ctypes.POINTER(ctypes.c_int64)),
+                ("n_values", ctypes.c_size_t)]
+
+
+class FitTry(ctypes.Structure):
+    """hbm_fit_try_t."""
+
+    _fields_ = [("value", ctypes.c_int64), ("used_bytes", ctypes.c_uint64), ("fits", ctypes.c_int)]
+
+
+class FitResult(ctypes.Structure):
+    """hbm_fit_result_t."""
+
+    _fields_ = [("memory", ctypes.c_uint64), ("found", ctypes.c_int), ("value", ctypes.c_int64),
+                ("has_next", ctypes.c_int), ("next", ctypes.c_int64), ("plan", ctypes.c_void_p),
+                ("next_plan", ctypes.c_void_p), ("tried", ctypes.POINTER(FitTry)),
+                ("n_tried", ctypes.c_size_t)]
+
+
+# hbm_fit_plan_fn: the plan of one member of the family, or NULL.
+FIT_PLAN_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(PlanOptions),
+                               ctypes.c_void_p)
+
 # HBM_PLAN_BACKEND_* (include/hbm.h): whose buffer assignment the planner reproduces.
 BACKENDS = {"auto": 0, "gpu": 1, "cuda": 1, "rocm": 1, "cpu": 2, "tpu": 3, "none": 4}
 
@@ -86,6 +113,13 @@ def lib() -> ctypes.CDLL:
         l.hbm_parse_size.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
                                      ctypes.POINTER(ctypes.c_uint64)]
         l.hbm_parse_size.restype = ctypes.c_int
+        l.hbm_fit.argtypes = [FIT_PLAN_FN, ctypes.c_void_p, ctypes.POINTER(FitOptions),
+                              ctypes.POINTER(FitResult)]
+        l.hbm_fit.restype = ctypes.c_int
+        l.hbm_fit_result_free.argtypes = [ctypes.POINTER(FitResult)]
+        l.hbm_fit_report_text.argtypes = [ctypes.POINTER(FitResult), ctypes.c_char_p,
+                                          ctypes.c_void_p]
+        l.hbm_fit_report_text.restype = ctypes.c_int
         _lib = l
     return _lib
 

@@ -86,15 +86,44 @@ def plan_text(hlo_text: str, *, name: str = "<module>", memory: Union[None, int,
     if not handle:
         raise HbmError(_lib.last_error())
     try:
-        doc = json.loads(_lib.capture(lib.hbm_plan_report_json, handle))
-        report = _lib.capture(lib.hbm_plan_report_text, handle)
+        return plan_of_handle(handle, name)
     finally:
         lib.hbm_plan_free(handle)
+
+
+def plan_of_handle(handle: int, name: str = "<module>") -> Plan:
+    """A Plan of an hbm_plan_t* (which stays the caller's to free)."""
+    lib = _lib.lib()
+    doc = json.loads(_lib.capture(lib.hbm_plan_report_json, handle))
+    report = _lib.capture(lib.hbm_plan_report_text, handle)
     return Plan(module=doc.get("module", name), argument_bytes=doc["argument_bytes"],
                 output_bytes=doc["output_bytes"], alias_bytes=doc["alias_bytes"],
                 temp_bytes=doc["temp_bytes"], peak_bytes=doc["peak_bytes"],
                 fits=bool(doc.get("fits", True)), buffers_at_peak=doc.get("buffers_at_peak", []),
                 report=report, json=doc)
+
+
+def with_xla(result: Plan, xla: Dict[str, int]) -> Plan:
+    """Puts XLA's memory_analysis() beside hbm's plan and lists where they differ."""
+    result.xla = xla
+    for xla_key, hbm_key, what in _COMPARED:
+        theirs, mine = xla.get(xla_key), result.json.get(hbm_key)
+        if theirs is not None and mine is not None and theirs != mine:
+            result.differences.append(f"{what}: hbm {mine} bytes, XLA {theirs} bytes")
+    return result
+
+
+def module_name(hlo_text: str) -> str:
+    found = re.match(r"HloModule\s+([^\s,]+)", hlo_text)
+    return found.group(1) if found else "<module>"
+
+
+def jax_backend() -> str:
+    """The backend hbm reproduces for what JAX compiles here."""
+    import jax
+
+    platform = jax.default_backend()
+    return platform if platform in _lib.BACKENDS else "auto"
 
 
 def memory_analysis(compiled: Any) -> Dict[str, int]:
@@ -116,17 +145,12 @@ def plan(fn: Any, *args: Any, memory: Union[None, int, str] = None, remat: bool 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     compiled = jitted.lower(*args, **kwargs).compile()
     text = compiled.as_text()
-    name = re.match(r"HloModule\s+([^\s,]+)", text)
-    platform = jax.default_backend()
-    result = plan_text(text, name=name.group(1) if name else "<module>", memory=memory,
-                       remat=remat, backend=platform if platform in _lib.BACKENDS else "auto")
-    result.xla = memory_analysis(compiled)
-    if not remat:  # a rematerialized plan is meant to differ from what XLA compiled
-        for xla_key, hbm_key, what in _COMPARED:
-            xla, mine = result.xla.get(xla_key), result.json.get(hbm_key)
-            if xla is not None and mine is not None and xla != mine:
-                result.differences.append(f"{what}: hbm {mine} bytes, XLA {xla} bytes")
-    return result
+    result = plan_text(text, name=module_name(text), memory=memory, remat=remat,
+                       backend=jax_backend())
+    if remat:  # a rematerialized plan is meant to differ from what XLA compiled
+        result.xla = memory_analysis(compiled)
+        return result
+    return with_xla(result, memory_analysis(compiled))
 
 
 @contextlib.contextmanager

@@ -29,7 +29,14 @@ static void usage(FILE *out) {
       "  --json            print the plan as JSON\n"
       "  --logdir DIR      save the plan as a profile under DIR/plugins/profile/<run>/\n"
       "                    (default: $HBM_PROFILE_DIR when set; else not saved)\n\n"
-      "Exit status: 0 fits, 2 does not fit --memory, 1 the module could not be read.\n");
+      "The largest size that fits (MODULE is then a family with {} where a value goes):\n"
+      "  --fit TEMPLATE    files, one per value (step_b{}.hlo): the largest value whose\n"
+      "                    module fits --memory, by bisection; the plans at it and the next\n"
+      "  --fit-command CMD a command printing the module of a value (python make.py {})\n"
+      "  --from N --to N   the values tried (default 1 to 2^40); --multiple N: only these\n"
+      "  --dimension NAME  what the value is called in the report (default: value)\n\n"
+      "Exit status: 0 fits, 2 does not fit --memory, 1 the module could not be read.\n"
+      "With --fit: 0 a value fits, 2 not even the smallest, 1 a module could not be made.\n");
 }
 
 static int parse_int_flag(const char *flag, const char *text, long lo, long hi, long *out) {
@@ -94,6 +101,7 @@ static int write_module(hbm_plan_t *plan, const char *path) {
 
 int hbm_cmd_plan(int argc, char **argv) {
   hbm_plan_options_t opt = {0};
+  cli_fit_t fit = {.from = 1};
   const char *module = NULL, *logdir = NULL, *remat_out = NULL;
   bool json = false;
   for (int i = 1; i < argc; i++) {
@@ -138,6 +146,17 @@ int hbm_cmd_plan(int argc, char **argv) {
       logdir = argv[++i];
     } else if (!strcmp(a, "--remat-out") && has_value) {
       remat_out = argv[++i];
+    } else if (!strcmp(a, "--fit") && has_value) {
+      fit.template = argv[++i];
+    } else if (!strcmp(a, "--fit-command") && has_value) {
+      fit.command = argv[++i];
+    } else if (!strcmp(a, "--dimension") && has_value) {
+      fit.dimension = argv[++i];
+    } else if ((!strcmp(a, "--from") || !strcmp(a, "--to") || !strcmp(a, "--multiple")) &&
+               has_value) {
+      if (parse_int_flag(a, argv[++i], 1, 1L << 40, &v))
+        return 2;
+      *(!strcmp(a, "--from") ? &fit.from : !strcmp(a, "--to") ? &fit.to : &fit.multiple) = v;
     } else if (a[0] == '-' && a[1]) {
       usage(stderr);
       return cli_fail("plan", 2, "unknown option or missing value: %s", a);
@@ -148,6 +167,8 @@ int hbm_cmd_plan(int argc, char **argv) {
       return cli_fail("plan", 2, "one module at a time (got '%s' and '%s')", module, a);
     }
   }
+  if (fit.template || fit.command)
+    return cli_plan_fit(&fit, &opt, json);
   if (!module) {
     usage(stderr);
     return cli_fail("plan", 2, "no module given");

@@ -54,9 +54,11 @@ static void print_usage(FILE *out) {
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
           "log, HLO text, an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt), an\n"
           "XProf file (*.xplane.pb as jax.profiler.trace writes it, *.hlo_proto.pb), a PyTorch\n"
-          "memory snapshot or a pasted OOM text; without PATH, $HBM_PROFILE_DIR.\n\n"
+          "memory snapshot or a pasted OOM text; without PATH, $HBM_PROFILE_DIR. When the run\n"
+          "holds several hosts, devices or ranks, their summary comes first: the peak per\n"
+          "device, the largest named, the spread, what the largest holds beyond the median.\n\n"
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
-          "                limit_bytes, buffers_at_peak, oom_events, ...)\n"
+          "                limit_bytes, buffers_at_peak, oom_events, devices, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
           "  --width N     chart width in columns (default: the terminal's, else 100)\n");
 }
@@ -164,12 +166,9 @@ static void note_best(const hbm_profile_t *p, const char *path, run_best_t *best
   }
 }
 
-/* Reports one profile file; JSON reports are appended to `reports`. */
-static int report_one(const options_t *o, const char *path, bool heading, json_t *reports,
-                      run_best_t *best) {
-  hbm_profile_t *p = hbm_profile_load(path);
-  if (!p)
-    return cli_fail("report", 1, "%s", hbm_last_error());
+/* Reports one profile; JSON reports are appended to `reports`. */
+static int report_one(const options_t *o, const char *path, const hbm_profile_t *p, bool heading,
+                      json_t *reports, run_best_t *best) {
   int space = find_space(p, o->space), rc = 0;
   if (space == -2) {
     rc = no_such_space(p, path, o->space);
@@ -189,13 +188,37 @@ static int report_one(const options_t *o, const char *path, bool heading, json_t
     if (heading)
       note_best(p, path, best);
   }
-  hbm_profile_free(p);
   return rc;
+}
+
+/* The profiles of the run, loaded; 0 or an exit status. */
+static int load_all(const hbm_logdir_entry_t *entries, size_t n, hbm_profile_t **profiles,
+                    const char **names) {
+  for (size_t i = 0; i < n; i++) {
+    names[i] = entries[i].path;
+    if (!(profiles[i] = hbm_profile_load(entries[i].path)))
+      return cli_fail("report", 1, "%s", hbm_last_error());
+  }
+  return 0;
+}
+
+/* The many-device summary as a jansson object (via a memory stream); NULL when none. */
+static json_t *devices_as_json(hbm_profile_t *const *profiles, const char **names, size_t n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  if (!mem)
+    return NULL;
+  hbm_status_t s = hbm_report_devices_json((const hbm_profile_t *const *)profiles, names, n, mem);
+  fclose(mem);
+  json_t *j = s == HBM_OK ? json_loadb(text, len, 0, NULL) : NULL;
+  free(text);
+  return j;
 }
 
 /* One JSON document: the report of the profile with the highest peak at the top level, and
  * every profile of the run under "profiles" when there are several. */
-static int print_json(json_t *reports) {
+static int print_json(json_t *reports, json_t *devices) {
   size_t n = json_array_size(reports), best = 0;
   for (size_t i = 1; i < n; i++)
     if (json_integer_value(json_object_get(json_array_get(reports, i), "peak_bytes")) >
@@ -204,6 +227,8 @@ static int print_json(json_t *reports) {
   json_t *root = json_deep_copy(json_array_get(reports, best));
   if (root && n > 1)
     json_object_set(root, "profiles", reports);
+  if (root && devices)
+    json_object_set(root, "devices", devices);
   char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(root);
   if (!text)
@@ -222,17 +247,37 @@ int hbm_cmd_report(int argc, char **argv) {
   size_t n;
   if ((rc = cli_profile_paths("report", o.path, &entries, &n)) != 0)
     return rc;
-  json_t *reports = json_array();
+  json_t *reports = json_array(), *devices = NULL;
   run_best_t best = {0};
+  hbm_profile_t **profiles = calloc(n, sizeof *profiles);
+  const char **names = calloc(n, sizeof *names);
+  if (!profiles || !names)
+    rc = cli_fail("report", 1, "out of host memory");
+  if (rc == 0)
+    rc = load_all(entries, n, profiles, names);
+  /* Several hosts, devices or ranks: their summary first. */
+  bool many =
+      rc == 0 && hbm_report_device_count((const hbm_profile_t *const *)profiles, names, n) >= 2;
+  if (many && o.json && !(devices = devices_as_json(profiles, names, n)))
+    rc = cli_fail("report", 1, "the device summary: %s", hbm_last_error());
+  else if (many && !o.json &&
+           hbm_report_devices_text((const hbm_profile_t *const *)profiles, names, n, stdout) !=
+               HBM_OK)
+    rc = cli_fail("report", 1, "the device summary: %s", hbm_last_error());
   for (size_t i = 0; i < n && rc == 0; i++)
-    rc = report_one(&o, entries[i].path, n > 1, reports, &best);
+    rc = report_one(&o, entries[i].path, profiles[i], n > 1, reports, &best);
   if (rc == 0 && !o.json && n > 1) {
     char size[32];
     printf("=== run %s: %zu profiles; the largest peak is %s, on %s\n", entries[0].run, n,
            hbm_format_bytes(best.peak, size, sizeof size), best.where);
   }
   if (rc == 0 && o.json)
-    rc = print_json(reports);
+    rc = print_json(reports, devices);
+  for (size_t i = 0; profiles && i < n; i++)
+    hbm_profile_free(profiles[i]);
+  free(profiles);
+  free(names);
+  json_decref(devices);
   json_decref(reports);
   free(entries);
   if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))

@@ -237,7 +237,26 @@ static int run_command(char **command, pid_t *pid_out) {
   return rc;
 }
 
-/* One line per GPU of the program's profile: its peaks against the limit, and its OOMs. */
+/* The other processes holding each GPU's memory, as the program's library recorded them
+ * (markers "hbm run: start|exit: other processes on ..."): the ones at exit, else at start. */
+static void say_other_processes(const hbm_profile_t *p) {
+  static const char *const when[] = {"hbm run: exit: ", "hbm run: start: "};
+  for (size_t w = 0; w < 2; w++) {
+    bool said = false;
+    for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
+      const char *text = hbm_profile_marker(p, i)->text;
+      if (text && !strncmp(text, when[w], strlen(when[w]))) {
+        fprintf(stderr, "hbm run: %s\n", text + strlen(when[w]));
+        said = true;
+      }
+    }
+    if (said)
+      return;
+  }
+}
+
+/* One line per GPU of the program's profile: its peaks against the limit, and its OOMs; then
+ * its totals by calling library, and who else held the GPU's memory. */
 static void summarize(const char *path) {
   hbm_profile_t *p = hbm_profile_load(path);
   for (int space = 0; p && space < hbm_profile_space_count(p); space++) {
@@ -250,8 +269,14 @@ static void summarize(const char *path) {
               hbm_format_bytes(s->peak_bytes, peak, sizeof peak),
               hbm_format_bytes(s->peak_reserved_bytes, reserved, sizeof reserved),
               hbm_format_bytes(s->limit_bytes, limit, sizeof limit), s->n_oom);
+    if (s && s->n_buffers) {
+      fprintf(stderr, "hbm run: %s by calling library:\n", hbm_profile_space(p, space)->device);
+      hbm_report_groups_text(p, space, "hbm run:   ", stderr);
+    }
     hbm_analysis_free(a);
   }
+  if (p)
+    say_other_processes(p);
   hbm_profile_free(p);
 }
 

@@ -17,6 +17,7 @@ static const cli_command_t commands[] = {
     {"demo", hbm_cmd_demo, "the seed's OOM program on the simulated device, profiled"},
     {"replay", hbm_cmd_replay, "replay an allocation log (RMM CSV) through the allocator"},
     {"report", hbm_cmd_report, "peak, timeline and buffers at the peak of a profile"},
+    {"diff", hbm_cmd_diff, "what changed between two profiles' peaks, and why"},
     {"export", hbm_cmd_export, "write a profile as Chrome trace / Perfetto JSON"},
     {"plan", hbm_cmd_plan, "plan the memory of an XLA HLO module (peak, E1000 report, remat)"},
     {"view", hbm_cmd_view, "serve the Memory Viewer for a logdir in the browser"},

@@ -551,6 +551,24 @@ static hbm_status_t convert(hlo_ctx_t *c) {
   return HBM_OK;
 }
 
+/* The devices the program runs on, as meta "devices:<program>" = "0,1,2,3" (the many-device
+ * summary of `hbm report`). */
+static void record_devices(xprof_import_t *im, const HbmHlo__HloProto *hp, const char *program) {
+  const HbmHlo__DeviceAssignmentProto *da =
+      hp->hlo_module ? hp->hlo_module->device_assignment : NULL;
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  for (size_t i = 0; da && i < da->n_computation_devices; i++)
+    for (size_t k = 0; k < da->computation_devices[i]->n_replica_device_ids; k++)
+      hbm_strbuf_printf(&sb, "%s%lld", sb.len ? "," : "",
+                        (long long)da->computation_devices[i]->replica_device_ids[k]);
+  char key[512];
+  snprintf(key, sizeof key, "devices:%s", program);
+  if (sb.len && !sb.failed)
+    xprof_add_meta(im, key, hbm_strbuf_str(&sb));
+  hbm_strbuf_free(&sb);
+}
+
 hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_t len,
                                   const uint8_t *file_start, const char *program) {
   HbmHlo__HloProto *hp = unpack(im, data, len, file_start);
@@ -564,6 +582,8 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
   hbm_status_t st = c.program ? convert(&c) : HBM_ERR_HOST_MEMORY;
   if (st == HBM_OK) /* hbm's own plan of the module, beside XLA's */
     hlo_proto_plan(im, hp, c.program);
+  if (st == HBM_OK)
+    record_devices(im, hp, c.program);
   hbm_u64map_free(&c.inst_by_id);
   hbm_u64map_free(&c.lbuf_by_id);
   free(c.insts);

@@ -7,6 +7,8 @@
 #include "preload/preload.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,22 @@ static hbm_device_t *open_device(int ordinal) {
   return dev;
 }
 
+/* At exit, who else holds each GPU's memory (the profiler's own exit handler, registered
+ * earlier, runs after this one and writes the markers out). */
+static void note_holders_at_exit(void) {
+  for (int i = 0; i < MAX_DEVICES; i++)
+    if (devices[i])
+      preload_note_holders(devices[i], "exit");
+}
+
+static void register_exit_note(void) { atexit(note_holders_at_exit); }
+
+static void note_holders_at_start(hbm_device_t *dev) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  preload_note_holders(dev, "start");
+  pthread_once(&once, register_exit_note);
+}
+
 hbm_device_t *preload_device(int ordinal) {
   if (ordinal < 0 || ordinal >= MAX_DEVICES)
     return NULL;
@@ -83,13 +101,17 @@ hbm_device_t *preload_device(int ordinal) {
   if (dev)
     return dev;
   pthread_mutex_lock(&devices_lock);
+  bool opened = false;
   if (!devices[ordinal] && !device_failed[ordinal]) {
     dev = open_device(ordinal);
     device_failed[ordinal] = dev == NULL;
+    opened = dev != NULL;
     __atomic_store_n(&devices[ordinal], dev, __ATOMIC_RELEASE);
   }
   dev = devices[ordinal];
   pthread_mutex_unlock(&devices_lock);
+  if (opened)
+    note_holders_at_start(dev);
   return dev;
 }
 
@@ -142,6 +164,30 @@ static void readable_symbol(const char *name, char *out, size_t cap) {
   free(plain);
 }
 
+typedef struct main_search {
+  uintptr_t addr;
+  bool found;
+} main_search_t;
+
+/* dl_iterate_phdr lists the program itself first: whether addr lies in one of its segments. */
+static int in_first_object(struct dl_phdr_info *info, size_t size, void *ctx) {
+  (void)size;
+  main_search_t *m = ctx;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && m->addr >= lo && m->addr < lo + ph->p_memsz)
+      m->found = true;
+  }
+  return 1; /* the first object only */
+}
+
+static bool in_the_program(const void *addr) {
+  main_search_t m = {(uintptr_t)addr, false};
+  dl_iterate_phdr(in_first_object, &m);
+  return m.found;
+}
+
 static void describe_caller(const void *addr, caller_info_t *out) {
   memset(out, 0, sizeof *out);
   out->addr = addr;
@@ -151,10 +197,11 @@ static void describe_caller(const void *addr, caller_info_t *out) {
     return;
   }
   const char *slash = info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
-  snprintf(out->library, sizeof out->library, "%s",
+  snprintf(out->library, sizeof out->library, "%s%s",
            slash            ? slash + 1
            : info.dli_fname ? info.dli_fname
-                            : "?");
+                            : "?",
+           in_the_program(addr) ? " (the program)" : "");
   out->offset = (uintptr_t)addr - (uintptr_t)info.dli_fbase;
   if (info.dli_sname)
     readable_symbol(info.dli_sname, out->symbol, sizeof out->symbol);
@@ -171,11 +218,44 @@ static void caller_of(const void *addr, caller_info_t *out) {
   pthread_mutex_unlock(&callers_lock);
 }
 
+/* Libraries an allocation passes through on its way to the driver (the CUDA runtime, the
+ * driver itself): the library that asked is the first frame past them. */
+static bool passes_through(const caller_info_t *c) {
+  return !strncmp(c->library, "libcudart", 9) || !strncmp(c->library, "libcuda.so", 10);
+}
+
+#define WALK_FRAMES 32
+
+/* Who asked: the hook's return address, or, when that lies in the CUDA runtime (an
+ * allocation the runtime makes for its caller: cudaMallocPitch, cudaMalloc3D, ...), the
+ * first frame of the stack outside the runtime, the driver and this library. */
+static void asker_of(const void *caller, caller_info_t *who) {
+  caller_of(caller, who);
+  if (!passes_through(who))
+    return;
+  void *frames[WALK_FRAMES];
+  int n = backtrace(frames, WALK_FRAMES);
+  for (int i = 0; i < n; i++) {
+    caller_info_t frame;
+    if (preload_is_own_address(frames[i]))
+      continue;
+    caller_of(frames[i], &frame);
+    /* A sanitizer's runtime intercepts backtrace itself: its frames are not the asker. */
+    bool sanitizer = !strncmp(frame.library, "libasan", 7) ||
+                     !strncmp(frame.library, "libtsan", 7) ||
+                     !strncmp(frame.library, "libubsan", 8);
+    if (!passes_through(&frame) && !sanitizer && strcmp(frame.library, "?")) {
+      *who = frame;
+      return;
+    }
+  }
+}
+
 /* ---- allocation ---- */
 
 hbm_status_t preload_alloc(hbm_device_t *dev, size_t size, const preload_call_t *call, void **out) {
   caller_info_t who;
-  caller_of(call->caller, &who);
+  asker_of(call->caller, &who);
   char source[256];
   if (call->ordered && call->stream)
     snprintf(source, sizeof source, "%s on stream %p from %s+0x%zx", call->entry, call->stream,

@@ -14,6 +14,7 @@
  *   dlsym.c     dlsym: our versions for the names above (XLA's dlopen + dlsym, the runtime's
  *               lookup of cuGetProcAddress)
  *   torch.c     hbm_torch_malloc / hbm_torch_free for torch's CUDAPluggableAllocator
+ *   holders.c   the other processes holding a GPU's memory (NVML), as profile markers
  * Everything but the interposed names is hidden (exports.map). */
 #ifndef HBM_PRELOAD_H
 #define HBM_PRELOAD_H
@@ -139,5 +140,15 @@ hbm_status_t preload_free(hbm_device_t *dev, void *ptr, const preload_call_t *ca
 /* What the program is told by cuMemGetInfo/cudaMemGetInfo: hbm's limit as the total, and
  * what it could still allocate as free. */
 hbm_status_t preload_mem_info(hbm_device_t *dev, size_t *free_bytes, size_t *total);
+
+/* ---- holders.c ---- */
+
+/* The start of the profile markers that name the other processes holding a GPU's memory (the
+ * summary of `hbm run` looks for it). */
+#define PRELOAD_HOLDERS_MARK "hbm run:"
+/* Records who else holds dev's GPU memory (NVML's processes by pid, and what nobody accounts
+ * for) as a profile marker; `when` says at what point ("start", "exit"). Nothing when no one
+ * else holds any. */
+void preload_note_holders(hbm_device_t *dev, const char *when);
 
 #endif /* HBM_PRELOAD_H */

@@ -528,3 +528,5 @@ size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int
   }
   return total;
 }
+
+const hbm_profile_t *hbm_analysis_profile(const hbm_analysis_t *a) { return a->p; }

@@ -89,3 +89,15 @@ hbm_status_t hbm__write_out(FILE *out, const char *text, size_t len, const char 
     return hbm__error(HBM_ERR_IO, "cannot write the %s", what);
   return HBM_OK;
 }
+
+hbm_status_t hbm__write_json(FILE *out, json_t *root, const char *what) {
+  char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  if (!text)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory writing the %s", what);
+  hbm_status_t s = hbm__write_out(out, text, strlen(text), what);
+  if (s == HBM_OK)
+    s = hbm__write_out(out, "\n", 1, what);
+  free(text);
+  return s;
+}

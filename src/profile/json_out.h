@@ -14,5 +14,7 @@ void hbm__json_quote(hbm_strbuf_t *sb, const char *s);
 json_t *hbm__json_string(const char *s);
 /* Writes `text` to out; HBM_ERR_IO if the stream failed. */
 hbm_status_t hbm__write_out(FILE *out, const char *text, size_t len, const char *what);
+/* Writes root (consumed; NULL means out of memory) indented, with a final newline. */
+hbm_status_t hbm__write_json(FILE *out, json_t *root, const char *what);
 
 #endif /* HBM_JSON_OUT_H */

@@ -7,6 +7,7 @@
  * totals by category and group, and every OOM event with its diagnosis. */
 #include "profile/json_out.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,7 +298,82 @@ static bool is_category_name(const char *name) {
   return false;
 }
 
-static void write_totals(FILE *out, const hbm_analysis_t *a) {
+/* One group's totals: live at the peak (the analysis's) and allocated over the whole profile. */
+typedef struct group_row {
+  const char *name;
+  uint64_t peak_bytes, all_bytes;
+  size_t peak_count, all_count;
+} group_row_t;
+
+static int group_row_desc(const void *x, const void *y) {
+  const group_row_t *a = x, *b = y;
+  if (a->peak_bytes != b->peak_bytes)
+    return a->peak_bytes > b->peak_bytes ? -1 : 1;
+  if (a->all_bytes != b->all_bytes)
+    return a->all_bytes > b->all_bytes ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+/* The analysis's groups at the peak, with what each allocated over the profile; *n rows. Group
+ * names are interned in the profile, so a name is found by comparing strings once per group. */
+static group_row_t *group_rows(const hbm_profile_t *p, const hbm_analysis_t *a, size_t *n) {
+  size_t n_peak;
+  const hbm_group_total_t *g = hbm_analysis_groups(a, &n_peak);
+  size_t cap = n_peak + 16, rows = 0;
+  group_row_t *r = malloc(cap * sizeof *r);
+  for (size_t i = 0; r && i < n_peak; i++)
+    r[rows++] = (group_row_t){g[i].name, g[i].bytes, 0, g[i].count, 0};
+  int space = hbm_analysis_summary(a)->space;
+  for (int64_t i = 0; r && i < hbm_profile_buffer_count(p); i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+    if (b->space != space)
+      continue;
+    const char *name = b->group ? b->group : hbm_category_name(b->category);
+    size_t k = 0;
+    while (k < rows && strcmp(r[k].name, name))
+      k++;
+    if (k == rows) {
+      group_row_t *grown = rows == cap ? hbm__grow_array(r, &cap, rows + 1, sizeof *r, 16) : r;
+      if (!grown) {
+        free(r);
+        return NULL;
+      }
+      r = grown;
+      r[rows++] = (group_row_t){.name = name};
+    }
+    r[k].all_bytes += b->size;
+    r[k].all_count++;
+  }
+  if (r)
+    qsort(r, rows, sizeof *r, group_row_desc);
+  *n = rows;
+  return r;
+}
+
+hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const char *indent,
+                                    FILE *out) {
+  hbm_analysis_t *a = hbm_analyze(p, space);
+  if (!a)
+    return hbm_last_status();
+  size_t n = 0;
+  group_row_t *r = group_rows(p, a, &n);
+  uint64_t peak = hbm_analysis_summary(a)->peak_bytes;
+  hbm_analysis_free(a);
+  if (!r)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory totalling groups");
+  fprintf(out, "%s%-28s %29s  %s\n", indent, "", "live at the peak", "allocated over the run");
+  for (size_t i = 0; i < n; i++) {
+    char pb[32], ab[32];
+    fprintf(out, "%s%-28s %10s %5.1f%% %3zu buffer%s %10s (%" PRIu64 " bytes) in %zu\n", indent,
+            r[i].name, bytes_text(r[i].peak_bytes, pb, sizeof pb), percent(r[i].peak_bytes, peak),
+            r[i].peak_count, r[i].peak_count == 1 ? " " : "s",
+            bytes_text(r[i].all_bytes, ab, sizeof ab), r[i].all_bytes, r[i].all_count);
+  }
+  free(r);
+  return ferror(out) ? hbm__error(HBM_ERR_IO, "cannot write the groups") : HBM_OK;
+}
+
+static void write_totals(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *a) {
   const hbm_summary_t *s = hbm_analysis_summary(a);
   char b[32];
   if (s->peak_bytes == 0)
@@ -315,6 +391,11 @@ static void write_totals(FILE *out, const hbm_analysis_t *a) {
     tagged |= !is_category_name(g[i].name);
   if (!tagged)
     return;
+  if (hbm_profile_kind(p) == HBM_PROFILE_RUNTIME) { /* under hbm run: the calling libraries */
+    fprintf(out, "\n  at the peak by group, and allocated over the run\n");
+    hbm_report_groups_text(p, s->space, "    ", out);
+    return;
+  }
   fprintf(out, "\n  at the peak by group\n");
   for (size_t i = 0; i < n; i++)
     fprintf(out, "    %-24s %10s  %5.1f%%  (%zu buffers)\n", g[i].name,
@@ -376,7 +457,7 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
   write_numbers(out, p, hbm_analysis_summary(a));
   draw_chart(out, p, a, width);
   write_buffers(out, p, a);
-  write_totals(out, a);
+  write_totals(out, p, a);
   write_ooms(out, p, space);
   hbm_analysis_free(a);
   return HBM_OK;
@@ -563,15 +644,9 @@ hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
                                            "peak_reserved_bytes", "limit_bytes", (json_int_t)0,
                                            "buffers_at_peak", "oom_events"));
   json_object_set_new(root, "spaces", spaces);
-  char *text = s == HBM_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-  json_decref(root);
-  if (s != HBM_OK)
+  if (s != HBM_OK) {
+    json_decref(root);
     return s;
-  if (!text)
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory writing the JSON report");
-  s = hbm__write_out(out, text, strlen(text), "JSON report");
-  if (s == HBM_OK)
-    s = hbm__write_out(out, "\n", 1, "JSON report");
-  free(text);
-  return s;
+  }
+  return hbm__write_json(out, root, "JSON report");
 }

@@ -26,6 +26,7 @@ static const endpoint_t endpoints[] = {
     {"/api/allocations", hbm__api_allocations, true},
     {"/api/oom", hbm__api_oom, true},
     {"/api/compare", hbm__api_compare, false},
+    {"/api/devices", hbm__api_devices, false},
 };
 
 hbm__viewer_t *hbm__viewer_new(const char *logdir) {

@@ -11,7 +11,8 @@
 // peak. Then, on the fixture logdir: the default view opens the largest module; the peak shown equals `hbm report
 // --json`'s peak_bytes (the API's summary when hbm report cannot read the file); hovering a
 // bar shows its card; switching run and memory type; searching an op in the allocation
-// timeline; OOM markers with their diagnosis; corrupt and truncated profiles; the comparison;
+// timeline; OOM markers with their diagnosis; corrupt and truncated profiles; the comparison
+// (the diff's tables, both timelines); the devices of a run (selector and summary);
 // an empty logdir that fills while the page is open; and that the page requests nothing but
 // its own server. Screenshots go to --artifacts.
 import { createRequire } from 'node:module';
@@ -271,7 +272,16 @@ async function main() {
     let before = await loads(page);
     await page.selectOption('#compare-select', JSON.stringify([RUN_PLANS, PLAN_B]));
     await page.waitForSelector('#compare-metrics', { timeout: 10000 });
-    check(await page.locator('#compare-ops tbody tr').count() > 0, 'the comparison lists ops');
+    check(await page.locator('#compare-table tbody tr').count() > 0, 'the comparison lists ops');
+    // The same diff as `hbm diff`: each table's rows (and the rest) add up to the change.
+    const cmp = await apiJson(args.url, 'compare', { run: RUN_PLANS, profile: PLAN_A, space: 0, b_run: RUN_PLANS, b_profile: PLAN_B });
+    for (const table of ['reason', 'op', 'source', 'category', 'shape', 'group', 'buffer']) {
+      const sum = cmp.diff[`by_${table}`].reduce((s, r) => s + r.delta, 0) + (cmp.diff[`by_${table}_rest`]?.delta || 0);
+      check(sum === cmp.diff.change, `compare: the rows by ${table} add up to the change`);
+    }
+    await page.click('#compare-tabs .tab[data-table="reason"]');
+    check(await page.locator('#compare-table[data-table="reason"] tbody tr').count() > 0, 'compare: the "by reason" tab shows its rows');
+    check(await page.locator('#compare-timeline .u-over').count() === 1, 'compare: both timelines drawn in one chart');
     await shot(page, 'compare', '#compare-panel');
     await page.selectOption('#compare-select', '');
 
@@ -339,6 +349,18 @@ async function main() {
     await waitLoads(page, before);
     check(await page.locator('#banner').isVisible(), 'a truncated profile shows the loss in a banner');
     await shot(page, 'truncated');
+    // Two runtime profiles in the run: the device selector and the devices' summary.
+    await page.waitForSelector('#devices-panel:not([hidden])', { timeout: 10000 });
+    const devices = await apiJson(args.url, 'devices', { run: RUN_BROKEN });
+    check(await page.locator('#device-select option').count() === devices.count, 'the device selector lists the run\'s devices');
+    check((await page.locator('#devices-roles').textContent()).includes(devices.largest.label), 'the devices\' summary names the largest');
+    await shot(page, 'devices', '#devices-panel');
+    const other = devices.per_device.findIndex((d) => d.profile !== 'truncated.hbmtrace');
+    before = await loads(page);
+    await page.locator('.device-bar').nth(other).click();
+    await waitLoads(page, before);
+    check(await page.locator('#profile-select').inputValue() === devices.per_device[other].profile, 'a click on a device opens its profile');
+    check(await page.locator('#device-select').inputValue() === JSON.stringify([devices.per_device[other].profile, devices.per_device[other].space_index]), 'the device selector follows');
 
     // 7b. An RMM log: what it does not record is unknown, not 0 B and not HBM.
     before = await loads(page);

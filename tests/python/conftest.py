@@ -27,6 +27,20 @@ def hbm_bin() -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def hbm_package(hbm_bin):
+    """`import hbm` from the source tree, on the libhbm and hbm executable under test."""
+    libs = sorted(Path(hbm_bin).parent.glob("libhbm.so.*"))
+    if not libs:
+        pytest.fail(f"libhbm.so is not in {Path(hbm_bin).parent}")
+    os.environ["HBM_LIBRARY"] = str(libs[0])
+    os.environ["HBM_BIN"] = hbm_bin
+    sys.path.insert(0, str(ROOT / "python"))
+    import hbm
+
+    return hbm
+
+
 def run_hbm(hbm_bin, *args, check=True):
     done = subprocess.run([hbm_bin, *map(str, args)], capture_output=True, text=True)
     if check and done.returncode != 0:

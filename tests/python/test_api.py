@@ -1,28 +1,14 @@
 """The Python package `hbm` from the source tree: plan() against XLA's memory_analysis(),
 plan_text() errors, report() and view()."""
 import json
-import os
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def hbm(hbm_bin):
-    build = Path(hbm_bin).parent
-    libs = sorted(build.glob("libhbm.so.*"))
-    if not libs:
-        pytest.fail(f"libhbm.so is not in {build}")
-    os.environ["HBM_LIBRARY"] = str(libs[0])
-    os.environ["HBM_BIN"] = hbm_bin
-    sys.path.insert(0, str(ROOT / "python"))
-    import hbm as module
-
-    return module
+def hbm(hbm_package):
+    return hbm_package
 
 
 def test_plan_gives_xlas_arguments_and_outputs(hbm):

@@ -121,6 +121,20 @@ EXPORT int cudaMalloc(void **ptr, size_t size) {
   return e;
 }
 
+/* A runtime call that allocates on its caller's behalf through the driver (the runtime's
+ * internal path, which hbm run sees at the driver with the runtime as the caller). Rows of
+ * `width` bytes, padded to 512. */
+EXPORT int cudaMallocPitch(void **ptr, size_t *pitch, size_t width, size_t height) {
+  int e = ready();
+  CUdeviceptr p = 0;
+  if (e)
+    return *ptr = NULL, e;
+  *pitch = (width + 511) / 512 * 512;
+  e = result(drv.alloc(&p, *pitch * height));
+  *ptr = e ? NULL : (void *)(size_t)p;
+  return e;
+}
+
 EXPORT int cudaFree(void *ptr) {
   int e = ready();
   return e || !ptr ? e : result(drv.free_((CUdeviceptr)(size_t)ptr));

@@ -11,6 +11,7 @@ import { BarChart, mergeSmall } from './bars.js';
 import { AllocView } from './alloc_view.js';
 import { renderCard } from './card.js';
 import { renderCompare } from './compare.js';
+import { fillDeviceSelect, renderDevices, selectShownDevice } from './devices.js';
 import { summaryHtml } from './summary.js';
 import {
   formatBytes, formatCount, escapeHtml, categoryColor, groupColors,
@@ -212,7 +213,30 @@ async function selectRun(run) {
   })), null);
   const wanted = readHash().get('profile');
   const file = data.profiles.some((p) => p.file === wanted) && readHash().get('run') === run ? wanted : data.default;
+  showDevices(run);
   await selectProfile(file);
+}
+
+// Several hosts, devices or ranks in the run: the device selector and the summary panel.
+async function showDevices(run) {
+  let devices = null;
+  try {
+    devices = await api('devices', { run });
+  } catch (err) {
+    devices = null; // a run whose profiles do not load has no summary; the profile says why
+  }
+  if (state.run !== run) return;
+  state.devices = devices;
+  fillDeviceSelect($('device-wrap'), $('device-select'), devices);
+  renderDevices($('devices-panel'), devices, pickDevice);
+  selectShownDevice($('device-select'), state.profile, state.space);
+}
+
+async function pickDevice(value) {
+  const [file, space] = JSON.parse(value);
+  $('device-select').value = value;
+  if (file !== state.profile) await selectProfile(file);
+  if (state.space !== space) await selectSpace(space);
 }
 
 async function selectProfile(file) {
@@ -249,6 +273,7 @@ async function selectSpace(space) {
   const started = performance.now();
   state.space = space;
   $('space-select').value = String(space);
+  selectShownDevice($('device-select'), state.profile, space);
   writeHash();
   state.cards.clear();
   state.pinned = null;
@@ -583,6 +608,7 @@ function bind() {
   $('profile-select').addEventListener('change', (e) => selectProfile(e.target.value));
   $('space-select').addEventListener('change', (e) => selectSpace(Number(e.target.value)));
   $('compare-select').addEventListener('change', runCompare);
+  $('device-select').addEventListener('change', (e) => pickDevice(e.target.value));
   $('color-by').addEventListener('change', renderBars);
   $('merge-small').addEventListener('change', renderBars);
   $('log-scale').addEventListener('change', renderBars);
