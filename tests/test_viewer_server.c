@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "viewer/viewer.h"
 #include "viewer_fixtures.h"
+#include "xplane_fixtures.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -178,6 +180,31 @@ static void test_idle_connections_do_not_starve(void **state) {
     close(idle[i]);
 }
 
+/* A profile whose HloProto nests 10,000 tuple shapes (it overflowed the stack inside
+ * protobuf-c and took the whole server down): its request is answered with the error, and the
+ * server goes on answering everyone. */
+static void test_deep_profile_does_not_kill_the_server(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_03_00_00_00", logdir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(path, sizeof path, "%s/deep.hlo_proto.pb", dir);
+  size_t len;
+  uint8_t *bytes = xf_deep_hlo_proto(10000, &len, NULL);
+  assert_int_equal(th_write(path, bytes, len), 0);
+  free(bytes);
+  usleep((HBM__LISTING_MS + 100) * 1000); /* the next listing has it */
+  char *answer = get_local("/api/summary?run=2026_01_03_00_00_00&profile=deep.hlo_proto.pb");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 500"));
+  assert_non_null(strstr(answer, "messages nested deeper than 100 levels are refused"));
+  free(answer);
+  answer = get_local("/api/runs");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+  th_rmtree(dir);
+}
+
 static void test_foreign_host_refused(void **state) {
   char *answer = http_get(port, "/api/runs", "attacker.example");
   assert_non_null(answer);
@@ -261,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_answers_json_and_page),
       cmocka_unit_test(test_several_clients_at_once),
       cmocka_unit_test(test_idle_connections_do_not_starve),
+      cmocka_unit_test(test_deep_profile_does_not_kill_the_server),
       cmocka_unit_test(test_foreign_host_refused),
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_cli_errors),
