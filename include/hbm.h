@@ -58,7 +58,13 @@ const char *hbm_status_name(hbm_status_t s);
 /* Parses "16GiB", "80GB", "512M", "1.5KiB", "1073741824" (K/M/G/T = 1000^n, Ki/Mi/Gi/Ti =
  * 1024^n, optional trailing "B"). Returns HBM_ERR_INVALID with a message naming `what`. */
 hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out);
-/* Formats bytes as "16.00GiB" / "512.0MiB" / "123B" into buf; returns buf. */
+/* Byte totals (peaks, timelines, reserved memory, sums by category or group, the planner's
+ * totals) are exact up to HBM_BYTES_MAX = 2^63 - 1 (8 EiB, the largest integer JSON readers
+ * take) and saturate there instead of wrapping to a small number: a total of HBM_BYTES_MAX
+ * means "at least that" (hbm_summary_t.overflowed says a sum saturated). */
+#define HBM_BYTES_MAX ((uint64_t)INT64_MAX)
+/* Formats bytes as "16.00GiB" / "512.0MiB" / "123B" into buf; returns buf. HBM_BYTES_MAX and
+ * above: "≥ 8.00EiB (overflowed)" (give buf 32 bytes). */
 char *hbm_format_bytes(uint64_t bytes, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -586,6 +592,7 @@ typedef struct hbm_summary {
   size_t n_buffers_at_peak;
   size_t n_oom;
   uint64_t category_bytes[HBM_CAT_COUNT]; /* live at the peak, by category */
+  int overflowed; /* 1 when a byte total reached HBM_BYTES_MAX and was saturated there */
 } hbm_summary_t;
 
 typedef struct hbm_timeline_point {

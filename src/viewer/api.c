@@ -376,6 +376,7 @@ json_t *hbm__json_summary(const hbm__target_t *t) {
   set_new(o, "largest_free_at_peak", hbm__json_u64(s->largest_free_at_peak));
   set_new(o, "n_buffers_at_peak", json_integer((json_int_t)s->n_buffers_at_peak));
   set_new(o, "n_oom", json_integer((json_int_t)s->n_oom));
+  set_new(o, "overflowed", json_boolean(s->overflowed)); /* a total saturated at 8 EiB */
   json_t *cats = json_object();
   for (int c = 0; c < HBM_CAT_COUNT; c++)
     if (s->category_bytes[c])

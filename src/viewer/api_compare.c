@@ -90,7 +90,7 @@ static op_bytes_t *ops_at_peaks(const hbm__target_t *side[2], size_t *n_out) {
   for (size_t i = 0; i < k; i++) {
     if (m > 0 && !strcmp(rows[m - 1].op, rows[i].op)) {
       for (int s = 0; s < 2; s++) {
-        rows[m - 1].bytes[s] += rows[i].bytes[s];
+        rows[m - 1].bytes[s] = hbm__bytes_add(rows[m - 1].bytes[s], rows[i].bytes[s]);
         rows[m - 1].count[s] += rows[i].count[s];
       }
     } else {
