@@ -656,12 +656,35 @@ typedef struct hbm_logdir_entry {
   char path[4096]; /* full path */
   int64_t mtime;
   uint64_t bytes;
+  char real[4096]; /* the path with every symbolic link resolved: where the file is */
+  int outside;     /* 1: real lies outside the logdir (listed with HBM_LOGDIR_FOLLOW_LINKS) */
 } hbm_logdir_entry_t;
 /* Lists profiles (.hbmtrace runtime profiles and plans, .csv logs, XLA dumps) under a logdir,
- * newest run first.
+ * newest run first, with the link policy of hbm_logdir_scan (flags 0).
  * Returns the count written to out (at most cap) and the total in *total. */
 hbm_status_t hbm_logdir_list(const char *logdir, hbm_logdir_entry_t *out, size_t cap,
                              size_t *total);
+
+/* Symbolic links in a logdir (users link their runs in): a run or profile whose link leads
+ * to a place inside the logdir is listed; one that leads outside it is skipped, and said so,
+ * unless flags has HBM_LOGDIR_FOLLOW_LINKS (`--follow-links` of hbm report and hbm view). */
+#define HBM_LOGDIR_FOLLOW_LINKS 1
+/* What a listing left out, and why ("a symbolic link to /data/r1, outside the logdir ..."). */
+typedef struct hbm_logdir_skip {
+  char path[4096];
+  char why[640];
+} hbm_logdir_skip_t;
+/* At most this many skipped entries are kept (all are counted). */
+#define HBM_LOGDIR_SKIPS_KEPT 64
+typedef struct hbm_logdir_scan {
+  hbm_logdir_entry_t *entries; /* newest run first */
+  size_t n_entries;
+  hbm_logdir_skip_t *skipped; /* the first HBM_LOGDIR_SKIPS_KEPT */
+  size_t n_skipped;           /* how many were skipped in all */
+} hbm_logdir_scan_t;
+/* Lists the logdir into out (free with hbm_logdir_scan_free). */
+hbm_status_t hbm_logdir_scan(const char *logdir, int flags, hbm_logdir_scan_t *out);
+void hbm_logdir_scan_free(hbm_logdir_scan_t *scan);
 /* Creates <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/ and returns it in buf. */
 hbm_status_t hbm_logdir_new_run(const char *logdir, char *buf, size_t cap);
 

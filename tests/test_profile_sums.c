@@ -65,8 +65,7 @@ static void totals_saturate(void **state) {
   assert_true(pts[4].bytes == HBM_BYTES_MAX && pts[4].unpadded == HBM_BYTES_MAX);
   hbm_analysis_free(a);
   char text[64];
-  assert_string_equal(hbm_format_bytes(HBM_BYTES_MAX, text, sizeof text),
-                      "≥ 8.00EiB (overflowed)");
+  assert_string_equal(hbm_format_bytes(HBM_BYTES_MAX, text, sizeof text), "≥ 8.00EiB (overflowed)");
   hbm_profile_free(p);
 }
 
@@ -204,9 +203,9 @@ static void planner_refuses(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(totals_saturate),  cmocka_unit_test(exact_up_to_the_limit),
+      cmocka_unit_test(totals_saturate),       cmocka_unit_test(exact_up_to_the_limit),
       cmocka_unit_test(reservations_saturate), cmocka_unit_test(hbmtrace_report),
-      cmocka_unit_test(rmm_log_report),   cmocka_unit_test(planner_refuses),
+      cmocka_unit_test(rmm_log_report),        cmocka_unit_test(planner_refuses),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

@@ -101,6 +101,8 @@ const char *hbm_intern_n(hbm_intern_t *in, const char *s, size_t n);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 hbm_status_t hbm__read_file(const char *path, char **data, size_t *len);
+/* The same from a file already open (a regular file; path names it in messages). */
+hbm_status_t hbm__read_fd(int fd, const char *path, char **data, size_t *len);
 /* Monotonic nanoseconds. */
 int64_t hbm__now_ns(void);
 /* strdup that sets an error on failure. */

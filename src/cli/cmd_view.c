@@ -12,12 +12,15 @@
 #endif
 
 static void view_usage(FILE *out) {
-  fprintf(out, "usage: hbm view [--logdir DIR] [--port 6006] [--host 127.0.0.1]\n\n"
-               "Serves the Memory Viewer for the profiles under DIR/plugins/profile/<run>/ (as\n"
-               "`xprof --logdir DIR --port 6006` does) and prints the URL to open. Runs written\n"
-               "while it serves appear without a restart. Listens on loopback unless --host says\n"
-               "otherwise (--host 0.0.0.0: every interface). Ctrl-C stops it.\n\n"
-               "DIR: --logdir, else $HBM_PROFILE_DIR.\n");
+  fprintf(out,
+          "usage: hbm view [--logdir DIR] [--port 6006] [--host 127.0.0.1] [--follow-links]\n\n"
+          "Serves the Memory Viewer for the profiles under DIR/plugins/profile/<run>/ (as\n"
+          "`xprof --logdir DIR --port 6006` does) and prints the URL to open. Runs written\n"
+          "while it serves appear without a restart. Listens on loopback unless --host says\n"
+          "otherwise (--host 0.0.0.0: every interface). Ctrl-C stops it.\n\n"
+          "Runs and profiles linked into DIR are served when the link stays inside DIR; links\n"
+          "that lead out of DIR are skipped (the page says which) unless --follow-links.\n\n"
+          "DIR: --logdir, else $HBM_PROFILE_DIR.\n");
 }
 
 /* "--flag value" or "--flag=value"; advances *i past what it used. */
@@ -43,10 +46,13 @@ static int parse_port(const char *text, int *port) {
 
 int hbm_cmd_view(int argc, char **argv) {
   const char *logdir = NULL, *host = "127.0.0.1", *port_text = "6006", *v;
+  int flags = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       view_usage(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--follow-links")) {
+      flags |= HBM_LOGDIR_FOLLOW_LINKS;
     } else if ((v = flag_value(argc, argv, &i, "--logdir"))) {
       logdir = v;
     } else if ((v = flag_value(argc, argv, &i, "--port"))) {
@@ -68,9 +74,9 @@ int hbm_cmd_view(int argc, char **argv) {
   if (parse_port(port_text, &port) != 0)
     return cli_fail("view", 2, "--port %s: expected a TCP port number (0-65535)", port_text);
 #ifdef HBM_HAVE_VIEWER
-  return hbm_viewer_serve(logdir, host, port, stderr);
+  return hbm_viewer_serve(logdir, flags, host, port, stderr);
 #else
-  (void)host;
+  (void)host, (void)flags;
   return cli_fail("view", 1,
                   "this hbm was built without the viewer (-DHBM_VIEWER=OFF); "
                   "rebuild with -DHBM_VIEWER=ON after scripts/install-deps.sh");

@@ -168,10 +168,28 @@ void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t) {
 
 /* ---- /api/runs ---- */
 
+/* What the listing left out (links leading out of the logdir, links to nothing), each path
+ * relative to the logdir, with the reason. */
+static json_t *skipped_json(const hbm__viewer_t *v, const hbm_logdir_skip_t *skipped, size_t n) {
+  json_t *list = json_array();
+  size_t len = strlen(v->cache.logdir);
+  for (size_t i = 0; i < n && i < HBM_LOGDIR_SKIPS_KEPT; i++) {
+    const char *path = skipped[i].path;
+    if (!strncmp(path, v->cache.logdir, len) && path[len] == '/')
+      path += len + 1;
+    json_t *item = json_object();
+    set_new(item, "path", hbm__json_text(path));
+    set_new(item, "why", hbm__json_text(skipped[i].why));
+    json_array_append_new(list, item);
+  }
+  return list;
+}
+
 void hbm__api_runs(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm_logdir_entry_t *list;
-  size_t n;
-  if (hbm__cache_listing(&v->cache, &list, &n) != HBM_OK) {
+  hbm_logdir_skip_t *skipped;
+  size_t n, n_skipped;
+  if (hbm__cache_listing(&v->cache, &list, &n, &skipped, &n_skipped) != HBM_OK) {
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return;
   }
@@ -206,6 +224,10 @@ void hbm__api_runs(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) 
   json_t *root = json_object();
   set_new(root, "logdir", hbm__json_text(v->cache.logdir));
   set_new(root, "runs", runs);
+  set_new(root, "skipped", skipped_json(v, skipped, n_skipped));
+  set_new(root, "skipped_count", json_integer((json_int_t)n_skipped));
+  set_new(root, "follow_links", json_boolean(v->cache.flags & HBM_LOGDIR_FOLLOW_LINKS));
+  free(skipped);
   hbm__respond_json(r, 200, root);
 }
 
@@ -236,7 +258,7 @@ void hbm__api_profiles(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t 
     return;
   hbm_logdir_entry_t *list;
   size_t n;
-  if (hbm__cache_listing(&v->cache, &list, &n) != HBM_OK) {
+  if (hbm__cache_listing(&v->cache, &list, &n, NULL, NULL) != HBM_OK) {
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return;
   }

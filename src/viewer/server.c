@@ -256,7 +256,7 @@ static void print_url(FILE *log, const char *logdir, const char *host, int port,
   fflush(log);
 }
 
-int hbm_viewer_serve(const char *logdir, const char *host, int port, FILE *log) {
+int hbm_viewer_serve(const char *logdir, int flags, const char *host, int port, FILE *log) {
   if (!log)
     log = stderr;
   if (!host || !*host)
@@ -266,6 +266,7 @@ int hbm_viewer_serve(const char *logdir, const char *host, int port, FILE *log) 
     fprintf(log, "hbm view: %s\n", hbm_last_error());
     return 1;
   }
+  v->cache.flags = flags;
   /* Block the stop signals before the server's threads exist, so they inherit the mask and
    * only sigwait below receives them. */
   sigset_t stop, old;

@@ -104,6 +104,22 @@ function showEmpty(logdir) {
     This page looks again every few seconds: new runs appear by themselves.</p>`;
 }
 
+// What the logdir's listing left out (links leading out of it, links to nothing), and why:
+// `hbm report DIR` says the same on stderr.
+function showSkipped(data) {
+  const el = $('skipped');
+  const list = data.skipped || [];
+  if (el.hidden && list.length) el.open = !data.runs.length; // open when nothing else shows
+  el.hidden = !list.length;
+  if (!list.length) return;
+  const n = data.skipped_count || list.length;
+  el.querySelector('summary').textContent =
+    `${n} entr${n === 1 ? 'y' : 'ies'} of the logdir skipped (symbolic links leading out of it are not served${data.follow_links ? '' : ' without hbm view --follow-links'})`;
+  el.querySelector('ul').innerHTML = list
+    .map((s) => `<li><code>${escapeHtml(s.path)}</code>: ${escapeHtml(s.why)}</li>`)
+    .join('') + (n > list.length ? `<li>… and ${n - list.length} more</li>` : '');
+}
+
 function showError(message) {
   $('content').hidden = true;
   $('empty-state').hidden = true;
@@ -168,6 +184,7 @@ async function refreshRuns() {
     return;
   }
   setStatus('');
+  showSkipped(data);
   state.logdir = data.logdir;
   const names = data.runs.map((r) => r.run);
   const known = state.runs.map((r) => r.run);
