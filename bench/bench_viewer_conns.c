@@ -63,8 +63,8 @@ static bool read_answer(int fd) {
 
 static bool request(int fd, int port, bool keep_alive) {
   char req[256];
-  int n = snprintf(req, sizeof req, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n",
-                   port, keep_alive ? "" : "Connection: close\r\n");
+  int n = snprintf(req, sizeof req, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n", port,
+                   keep_alive ? "" : "Connection: close\r\n");
   return send(fd, req, (size_t)n, MSG_NOSIGNAL) == n && read_answer(fd);
 }
 
@@ -106,8 +106,8 @@ static int probe(int port, int probes, const char *server, const char *load, int
   }
   qsort(ms, (size_t)ok, sizeof *ms, cmp_double);
   if (ok)
-    printf("| %-22s | %-26s | %5d | %8.3f | %8.3f | %4d of %d |\n", server, load, took,
-           ms[ok / 2], ms[(size_t)ok * 99 / 100], failed, probes);
+    printf("| %-22s | %-26s | %5d | %8.3f | %8.3f | %4d of %d |\n", server, load, took, ms[ok / 2],
+           ms[(size_t)ok * 99 / 100], failed, probes);
   else
     printf("| %-22s | %-26s | %5d | %8s | %8s | %4d of %d |\n", server, load, took, "-", "-",
            failed, probes);
@@ -131,8 +131,10 @@ int main(int argc, char **argv) {
   lim.rlim_cur = lim.rlim_max < 8192 ? lim.rlim_max : 8192;
   setrlimit(RLIMIT_NOFILE, &lim);
   if (lim.rlim_cur < 4600) {
-    fprintf(stderr, "bench_viewer_conns: needs 4600 open files (both ends of 2000 connections); "
-                    "the limit is %llu\n", (unsigned long long)lim.rlim_cur);
+    fprintf(stderr,
+            "bench_viewer_conns: needs 4600 open files (both ends of 2000 connections); "
+            "the limit is %llu\n",
+            (unsigned long long)lim.rlim_cur);
     return 1;
   }
   bench_print_machine();

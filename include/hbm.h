@@ -536,6 +536,12 @@ typedef struct hbm_oom_text {
   int this_process_listed;   /* one listed process is taken to be this one */
   hbm_oom_buffer_t *buffers; /* peak buffers / largest program allocations, as listed */
   size_t n_buffers;
+  /* Numbers the text gives that are no usable size: negative, or 2^64 bytes and more
+   * ("1e308 GiB", "99999999999999.99E"). Never taken as values: unreadable[i] is 1 for a field
+   * the text gave so (value[i] stays unknown), and notes says each one, with the number as
+   * written (lines of text, NULL when none). */
+  int unreadable[HBM_OOMF_COUNT];
+  char *notes;
 } hbm_oom_text_t;
 
 /* Finds the first out-of-memory error in `data` and parses what is around it. Returns NULL

@@ -323,7 +323,7 @@ static void write_ooms(FILE *out, const hbm_profile_t *p, int space) {
       continue;
     char req[32], when[320];
     fprintf(out, "  - at %s: %s requested\n", when_text(p, e->step, when, sizeof when),
-            bytes_text(e->requested, req, sizeof req));
+            e->requested ? bytes_text(e->requested, req, sizeof req) : "an unknown size");
     write_indented(out, e->message ? e->message : "", "      ");
   }
 }

@@ -52,8 +52,7 @@ static void cut_locked(hbm__conn_guard_t *g, guarded_t *c) {
 static guarded_t *longest_waiting_locked(hbm__conn_guard_t *g, const guarded_t *except) {
   guarded_t *oldest = NULL;
   for (guarded_t *c = g->head; c; c = c->next)
-    if (c != except && c->waiting_since &&
-        (!oldest || c->waiting_since < oldest->waiting_since))
+    if (c != except && c->waiting_since && (!oldest || c->waiting_since < oldest->waiting_since))
       oldest = c;
   return oldest;
 }
