@@ -193,9 +193,9 @@ static void write_header(FILE *out, const hbm_profile_t *p) {
     if (v && *v)
       fprintf(out, "  %-12s %s\n", shown_meta[i], v);
   }
-  const char *notes[] = {"lost", "unmatched_frees", "missing_frees"};
+  const char *notes[] = {"lost", "unmatched_frees", "missing_frees", "notes"};
   const char *what[] = {"", " frees of blocks the profile never saw allocated",
-                        " blocks allocated again without a recorded free"};
+                        " blocks allocated again without a recorded free", ""};
   for (size_t i = 0; i < HBM_ARRAY_LEN(notes); i++) {
     const char *v = hbm_profile_meta(p, notes[i]);
     if (v)

@@ -341,6 +341,8 @@ static json_t *json_profile_info(const hbm__target_t *t) {
   const char *lost = hbm_profile_meta(p, "lost");
   set_new(o, "warning",
           lost ? hbm__json_text(lost) : json_null()); /* a truncated trace: what was lost */
+  const char *notes = hbm_profile_meta(p, "notes");   /* e.g. a log whose times go backwards */
+  set_new(o, "notes", notes ? hbm__json_text(notes) : json_null());
   return o;
 }
 

@@ -250,6 +250,7 @@ async function selectProfile(file) {
   const previous = state.info?.spaces?.[state.space]?.name;
   state.info = info;
   if (info.warning) setBanner(`Truncated profile: ${info.warning}. What was read before the damage is shown.`);
+  else if (info.notes) setBanner(`Note: ${info.notes}`);
   fillSpaces($('space-select'), info.spaces);
   const hash = readHash();
   let space = 0;
