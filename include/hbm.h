@@ -58,7 +58,13 @@ const char *hbm_status_name(hbm_status_t s);
 /* Parses "16GiB", "80GB", "512M", "1.5KiB", "1073741824" (K/M/G/T = 1000^n, Ki/Mi/Gi/Ti =
  * 1024^n, optional trailing "B"). Returns HBM_ERR_INVALID with a message naming `what`. */
 hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out);
-/* Formats bytes as "16.00GiB" / "512.0MiB" / "123B" into buf; returns buf. */
+/* Byte totals (peaks, timelines, reserved memory, sums by category or group, the planner's
+ * totals) are exact up to HBM_BYTES_MAX = 2^63 - 1 (8 EiB, the largest integer JSON readers
+ * take) and saturate there instead of wrapping to a small number: a total of HBM_BYTES_MAX
+ * means "at least that" (hbm_summary_t.overflowed says a sum saturated). */
+#define HBM_BYTES_MAX ((uint64_t)INT64_MAX)
+/* Formats bytes as "16.00GiB" / "512.0MiB" / "123B" into buf; returns buf. HBM_BYTES_MAX and
+ * above: "≥ 8.00EiB (overflowed)" (give buf 32 bytes). */
 char *hbm_format_bytes(uint64_t bytes, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -533,6 +539,12 @@ typedef struct hbm_oom_text {
   int this_process_listed;   /* one listed process is taken to be this one */
   hbm_oom_buffer_t *buffers; /* peak buffers / largest program allocations, as listed */
   size_t n_buffers;
+  /* Numbers the text gives that are no usable size: negative, or 2^64 bytes and more
+   * ("1e308 GiB", "99999999999999.99E"). Never taken as values: unreadable[i] is 1 for a field
+   * the text gave so (value[i] stays unknown), and notes says each one, with the number as
+   * written (lines of text, NULL when none). */
+  int unreadable[HBM_OOMF_COUNT];
+  char *notes;
 } hbm_oom_text_t;
 
 /* Finds the first out-of-memory error in `data` and parses what is around it. Returns NULL
@@ -590,6 +602,7 @@ typedef struct hbm_summary {
   size_t n_buffers_at_peak;
   size_t n_oom;
   uint64_t category_bytes[HBM_CAT_COUNT]; /* live at the peak, by category */
+  int overflowed; /* 1 when a byte total reached HBM_BYTES_MAX and was saturated there */
 } hbm_summary_t;
 
 typedef struct hbm_timeline_point {
@@ -673,12 +686,35 @@ typedef struct hbm_logdir_entry {
   char path[4096]; /* full path */
   int64_t mtime;
   uint64_t bytes;
+  char real[4096]; /* the path with every symbolic link resolved: where the file is */
+  int outside;     /* 1: real lies outside the logdir (listed with HBM_LOGDIR_FOLLOW_LINKS) */
 } hbm_logdir_entry_t;
 /* Lists profiles (.hbmtrace runtime profiles and plans, .csv logs, XLA dumps) under a logdir,
- * newest run first.
+ * newest run first, with the link policy of hbm_logdir_scan (flags 0).
  * Returns the count written to out (at most cap) and the total in *total. */
 hbm_status_t hbm_logdir_list(const char *logdir, hbm_logdir_entry_t *out, size_t cap,
                              size_t *total);
+
+/* Symbolic links in a logdir (users link their runs in): a run or profile whose link leads
+ * to a place inside the logdir is listed; one that leads outside it is skipped, and said so,
+ * unless flags has HBM_LOGDIR_FOLLOW_LINKS (`--follow-links` of hbm report and hbm view). */
+#define HBM_LOGDIR_FOLLOW_LINKS 1
+/* What a listing left out, and why ("a symbolic link to /data/r1, outside the logdir ..."). */
+typedef struct hbm_logdir_skip {
+  char path[4096];
+  char why[640];
+} hbm_logdir_skip_t;
+/* At most this many skipped entries are kept (all are counted). */
+#define HBM_LOGDIR_SKIPS_KEPT 64
+typedef struct hbm_logdir_scan {
+  hbm_logdir_entry_t *entries; /* newest run first */
+  size_t n_entries;
+  hbm_logdir_skip_t *skipped; /* the first HBM_LOGDIR_SKIPS_KEPT */
+  size_t n_skipped;           /* how many were skipped in all */
+} hbm_logdir_scan_t;
+/* Lists the logdir into out (free with hbm_logdir_scan_free). */
+hbm_status_t hbm_logdir_scan(const char *logdir, int flags, hbm_logdir_scan_t *out);
+void hbm_logdir_scan_free(hbm_logdir_scan_t *scan);
 /* Creates <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/ and returns it in buf. */
 hbm_status_t hbm_logdir_new_run(const char *logdir, char *buf, size_t cap);
 

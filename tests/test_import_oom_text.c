@@ -489,14 +489,21 @@ static hbm_oom_text_t *parse_file(const char *path) {
   return t;
 }
 
-/* The explanation's JSON, parsed. */
-static json_t *as_json(const hbm_oom_text_t *t) {
+/* What write (hbm_oom_text_explain or _json) writes about t (malloc'd). */
+static char *written(const hbm_oom_text_t *t,
+                     hbm_status_t (*write)(const hbm_oom_text_t *, FILE *)) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   assert_non_null(f);
-  assert_int_equal(hbm_oom_text_json(t, f), HBM_OK);
+  assert_int_equal(write(t, f), HBM_OK);
   fclose(f);
+  return text;
+}
+
+/* The explanation's JSON, parsed. */
+static json_t *as_json(const hbm_oom_text_t *t) {
+  char *text = written(t, hbm_oom_text_json);
   json_t *o = json_loads(text, 0, NULL);
   free(text);
   assert_non_null(o);
@@ -692,11 +699,92 @@ static void test_profile_of_totals(void **state) {
   assert_int_equal(profile_peak("tensorflow_bfc_stats_old.txt"), 10200547328); /* InUse */
 }
 
+/* ---- numbers that are no size (issue 26, finding 8) ---- */
+
+static hbm_oom_text_t *parse_text(const char *text) {
+  hbm_oom_text_t *t = hbm_oom_text_parse(text, strlen(text), "pasted");
+  assert_non_null(t);
+  return t;
+}
+
+/* A request the text gives as no usable size is never taken as a small one: not known,
+ * marked unreadable, noted with the number as written, and the cause says it cannot be told
+ * (before: "1e308 GiB" was 1 byte, "99999999999999.99E" 90.95 TiB, "-5 bytes" "a request of
+ * only 0B"). */
+static void expect_unreadable_request(const char *text, const char *as_written, const char *why) {
+  hbm_oom_text_t *t = parse_text(text);
+  assert_false(t->known[HBM_OOMF_REQUESTED]);
+  assert_true(t->unreadable[HBM_OOMF_REQUESTED]);
+  assert_non_null(t->notes);
+  assert_non_null(strstr(t->notes, as_written));
+  assert_non_null(strstr(t->notes, why));
+  char *e = written(t, hbm_oom_text_explain);
+  assert_non_null(strstr(e, "cause: cannot be told: the size requested in the text is not"));
+  assert_null(strstr(e, "requested: 1 bytes"));
+  assert_null(strstr(e, "only 0B"));
+  assert_null(strstr(e, "90.95TiB"));
+  free(e);
+  json_t *o = as_json(t);
+  assert_string_equal(json_string_value(json_object_get(o, "cause")), "unreadable_request");
+  assert_string_equal(json_string_value(json_array_get(json_object_get(o, "unreadable"), 0)),
+                      "requested");
+  json_decref(o);
+  hbm_oom_text_free(t);
+}
+
+static void test_numbers_out_of_range(void **state) {
+  (void)state;
+  const char *torch = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %s. GPU 0 "
+                      "has a total capacity of 79.15 GiB of which 1.00 GiB is free.\n";
+  char text[512];
+  snprintf(text, sizeof text, torch, "1e308 GiB");
+  expect_unreadable_request(text, "'1e308 GiB'", "16 EiB or more");
+  snprintf(text, sizeof text, torch, "99999999999999.99E"); /* 10^14 EiB: past 2^64 */
+  expect_unreadable_request(text, "'99999999999999.99E'", "16 EiB or more");
+  snprintf(text, sizeof text, torch, "18446744073709551614 bytes"); /* 2^64 - 2 */
+  expect_unreadable_request(text, "'18446744073709551614 bytes'", "16 EiB or more");
+  expect_unreadable_request("RESOURCE_EXHAUSTED: Out of memory while trying to allocate -5 "
+                            "bytes.\n",
+                            "'-5 bytes'", "negative, not a size");
+
+  /* in range, whatever the notation: 2.5e9 bytes = 2,500,000,000; 8.00E (XLA's exa) =
+   * 8 x 2^60 = 2^63 = 9223372036854775808; 18446744073709551613 bytes = 2^64 - 3, the most */
+  snprintf(text, sizeof text, torch, "2.5e9 bytes");
+  hbm_oom_text_t *t = parse_text(text);
+  assert_true(t->known[HBM_OOMF_REQUESTED] && t->value[HBM_OOMF_REQUESTED] == 2500000000u);
+  assert_null(t->notes);
+  hbm_oom_text_free(t);
+  snprintf(text, sizeof text, torch, "8.00E");
+  t = parse_text(text);
+  assert_true(t->value[HBM_OOMF_REQUESTED] == UINT64_C(9223372036854775808));
+  hbm_oom_text_free(t);
+  snprintf(text, sizeof text, torch, "18446744073709551613 bytes");
+  t = parse_text(text);
+  assert_true(t->known[HBM_OOMF_REQUESTED] &&
+              t->value[HBM_OOMF_REQUESTED] == UINT64_C(18446744073709551613));
+  hbm_oom_text_free(t);
+
+  /* a peak buffer whose size is out of range is left out, with a note; the others stay */
+  t = parse_text("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1024 bytes.\n"
+                 "Peak buffers:\n\tBuffer 1:\n\t\tSize: 1e30 GiB\n\t\tXLA Label: fusion.9\n"
+                 "\t\tShape: f32[4]\n\t\t==========================\n\n"
+                 "\tBuffer 2:\n\t\tSize: 2.00KiB\n\t\tXLA Label: fusion.7\n"
+                 "\t\tShape: f32[512]\n\t\t==========================\n");
+  assert_int_equal(t->n_buffers, 1);
+  assert_true(t->buffers[0].size == 2048);
+  assert_non_null(strstr(t->notes, "buffer 1 (fusion.9): its size in the text is 16 EiB or"));
+  hbm_oom_text_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fixtures), cmocka_unit_test(test_details),
-      cmocka_unit_test(test_seeds),    cmocka_unit_test(test_no_oom),
-      cmocka_unit_test(test_profile),  cmocka_unit_test(test_profile_of_totals),
+      cmocka_unit_test(test_fixtures),
+      cmocka_unit_test(test_details),
+      cmocka_unit_test(test_seeds),
+      cmocka_unit_test(test_no_oom),
+      cmocka_unit_test(test_profile),
+      cmocka_unit_test(test_profile_of_totals),
+      cmocka_unit_test(test_numbers_out_of_range),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

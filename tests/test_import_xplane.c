@@ -488,6 +488,48 @@ static void bad_files(void **state) {
   free(bytes);
 }
 
+/* An HloProto whose tuple shapes nest 10,000 deep (34 KB) overflowed the stack inside
+ * protobuf-c: it is refused before protobuf-c sees it, at the field that opens level 101, bare
+ * or inside an .xplane.pb (where the other programs are kept). 96 tuples reach level 100
+ * exactly (HloProto 0, module 1, computation 2, instruction 3, shape 4): accepted by the check,
+ * then refused for what it lacks (a buffer assignment). */
+static void deep_nesting_refused(void **state) {
+  (void)state;
+  enum { DEEP = 10000 };
+  size_t len, *at = calloc(DEEP + 5, sizeof *at);
+  assert_non_null(at);
+  uint8_t *bytes = xf_deep_hlo_proto(DEEP, &len, at);
+  char where[128];
+  snprintf(where, sizeof where, "byte %zu: in ShapeProto: field 4 (tuple_shapes, a ShapeProto)",
+           at[101]);
+  expect_error("deep.hlo_proto.pb", bytes, len, where);
+  assert_non_null(strstr(hbm_last_error(), "level 101: messages nested deeper than 100 levels"));
+
+  xf_arena_t a = {0};
+  HbmXplane__XSpace *s = xf_space(&a, 1);
+  HbmXplane__XPlane *md = xf_plane(&a, s, "/host:metadata", 0, 2);
+  xf_stat_meta(&a, md, HLO_STAT, "Hlo Proto");
+  size_t n1;
+  uint8_t *p1 = train_program(&n1);
+  xf_meta_bytes(&a, xf_event_meta(&a, md, 7, "jit_train(7)", 1), HLO_STAT, p1, n1);
+  xf_meta_bytes(&a, xf_event_meta(&a, md, 8, "jit_deep(8)", 1), HLO_STAT, bytes, len);
+  free(p1);
+  free(bytes);
+  bytes = xf_pack_space(s, &len);
+  xf_free(&a);
+  hbm_profile_t *p = hbm_profile_load(write_bytes("deep.xplane.pb", bytes, len));
+  free(bytes);
+  assert_non_null(p);
+  assert_string_equal(hbm_profile_meta(p, "programs"), "1");
+  assert_non_null(strstr(hbm_profile_meta(p, "lost"), "level 101: messages nested deeper"));
+  hbm_profile_free(p);
+
+  bytes = xf_deep_hlo_proto(96, &len, NULL);
+  expect_error("limit.hlo_proto.pb", bytes, len, "the HloProto has no buffer assignment");
+  free(bytes);
+  free(at);
+}
+
 static void damage_keeps_what_was_read(void **state) {
   (void)state;
   /* a program whose HloProto does not parse: the other two are shown, the loss noted */
@@ -726,6 +768,7 @@ int main(void) {
       cmocka_unit_test(deep_and_looping_stacks),
       cmocka_unit_test(donated_parameter_is_an_output),
       cmocka_unit_test(bad_files),
+      cmocka_unit_test(deep_nesting_refused),
       cmocka_unit_test(damage_keeps_what_was_read),
       cmocka_unit_test(ten_million_tiny_events),
       cmocka_unit_test(many_allocators_are_bounded),

@@ -89,6 +89,46 @@ static void clock_times_and_forms(void **state) {
   hbm_alloc_log_free(&log);
 }
 
+/* RMM logs events in the order they happen: a time earlier than the line before's is noted in
+ * the profile (and its report) with the line, and the events keep the log's order. Lines 4
+ * (0.3 s after 0.6 s) and 5 (0.2 s after 0.3 s) go back: 2 times, first at line 4. Clock times
+ * that pass midnight (23:59:59 then 00:00:00) are not going back. */
+static void times_going_backwards_are_noted(void **state) {
+  (void)state;
+  hbm_alloc_log_t log;
+  parse_text("Thread,Time,Action,Pointer,Size,Stream\n"
+             "1,0.5,allocate,0x1000,100,0x0\n"
+             "1,0.6,allocate,0x2000,100,0x0\n"
+             "1,0.3,free,0x1000,100,0x0\n"
+             "1,0.2,free,0x2000,100,0x0\n",
+             0, &log, HBM_OK);
+  hbm_profile_t *p = hbm_alloc_log_to_profile(&log, "t.csv");
+  assert_non_null(p);
+  const char *note = hbm_profile_meta(p, "notes");
+  assert_non_null(note);
+  assert_non_null(strstr(note, "the log's times go backwards 2 times, first at t.csv:4 "
+                               "(0.300000 s, after 0.600000 s on line 3)"));
+  assert_int_equal(hbm_profile_step_count(p), 4); /* in the log's order */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(hbm_report_text(p, -1, 80, f), HBM_OK);
+  fclose(f);
+  assert_non_null(strstr(text, "note: the log's times go backwards 2 times, first at t.csv:4"));
+  free(text);
+  hbm_profile_free(p);
+  hbm_alloc_log_free(&log);
+
+  parse_text("Thread,Time,Action,Pointer,Size,Stream\n"
+             "7,23:59:59.999999,allocate,0x7F0000000000,8,0x0\n"
+             "7,00:00:00.000001,free,0x7F0000000000,8,0x0\n",
+             0, &log, HBM_OK);
+  p = hbm_alloc_log_to_profile(&log, "t.csv");
+  assert_null(hbm_profile_meta(p, "notes"));
+  hbm_profile_free(p);
+  hbm_alloc_log_free(&log);
+}
+
 static void bad_lines_say_where_and_what(void **state) {
   (void)state;
   static const struct {
@@ -224,6 +264,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_log_by_hand),
       cmocka_unit_test(clock_times_and_forms),
+      cmocka_unit_test(times_going_backwards_are_noted),
       cmocka_unit_test(bad_lines_say_where_and_what),
       cmocka_unit_test(lenient_skips_and_counts),
       cmocka_unit_test(hostile_bytes_give_messages),

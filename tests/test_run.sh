@@ -237,4 +237,49 @@ grep -q '"source": "cuMemAlloc_v2 from libattrib_b.so+0x' <<<"$json" ||
   fail "attribution: the runtime's driver call not attributed to libattrib_b.so"
 ok "attribution: the program, libattrib_a.so and libattrib_b.so, each total exact; pid 4242 named"
 
+# 8. Fails closed. Whatever would leave the program unguarded stops hbm run before the program
+#    starts (status 125, the reason on stderr, the program's output absent): a logdir that
+#    cannot be written (/proc/x: nothing can be created in /proc, even by root), a library that
+#    is not a shared object, a shared object that is not hbm's, no library at all, a
+#    set-user-ID program (the loader does not preload into it). --best-effort runs it anyway.
+expect_refused() { # what-it-says command...
+  local says=$1
+  shift
+  "$@" >"$tmp/refused.out" 2>"$tmp/refused.err"
+  local rc=$?
+  [ $rc -eq 125 ] || { cat "$tmp/refused.err"; fail "'$says': exit status $rc, not 125"; }
+  [ ! -s "$tmp/refused.out" ] || fail "'$says': the program ran: $(cat "$tmp/refused.out")"
+  grep -q "$says" "$tmp/refused.err" || { cat "$tmp/refused.err"; fail "no '$says' on stderr"; }
+  grep -q "The program was not started" "$tmp/refused.err" || fail "'$says': not said"
+}
+prog=("$progs/cuda_user" dlsym alloc 4096)
+expect_refused "the profile directory (--logdir) cannot be written: /proc/x/plugins/profile" \
+  "$hbm" run --logdir /proc/x -- "${prog[@]}"
+touch "$tmp/plainfile"
+expect_refused "$tmp/plainfile is not a directory" "$hbm" run --logdir "$tmp/plainfile/d" -- "${prog[@]}"
+echo "not a library" >"$tmp/notlib.so"
+expect_refused "the preload library cannot be loaded: $tmp/notlib.so: " \
+  env HBM_PRELOAD_LIB="$tmp/notlib.so" "$hbm" run --logdir "$tmp/closed" -- "${prog[@]}"
+expect_refused "not hbm's preload library (it does not export hbm_torch_malloc)" \
+  env HBM_PRELOAD_LIB="$fake/libcuda.so.1" "$hbm" run --logdir "$tmp/closed" -- "${prog[@]}"
+expect_refused "the preload library cannot be found: HBM_PRELOAD_LIB=/nonexistent/lib.so" \
+  env HBM_PRELOAD_LIB=/nonexistent/lib.so "$hbm" run --logdir "$tmp/closed" -- "${prog[@]}"
+cp "$progs/cuda_user" "$tmp/setuid_user" && chmod u+s "$tmp/setuid_user"
+expect_refused "setuid_user is set-user-ID: the loader does not preload libraries into it" \
+  "$hbm" run --logdir "$tmp/closed" -- "$tmp/setuid_user" dlsym alloc 4096
+[ ! -e "$tmp/closed" ] || fail "a refused run left $tmp/closed behind"
+out=$("$hbm" run --best-effort --logdir /proc/x -- "${prog[@]}" 2>"$tmp/best.err") ||
+  fail "--best-effort: exit status $?"
+[ "$out" = "alloc 4096: 0" ] || fail "--best-effort: the program did not run: $out"
+grep -q "running it anyway (--best-effort)" "$tmp/best.err" || fail "--best-effort: no warning"
+grep -q "they go to the CUDA driver unchanged" "$tmp/best.err" || fail "--best-effort: not said"
+# The library itself, as hbm run sets it up (HBM_RUN_STRICT=1) but with a logdir that fails
+# only at the program's first allocation: it stops the program there with 125 and the reason.
+LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$build/libhbm_preload.so HBM_RUN_STRICT=1 \
+  HBM_RUN_LOGDIR=/proc/x "${prog[@]}" >"$tmp/strict.out" 2>"$tmp/strict.err"
+rc=$?
+[ $rc -eq 125 ] && [ ! -s "$tmp/strict.out" ] || { cat "$tmp/strict.err"; fail "strict: exit $rc"; }
+grep -q "hbm: stopping the program (exit status 125)" "$tmp/strict.err" || fail "strict: not said"
+ok "fails closed: refused before the program starts (125, the reason), unless --best-effort"
+
 echo "test_run: $passed passed, 0 failed"

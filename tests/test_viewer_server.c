@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "viewer/viewer.h"
 #include "viewer_fixtures.h"
+#include "xplane_fixtures.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,7 +19,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -87,6 +90,16 @@ static char *http_get(int to_port, const char *path, const char *host) {
   return buf;
 }
 
+/* /api/runs on a server at to_port answers 200. */
+static void expect_runs_answered(int to_port) {
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", to_port);
+  char *answer = http_get(to_port, "/api/runs", host);
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+}
+
 static char *get_local(const char *path) {
   char host[64];
   snprintf(host, sizeof host, "127.0.0.1:%d", port);
@@ -151,31 +164,126 @@ static void test_several_clients_at_once(void **state) {
   assert_int_equal(ok, 8 * 12);
 }
 
-/* 140 connections that send half a request and then nothing (more than the 128 threads the
- * server once had): the page is still answered at once, not after they time out. */
-static void test_idle_connections_do_not_starve(void **state) {
-  enum { IDLE = 140 };
-  int idle[IDLE];
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+/* A profile whose HloProto nests 10,000 tuple shapes (it overflowed the stack inside
+ * protobuf-c and took the whole server down): its request is answered with the error, and the
+ * server goes on answering everyone. */
+static void test_deep_profile_does_not_kill_the_server(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_03_00_00_00", logdir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(path, sizeof path, "%s/deep.hlo_proto.pb", dir);
+  size_t len;
+  uint8_t *bytes = xf_deep_hlo_proto(10000, &len, NULL);
+  assert_int_equal(th_write(path, bytes, len), 0);
+  free(bytes);
+  usleep((HBM__LISTING_MS + 100) * 1000); /* the next listing has it */
+  char *answer = get_local("/api/summary?run=2026_01_03_00_00_00&profile=deep.hlo_proto.pb");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 500"));
+  assert_non_null(strstr(answer, "messages nested deeper than 100 levels are refused"));
+  free(answer);
+  answer = get_local("/api/runs");
+  assert_non_null(answer);
+  assert_non_null(strstr(answer, "HTTP/1.1 200"));
+  free(answer);
+  th_rmtree(dir);
+}
+
+/* Opens n connections to to_port that each send the start of a request and stop before its
+ * end; returns their sockets (malloc'd), or NULL after failing the test. */
+static int *half_requests(int to_port, int n) {
+  int *fds = malloc((size_t)n * sizeof *fds);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const char *half = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"; /* no blank line: unfinished */
-  for (int i = 0; i < IDLE; i++) {
-    idle[i] = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(idle[i] >= 0);
-    assert_int_equal(connect(idle[i], (struct sockaddr *)&addr, sizeof addr), 0);
-    assert_int_equal(write(idle[i], half, strlen(half)), (ssize_t)strlen(half));
+  const char *half = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (int i = 0; fds && i < n; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+    if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof addr) != 0)
+      fail_msg("connection %d: %s", i, strerror(errno));
+    if (write(fds[i], half, strlen(half)) < 0) /* a refused one may be closed already */
+      continue;
   }
+  return fds;
+}
+
+static void close_all(int *fds, int n) {
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+  free(fds);
+}
+
+/* GET path answers 200 while `beside` other connections are open; says how fast. */
+static void expect_answered_beside(const char *path, int beside, const char *what) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  char *answer = get_local("/");
+  char *answer = get_local(path);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   assert_non_null(answer);
   assert_non_null(strstr(answer, "HTTP/1.1 200"));
   free(answer);
   double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-  print_message("page answered in %.3f s beside %d idle connections\n", s, IDLE);
-  for (int i = 0; i < IDLE; i++)
-    close(idle[i]);
+  print_message("%s answered in %.3f s beside %d %s\n", path, s, beside, what);
+}
+
+/* 140 connections that send half a request and then nothing (more than the 128 threads the
+ * server once had): the page is still answered at once, not after they time out. */
+static void test_idle_connections_do_not_starve(void **state) {
+  enum { IDLE = 140 };
+  int *fds = half_requests(port, IDLE);
+  expect_answered_beside("/", IDLE, "idle connections");
+  close_all(fds, IDLE);
+}
+
+/* Slowloris: 300 connections each send one more byte of their headers every 200 ms, so the
+ * idle timeout (15 s) never closes them. With requests due within 1 s (HBM_VIEW_REQUEST_MS, the
+ * test's short deadline; 10 s by default) the server cuts every one of them within about 1.5 s,
+ * and answers a new client. */
+static void test_slow_requests_are_cut(void **state) {
+  enum { SLOW = 300 };
+  setenv("HBM_VIEW_REQUEST_MS", "1000", 1);
+  hbm__server_t *guarded = hbm__server_start(viewer, "127.0.0.1", 0, NULL);
+  unsetenv("HBM_VIEW_REQUEST_MS");
+  assert_non_null(guarded);
+  int guarded_port = hbm__server_port(guarded);
+  int *fds = half_requests(guarded_port, SLOW);
+  int open = SLOW;
+  for (int tick = 0; tick < 20 && open > 0; tick++) { /* at most 4 s */
+    usleep(200000);
+    open = 0;
+    for (int i = 0; i < SLOW; i++) {
+      char byte = 'X', buf[64];
+      ssize_t got = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
+      bool closed = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                    send(fds[i], &byte, 1, MSG_NOSIGNAL) < 0;
+      open += !closed;
+    }
+  }
+  print_message("slow connections still open after the deadline: %d of %d\n", open, SLOW);
+  assert_int_equal(open, 0);
+  expect_runs_answered(guarded_port);
+  close_all(fds, SLOW);
+  hbm__server_stop(guarded);
+}
+
+/* The audit's lock-out: 1,050 connections (more than the 1,000 the server takes) that never
+ * finish their requests. A reserve of slots is kept: past 900, each new connection cuts the
+ * one that has waited longest, so a new client is answered at once rather than refused. Needs
+ * about 2,200 descriptors (both ends in this process). */
+static void test_full_server_keeps_a_slot(void **state) {
+  enum { HOLD = 1050 };
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 2400) {
+    lim.rlim_cur = lim.rlim_max < 2400 ? lim.rlim_max : 2400;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < 2400) {
+    print_message("skipped: needs 2400 open files, the limit is %llu\n",
+                  (unsigned long long)lim.rlim_cur);
+    skip();
+  }
+  int *fds = half_requests(port, HOLD);
+  expect_answered_beside("/api/runs", HOLD, "connections that never finish");
+  close_all(fds, HOLD);
 }
 
 static void test_foreign_host_refused(void **state) {
@@ -241,12 +349,7 @@ static void test_cli_serves_and_stops_on_sigint(void **state) {
       child_port = atoi(at + strlen("http://127.0.0.1:"));
   }
   assert_true(child_port > 0);
-  char host[64];
-  snprintf(host, sizeof host, "127.0.0.1:%d", child_port);
-  char *answer = http_get(child_port, "/api/runs", host);
-  assert_non_null(answer);
-  assert_non_null(strstr(answer, "HTTP/1.1 200"));
-  free(answer);
+  expect_runs_answered(child_port);
   kill(pid, SIGINT);
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -261,6 +364,9 @@ int main(void) {
       cmocka_unit_test(test_answers_json_and_page),
       cmocka_unit_test(test_several_clients_at_once),
       cmocka_unit_test(test_idle_connections_do_not_starve),
+      cmocka_unit_test(test_deep_profile_does_not_kill_the_server),
+      cmocka_unit_test(test_slow_requests_are_cut),
+      cmocka_unit_test(test_full_server_keeps_a_slot),
       cmocka_unit_test(test_foreign_host_refused),
       cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_cli_errors),

@@ -56,6 +56,10 @@ serve() {
 }
 serve "$work/logdir" "$work/serve.log"
 main_url=$url main_pid=${pids[0]}
+# The "empty" logdir's one run is a link to a run outside it: skipped, and the page says so.
+mkdir -p "$work/empty/plugins/profile" "$work/outside-run"
+cp "$src/tests/data/profile/small.csv" "$work/outside-run/"
+ln -s "$work/outside-run" "$work/empty/plugins/profile/linked_run"
 serve "$work/empty" "$work/serve-empty.log"
 empty_url=$url empty_pid=${pids[1]}
 serve "$work/mainjob" "$work/serve-mainjob.log"

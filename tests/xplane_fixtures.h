@@ -192,6 +192,52 @@ static inline uint8_t *xf_pack_hlo(const xf_module_t *m, size_t *len) {
   return out;
 }
 
+/* An HloProto whose one instruction's shape nests `tuples` tuple_shapes in one another (the
+ * audit's crash: protobuf-c recursed once per level). Written by hand, from the innermost
+ * shape outwards, because protobuf-c's pack recurses as deep as its unpack. Levels count from
+ * the HloProto (0): hlo_module 1, computation 2, instruction 3, its shape 4, the k-th nested
+ * tuple shape 4 + k. at_level (NULL, or tuples + 5 entries): [L] = the byte offset of the tag
+ * of the field that opens level L. */
+static inline void xf_wrap(uint8_t *buf, size_t *start, size_t end, uint32_t field) {
+  uint8_t head[11];
+  size_t n = 0;
+  head[n++] = (uint8_t)(field << 3 | 2); /* length-delimited; fields here are < 16 */
+  uint64_t len = end - *start;
+  do {
+    head[n] = (uint8_t)(len & 0x7f);
+    len >>= 7;
+    head[n++] |= len ? 0x80 : 0;
+  } while (len);
+  *start -= n;
+  memcpy(buf + *start, head, n);
+}
+
+static inline uint8_t *xf_deep_hlo_proto(int tuples, size_t *len, size_t *at_level) {
+  size_t cap = 16 * (size_t)tuples + 64, start = cap, end = cap;
+  uint8_t *buf = malloc(cap);
+  size_t *from_end = calloc((size_t)tuples + 5, sizeof *from_end);
+  if (!buf || !from_end)
+    abort();
+  for (int level = tuples + 4; level >= 5; level--) { /* ShapeProto.tuple_shapes = 4 */
+    xf_wrap(buf, &start, end, 4);
+    from_end[level] = end - start;
+  }
+  xf_wrap(buf, &start, end, 3); /* HloInstructionProto.shape = 3, after its name (1) */
+  from_end[4] = end - start;
+  memcpy(buf + (start -= 3), "\x0a\x01x", 3);
+  const uint32_t outer[] = {1, 3, 2}; /* hlo_module, module.computations, .instructions */
+  for (int level = 3; level >= 1; level--) {
+    xf_wrap(buf, &start, end, outer[level - 1]);
+    from_end[level] = end - start;
+  }
+  *len = end - start;
+  for (int level = 1; at_level && level <= tuples + 4; level++)
+    at_level[level] = *len - from_end[level];
+  memmove(buf, buf + start, *len);
+  free(from_end);
+  return buf;
+}
+
 /* ---- XSpace ---- */
 
 static inline HbmXplane__XSpace *xf_space(xf_arena_t *a, size_t cap_planes) {

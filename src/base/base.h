@@ -23,6 +23,24 @@
 
 #define HBM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* a + b for byte totals, saturated at HBM_BYTES_MAX (hbm.h) instead of wrapping. */
+static inline uint64_t hbm__bytes_add(uint64_t a, uint64_t b) {
+  uint64_t sum;
+  return __builtin_add_overflow(a, b, &sum) || sum > HBM_BYTES_MAX ? HBM_BYTES_MAX : sum;
+}
+
+/* The end of [address, address + size), at most the end of the 64-bit address space. */
+static inline uint64_t hbm__end_of(uint64_t address, uint64_t size) {
+  uint64_t end;
+  return __builtin_add_overflow(address, size, &end) ? UINT64_MAX : end;
+}
+
+/* a - b for byte totals, never below 0; a saturated total stays saturated (what is left of
+ * "at least 8 EiB" is not known to be less). */
+static inline uint64_t hbm__bytes_sub(uint64_t a, uint64_t b) {
+  return a >= HBM_BYTES_MAX ? HBM_BYTES_MAX : a > b ? a - b : 0;
+}
+
 /* ---- errors (error.c) ---- */
 
 /* Sets this thread's last error and returns `status`, so callers can write
@@ -83,6 +101,8 @@ const char *hbm_intern_n(hbm_intern_t *in, const char *s, size_t n);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 hbm_status_t hbm__read_file(const char *path, char **data, size_t *len);
+/* The same from a file already open (a regular file; path names it in messages). */
+hbm_status_t hbm__read_fd(int fd, const char *path, char **data, size_t *len);
 /* Monotonic nanoseconds. */
 int64_t hbm__now_ns(void);
 /* strdup that sets an error on failure. */

@@ -78,6 +78,10 @@ hbm_status_t hbm_parse_size(const char *text, const char *what, uint64_t *out) {
 
 char *hbm_format_bytes(uint64_t bytes, char *buf, size_t cap) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes >= HBM_BYTES_MAX) { /* a saturated total: never print it as a plain number */
+    snprintf(buf, cap, "≥ 8.00EiB (overflowed)");
+    return buf;
+  }
   if (bytes < 1024) {
     snprintf(buf, cap, "%lluB", (unsigned long long)bytes);
     return buf;

@@ -3,39 +3,46 @@
 #include "base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-hbm_status_t hbm__read_file(const char *path, char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return hbm__error(HBM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+hbm_status_t hbm__read_fd(int fd, const char *path, char **data, size_t *len) {
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     return hbm__error(HBM_ERR_IO, "%s: not a regular file", path);
-  }
-  size_t size = (size_t)st.st_size;
+  size_t size = (size_t)st.st_size, got = 0;
   char *buf = malloc(size + 1);
-  if (!buf) {
-    fclose(f);
+  if (!buf)
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading %zu bytes", path, size);
-  }
-  size_t got = fread(buf, 1, size, f);
-  int failed = ferror(f);
-  fclose(f);
-  if (failed || got != size) {
-    free(buf);
-    return hbm__error(HBM_ERR_IO, "%s: read error", path);
+  while (got < size) {
+    ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      free(buf);
+      return hbm__error(HBM_ERR_IO, "%s: read error", path);
+    }
+    got += (size_t)n;
   }
   buf[size] = '\0';
   *data = buf;
   *len = size;
   return HBM_OK;
+}
+
+hbm_status_t hbm__read_file(const char *path, char **data, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return hbm__error(HBM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  hbm_status_t s = hbm__read_fd(fd, path, data, len);
+  close(fd);
+  return s;
 }
 
 int64_t hbm__now_ns(void) {

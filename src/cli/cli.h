@@ -27,9 +27,11 @@ const char *cli_env_logdir(void);
 /* Parses a size flag value; on error prints the message and returns non-zero. */
 int cli_parse_size(const char *cmd, const char *flag, const char *text, uint64_t *out);
 /* The profile files PATH stands for (cmd_report.c): the file itself, or the newest run's
- * profiles of a logdir / the files of a run directory. *out is malloc'd. Returns 0, or an
- * exit status after printing why. */
-int cli_profile_paths(const char *cmd, const char *path, hbm_logdir_entry_t **out, size_t *n);
+ * profiles of a logdir / the files of a run directory (flags: HBM_LOGDIR_FOLLOW_LINKS; what the
+ * listing skipped is said on stderr). *out is malloc'd. Returns 0, or an exit status after
+ * printing why. */
+int cli_profile_paths(const char *cmd, const char *path, int flags, hbm_logdir_entry_t **out,
+                      size_t *n);
 
 /* `hbm plan --fit` (cmd_plan_fit.c): the module family and the range of its varying value. */
 typedef struct cli_fit {

@@ -128,7 +128,7 @@ static void print_usage(FILE *out) {
 static int serve_logdir(const char *logdir, int port) {
 #ifdef HBM_HAVE_VIEWER
   fflush(stdout);
-  return hbm_viewer_serve(logdir, "127.0.0.1", port, stderr);
+  return hbm_viewer_serve(logdir, 0, "127.0.0.1", port, stderr);
 #else
   (void)port;
   return cli_fail("demo", 1,

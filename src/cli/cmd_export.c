@@ -60,7 +60,7 @@ int hbm_cmd_export(int argc, char **argv) {
   }
   hbm_logdir_entry_t *entries;
   size_t n;
-  int rc = cli_profile_paths("export", path, &entries, &n);
+  int rc = cli_profile_paths("export", path, 0, &entries, &n);
   if (rc)
     return rc;
   if (n > 1) {

@@ -14,7 +14,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int cli_profile_paths(const char *cmd, const char *path, hbm_logdir_entry_t **out, size_t *n) {
+/* Says on stderr what the listing of a logdir left out, and why (the page of `hbm view` says
+ * the same). */
+static void say_skipped(const char *cmd, const hbm_logdir_scan_t *scan) {
+  size_t kept = scan->n_skipped < HBM_LOGDIR_SKIPS_KEPT ? scan->n_skipped : HBM_LOGDIR_SKIPS_KEPT;
+  for (size_t i = 0; i < kept; i++)
+    fprintf(stderr, "hbm %s: skipped %s: %s\n", cmd, scan->skipped[i].path, scan->skipped[i].why);
+  if (scan->n_skipped > kept)
+    fprintf(stderr, "hbm %s: ... and %zu more skipped\n", cmd, scan->n_skipped - kept);
+}
+
+int cli_profile_paths(const char *cmd, const char *path, int flags, hbm_logdir_entry_t **out,
+                      size_t *n) {
   *out = NULL;
   *n = 0;
   struct stat st;
@@ -27,30 +38,29 @@ int cli_profile_paths(const char *cmd, const char *path, hbm_logdir_entry_t **ou
     *n = 1;
     return 0;
   }
-  size_t total = 0;
-  if (hbm_logdir_list(path, NULL, 0, &total) != HBM_OK)
+  hbm_logdir_scan_t scan;
+  if (hbm_logdir_scan(path, flags, &scan) != HBM_OK)
     return cli_fail(cmd, 1, "%s", hbm_last_error());
-  if (total == 0)
+  say_skipped(cmd, &scan);
+  if (scan.n_entries == 0) {
+    hbm_logdir_scan_free(&scan);
     return cli_fail(cmd, 1,
                     "%s: no profiles found (expected <logdir>/plugins/profile/<run>/*.hbmtrace or "
-                    "*.xplane.pb, or profile files in the directory)",
-                    path);
-  hbm_logdir_entry_t *all = calloc(total, sizeof *all);
-  if (!all || hbm_logdir_list(path, all, total, &total) != HBM_OK) {
-    free(all);
-    return cli_fail(cmd, 1, "%s", all ? hbm_last_error() : "out of host memory");
+                    "*.xplane.pb, or profile files in the directory)%s",
+                    path, scan.n_skipped ? "; some entries were skipped: see above" : "");
   }
   size_t k = 1; /* the newest run comes first */
-  while (k < total && !strcmp(all[k].run, all[0].run))
+  while (k < scan.n_entries && !strcmp(scan.entries[k].run, scan.entries[0].run))
     k++;
-  *out = all;
+  free(scan.skipped);
+  *out = scan.entries;
   *n = k;
   return 0;
 }
 
 static void print_usage(FILE *out) {
   fprintf(out,
-          "usage: hbm report PATH [--json] [--space NAME] [--width N]\n\n"
+          "usage: hbm report PATH [--json] [--space NAME] [--width N] [--follow-links]\n\n"
           "PATH: a logdir (its newest run), a run directory, an .hbmtrace profile, an RMM CSV\n"
           "log, HLO text, an XLA dump (*-buffer-assignment.txt, *-memory-usage-report.txt), an\n"
           "XProf file (*.xplane.pb as jax.profiler.trace writes it, *.hlo_proto.pb), a PyTorch\n"
@@ -60,7 +70,9 @@ static void print_usage(FILE *out) {
           "  --json        machine-readable report (peak_bytes, peak_step, peak_reserved_bytes,\n"
           "                limit_bytes, buffers_at_peak, oom_events, devices, ...)\n"
           "  --space NAME  only this memory space (its name, e.g. HBM, or its device, e.g. sim0)\n"
-          "  --width N     chart width in columns (default: the terminal's, else 100)\n");
+          "  --width N     chart width in columns (default: the terminal's, else 100)\n"
+          "  --follow-links  in a logdir, read runs and profiles that symbolic links lead to\n"
+          "                outside it (skipped by default, as `hbm view` does, and said so)\n");
 }
 
 static int terminal_width(void) {
@@ -113,6 +125,7 @@ static json_t *report_as_json(const hbm_profile_t *p, int space) {
 typedef struct options {
   const char *path, *space;
   bool json;
+  int flags; /* HBM_LOGDIR_FOLLOW_LINKS */
   int width;
 } options_t;
 
@@ -120,6 +133,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       o->json = true;
+    } else if (!strcmp(argv[i], "--follow-links")) {
+      o->flags |= HBM_LOGDIR_FOLLOW_LINKS;
     } else if (!strcmp(argv[i], "--space") && i + 1 < argc) {
       o->space = argv[++i];
     } else if (!strcmp(argv[i], "--width") && i + 1 < argc) {
@@ -245,7 +260,7 @@ int hbm_cmd_report(int argc, char **argv) {
     return rc < 0 ? 0 : rc;
   hbm_logdir_entry_t *entries;
   size_t n;
-  if ((rc = cli_profile_paths("report", o.path, &entries, &n)) != 0)
+  if ((rc = cli_profile_paths("report", o.path, o.flags, &entries, &n)) != 0)
     return rc;
   json_t *reports = json_array(), *devices = NULL;
   run_best_t best = {0};

@@ -19,11 +19,14 @@
 
 static void view_usage(FILE *out) {
   fprintf(out,
-          "usage: hbm view [--logdir DIR] [--port 6006] [--host 127.0.0.1] [--stop-with-stdin]\n\n"
+          "usage: hbm view [--logdir DIR] [--port 6006] [--host 127.0.0.1] [--follow-links]\n"
+          "                [--stop-with-stdin]\n\n"
           "Serves the Memory Viewer for the profiles under DIR/plugins/profile/<run>/ (as\n"
           "`xprof --logdir DIR --port 6006` does) and prints the URL to open. Runs written\n"
           "while it serves appear without a restart. Listens on loopback unless --host says\n"
           "otherwise (--host 0.0.0.0: every interface). Ctrl-C stops it.\n\n"
+          "Runs and profiles linked into DIR are served when the link stays inside DIR; links\n"
+          "that lead out of DIR are skipped (the page says which) unless --follow-links.\n\n"
           "  --stop-with-stdin  also stop when standard input closes: a parent that holds\n"
           "                     a pipe to it (hbm.view() in Python) takes the server with\n"
           "                     it when it exits, however it exits\n\n"
@@ -83,12 +86,15 @@ static int parse_port(const char *text, int *port) {
 int hbm_cmd_view(int argc, char **argv) {
   const char *logdir = NULL, *host = "127.0.0.1", *port_text = "6006", *v;
   bool stop_with_stdin = false;
+  int flags = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       view_usage(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--stop-with-stdin")) {
       stop_with_stdin = true;
+    } else if (!strcmp(argv[i], "--follow-links")) {
+      flags |= HBM_LOGDIR_FOLLOW_LINKS;
     } else if ((v = flag_value(argc, argv, &i, "--logdir"))) {
       logdir = v;
     } else if ((v = flag_value(argc, argv, &i, "--port"))) {
@@ -112,9 +118,9 @@ int hbm_cmd_view(int argc, char **argv) {
 #ifdef HBM_HAVE_VIEWER
   if (stop_with_stdin && start_stdin_watch() != 0)
     return cli_fail("view", 1, "--stop-with-stdin: cannot start a thread");
-  return hbm_viewer_serve(logdir, host, port, stderr);
+  return hbm_viewer_serve(logdir, flags, host, port, stderr);
 #else
-  (void)host;
+  (void)host, (void)flags;
   (void)stop_with_stdin;
   return cli_fail("view", 1,
                   "this hbm was built without the viewer (-DHBM_VIEWER=OFF); "

@@ -5,6 +5,7 @@
  * dominates the peak and what to try. Also the JSON form of the same plan. Peaks and
  * buffers at the peak come from hbm_analyze on the plan's profile. */
 #include "plan_internal.h"
+#include "profile/json_out.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -12,6 +13,10 @@
 
 char *hbm__xla_bytes(uint64_t bytes, char *buf, size_t cap) {
   static const char units[] = "KMGTPE";
+  if (bytes >= HBM_BYTES_MAX) { /* a saturated total (hbm.h): never a plain number */
+    snprintf(buf, cap, "≥ 8.00E (overflowed)");
+    return buf;
+  }
   if (bytes < 1024) {
     snprintf(buf, cap, "%lluB", (unsigned long long)bytes);
     return buf;
@@ -132,18 +137,19 @@ static void e1000_report(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
   const hbm_plan_summary_t *s = &plan->summary;
   char space[32], a[32], b[32], c[32];
   space_word(plan, space, sizeof space);
-  uint64_t outputs = s->output_bytes - s->alias_bytes;
-  uint64_t global = plan->constant_bytes + plan->thread_local_bytes;
-  uint64_t program = outputs + global + plan->heap_bytes;
+  uint64_t outputs = hbm__bytes_sub(s->output_bytes, s->alias_bytes);
+  uint64_t global = hbm__bytes_add(plan->constant_bytes, plan->thread_local_bytes);
+  uint64_t program = hbm__bytes_add(hbm__bytes_add(outputs, global), plan->heap_bytes);
   if (!s->fits && plan->oversized < 0) {
-    uint64_t over = plan->used_bytes - plan->opt.memory;
+    uint64_t over = hbm__bytes_sub(plan->used_bytes, plan->opt.memory);
     hbm_strbuf_printf(sb, "Ran out of memory in memory space %s. Used %s of %s %s. ", space,
                       hbm__xla_bytes(plan->used_bytes, a, sizeof a),
                       hbm__xla_bytes(plan->opt.memory, b, sizeof b), space);
     hbm_strbuf_printf(sb, "Exceeded %s capacity by %s.\n\n", space,
                       hbm__xla_bytes(over, c, sizeof c));
   }
-  hbm_strbuf_printf(sb, "Total %s usage >= %s:\n", space,
+  hbm_strbuf_printf(sb, "Total %s usage %s%s:\n", space,
+                    plan->used_bytes >= HBM_BYTES_MAX ? "" : ">= ", /* the text says "≥" */
                     hbm__xla_bytes(plan->used_bytes, a, sizeof a));
   hbm_strbuf_printf(sb, "    %-9s%14s\n", "reserved",
                     hbm__xla_bytes(plan->opt.reserved, a, sizeof a));
@@ -269,7 +275,7 @@ static void diagnose_fit(const hbm_plan_t *plan, hbm_strbuf_t *sb) {
                       hbm__xla_bytes(plan->opt.memory, b, sizeof b));
     return;
   }
-  uint64_t over = plan->used_bytes - plan->opt.memory;
+  uint64_t over = hbm__bytes_sub(plan->used_bytes, plan->opt.memory);
   hbm_strbuf_printf(sb, "  - It needs %s but the device has %s: %s too much.\n",
                     hbm__xla_bytes(plan->used_bytes, a, sizeof a),
                     hbm__xla_bytes(plan->opt.memory, b, sizeof b),
@@ -371,8 +377,8 @@ static json_t *buffer_json(const hbm_plan_t *plan, int64_t idx) {
   const hbm_buffer_t *b = hbm_profile_buffer(plan->profile, idx);
   json_t *o = json_object();
   json_object_set_new(o, "index", json_integer(idx));
-  json_object_set_new(o, "size", json_integer((json_int_t)b->size));
-  json_object_set_new(o, "unpadded_size", json_integer((json_int_t)b->unpadded_size));
+  json_object_set_new(o, "size", json_integer(hbm__json_bytes(b->size)));
+  json_object_set_new(o, "unpadded_size", json_integer(hbm__json_bytes(b->unpadded_size)));
   json_object_set_new(
       o, "padding",
       json_integer((json_int_t)(b->size > b->unpadded_size ? b->size - b->unpadded_size : 0)));
@@ -397,32 +403,33 @@ hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out) {
   const hbm_plan_summary_t *s = &plan->summary;
   json_t *root = json_object();
   json_object_set_new(root, "module", json_string(plan->name ? plan->name : ""));
-  json_object_set_new(root, "argument_bytes", json_integer((json_int_t)s->argument_bytes));
-  json_object_set_new(root, "output_bytes", json_integer((json_int_t)s->output_bytes));
-  json_object_set_new(root, "alias_bytes", json_integer((json_int_t)s->alias_bytes));
-  json_object_set_new(root, "temp_bytes", json_integer((json_int_t)s->temp_bytes));
+  json_object_set_new(root, "argument_bytes", json_integer(hbm__json_bytes(s->argument_bytes)));
+  json_object_set_new(root, "output_bytes", json_integer(hbm__json_bytes(s->output_bytes)));
+  json_object_set_new(root, "alias_bytes", json_integer(hbm__json_bytes(s->alias_bytes)));
+  json_object_set_new(root, "temp_bytes", json_integer(hbm__json_bytes(s->temp_bytes)));
   json_object_set_new(root, "temp_unpadded_bytes",
-                      json_integer((json_int_t)s->temp_unpadded_bytes));
-  json_object_set_new(root, "temp_peak_bytes", json_integer((json_int_t)plan->temp_peak));
-  json_object_set_new(root, "constant_bytes", json_integer((json_int_t)plan->constant_bytes));
+                      json_integer(hbm__json_bytes(s->temp_unpadded_bytes)));
+  json_object_set_new(root, "temp_peak_bytes", json_integer(hbm__json_bytes(plan->temp_peak)));
+  json_object_set_new(root, "constant_bytes", json_integer(hbm__json_bytes(plan->constant_bytes)));
   json_object_set_new(root, "thread_local_bytes",
-                      json_integer((json_int_t)plan->thread_local_bytes));
+                      json_integer(hbm__json_bytes(plan->thread_local_bytes)));
   json_object_set_new(root, "fragmentation_bytes",
-                      json_integer((json_int_t)s->fragmentation_bytes));
-  json_object_set_new(root, "peak_bytes", json_integer((json_int_t)s->peak_bytes));
+                      json_integer(hbm__json_bytes(s->fragmentation_bytes)));
+  json_object_set_new(root, "peak_bytes", json_integer(hbm__json_bytes(s->peak_bytes)));
   json_object_set_new(root, "peak_step", json_integer(s->peak_step));
   json_object_set_new(root, "peak_instruction",
                       s->peak_instruction ? json_string(s->peak_instruction) : json_null());
-  json_object_set_new(root, "used_bytes", json_integer((json_int_t)plan->used_bytes));
-  json_object_set_new(root, "memory_bytes", json_integer((json_int_t)plan->opt.memory));
-  json_object_set_new(root, "reserved_bytes", json_integer((json_int_t)plan->opt.reserved));
+  json_object_set_new(root, "used_bytes", json_integer(hbm__json_bytes(plan->used_bytes)));
+  json_object_set_new(root, "memory_bytes", json_integer(hbm__json_bytes(plan->opt.memory)));
+  json_object_set_new(root, "reserved_bytes", json_integer(hbm__json_bytes(plan->opt.reserved)));
   json_object_set_new(root, "fits", json_boolean(s->fits));
   json_object_set_new(root, "n_instructions", json_integer((json_int_t)s->n_instructions));
   json_object_set_new(root, "n_buffers", json_integer((json_int_t)s->n_buffers));
   json_object_set_new(root, "n_steps", json_integer(hbm_profile_step_count(plan->profile)));
   /* XLA's "Total bytes used": every allocation once (the device's share of the program). */
-  json_object_set_new(root, "total_bytes",
-                      json_integer((json_int_t)(plan->used_bytes - plan->opt.reserved)));
+  json_object_set_new(
+      root, "total_bytes",
+      json_integer(hbm__json_bytes(hbm__bytes_sub(plan->used_bytes, plan->opt.reserved))));
   static const char *sources[] = {"hlo", "buffer-assignment", "memory-usage-report"};
   json_object_set_new(root, "source", json_string(sources[plan->source]));
   json_object_set_new(root, "backend", json_string(hbm__plan_backend_name(plan->backend)));
@@ -441,16 +448,16 @@ hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out) {
   if (plan->remat_ran) {
     json_t *r = json_object();
     json_object_set_new(r, "peak_before_bytes", json_integer((json_int_t)s->peak_before_remat));
-    json_object_set_new(r, "peak_after_bytes", json_integer((json_int_t)s->peak_bytes));
+    json_object_set_new(r, "peak_after_bytes", json_integer(hbm__json_bytes(s->peak_bytes)));
     json_object_set_new(r, "extra_flops", json_integer((json_int_t)s->remat_extra_flops));
-    json_object_set_new(r, "extra_bytes", json_integer((json_int_t)s->remat_extra_bytes));
-    json_object_set_new(r, "short_by_bytes", json_integer((json_int_t)plan->remat_short_by));
+    json_object_set_new(r, "extra_bytes", json_integer(hbm__json_bytes(s->remat_extra_bytes)));
+    json_object_set_new(r, "short_by_bytes", json_integer(hbm__json_bytes(plan->remat_short_by)));
     json_t *list = json_array();
     for (size_t i = 0; i < plan->n_remats; i++) {
       json_t *e = json_object();
       json_object_set_new(e, "instruction", json_string(plan->remats[i].instruction));
       json_object_set_new(e, "clone", json_string(plan->remats[i].clone));
-      json_object_set_new(e, "bytes", json_integer((json_int_t)plan->remats[i].bytes));
+      json_object_set_new(e, "bytes", json_integer(hbm__json_bytes(plan->remats[i].bytes)));
       json_object_set_new(e, "flops", json_integer((json_int_t)plan->remats[i].flops));
       json_array_append_new(list, e);
     }

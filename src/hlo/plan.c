@@ -218,22 +218,27 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, i);
     if (b->space != plan->space)
       continue;
-    switch (b->category) {
+    switch (b->category) { /* totals saturate at HBM_BYTES_MAX, never wrap */
     case HBM_CAT_PARAMETER:
-      sum->argument_bytes += b->size;
+      sum->argument_bytes = hbm__bytes_add(sum->argument_bytes, b->size);
       if (b->flags & HBM_BUF_LIVE_OUT) { /* an output living in a donated parameter */
-        sum->output_bytes += b->size;
-        sum->alias_bytes += b->size;
+        sum->output_bytes = hbm__bytes_add(sum->output_bytes, b->size);
+        sum->alias_bytes = hbm__bytes_add(sum->alias_bytes, b->size);
       }
       break;
-    case HBM_CAT_OUTPUT: sum->output_bytes += b->size; break;
-    case HBM_CAT_CONSTANT: plan->constant_bytes += b->size; break;
-    case HBM_CAT_THREAD_LOCAL: plan->thread_local_bytes += b->size; break;
+    case HBM_CAT_OUTPUT: sum->output_bytes = hbm__bytes_add(sum->output_bytes, b->size); break;
+    case HBM_CAT_CONSTANT:
+      plan->constant_bytes = hbm__bytes_add(plan->constant_bytes, b->size);
+      break;
+    case HBM_CAT_THREAD_LOCAL:
+      plan->thread_local_bytes = hbm__bytes_add(plan->thread_local_bytes, b->size);
+      break;
     default: break;
     }
   }
-  plan->indefinite_bytes = sum->argument_bytes + sum->output_bytes - sum->alias_bytes +
-                           plan->constant_bytes + plan->thread_local_bytes;
+  plan->indefinite_bytes = hbm__bytes_add(
+      hbm__bytes_add(sum->argument_bytes, hbm__bytes_sub(sum->output_bytes, sum->alias_bytes)),
+      hbm__bytes_add(plan->constant_bytes, plan->thread_local_bytes));
   hbm_analysis_free(plan->analysis);
   plan->analysis = hbm_analyze(p, plan->space);
   if (!plan->analysis)
@@ -241,8 +246,7 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
   const hbm_summary_t *as = hbm_analysis_summary(plan->analysis);
   sum->peak_bytes = as->peak_bytes;
   sum->peak_step = as->peak_step;
-  plan->temp_peak =
-      as->peak_bytes > plan->indefinite_bytes ? as->peak_bytes - plan->indefinite_bytes : 0;
+  plan->temp_peak = hbm__bytes_sub(as->peak_bytes, plan->indefinite_bytes);
   /* Unpadded bytes of the temporaries at the peak. */
   uint64_t unpadded_indefinite = 0;
   size_t n_at;
@@ -251,17 +255,16 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
   for (size_t k = 0; k < n_at; k++) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, at[k]);
     if (b->flags & HBM_BUF_INDEFINITE)
-      unpadded_indefinite += b->unpadded_size;
+      unpadded_indefinite = hbm__bytes_add(unpadded_indefinite, b->unpadded_size);
     else
-      temp_unpadded += b->unpadded_size;
+      temp_unpadded = hbm__bytes_add(temp_unpadded, b->unpadded_size);
   }
   (void)unpadded_indefinite;
   sum->temp_unpadded_bytes = temp_unpadded;
   if (plan->heap_bytes < plan->temp_peak) /* dumps print rounded sizes */
     plan->heap_bytes = plan->temp_peak;
   sum->temp_bytes = plan->heap_bytes;
-  sum->fragmentation_bytes =
-      plan->heap_bytes > plan->temp_peak ? plan->heap_bytes - plan->temp_peak : 0;
+  sum->fragmentation_bytes = hbm__bytes_sub(plan->heap_bytes, plan->temp_peak);
   free(plan->peak_instruction);
   plan->peak_instruction = NULL;
   if (sum->peak_step >= 0) {
@@ -270,7 +273,8 @@ hbm_status_t hbm__plan_finish(hbm_plan_t *plan) {
   }
   sum->peak_instruction = plan->peak_instruction;
   sum->n_buffers = (size_t)nb;
-  plan->used_bytes = plan->opt.reserved + plan->indefinite_bytes + plan->heap_bytes;
+  plan->used_bytes =
+      hbm__bytes_add(hbm__bytes_add(plan->opt.reserved, plan->indefinite_bytes), plan->heap_bytes);
   sum->fits = plan->opt.memory == 0 || plan->used_bytes <= plan->opt.memory;
   sum->n_remat = plan->n_remats;
   sum->remat_extra_bytes = plan->remat_extra_bytes;
@@ -428,6 +432,37 @@ static hlo_plan_opts_t plan_opts(const hbm_plan_t *plan) {
   return (hlo_plan_opts_t){plan_alignment(plan), xla};
 }
 
+/* The heap simulator places buffers at 64-bit offsets and sums their sizes: a module whose
+ * buffers of one colour (each with its alignment) add up past HBM_BYTES_MAX (8 EiB, far beyond
+ * any device) is refused with the total, not planned with sums and offsets that wrap. */
+static hbm_status_t check_total_bytes(const hbm_plan_t *plan, uint64_t alignment) {
+  int n_colors = 1;
+  for (uint32_t i = 0; i < plan->as.n_buffers; i++)
+    if (plan->as.buffers[i].color >= n_colors)
+      n_colors = plan->as.buffers[i].color + 1;
+  uint64_t *total = calloc((size_t)n_colors, sizeof *total);
+  if (!total)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (planner)");
+  int over = -1;
+  for (uint32_t i = 0; i < plan->as.n_buffers && over < 0; i++) {
+    const hlo_buffer_t *b = &plan->as.buffers[i];
+    if (b->color < 0)
+      continue;
+    total[b->color] = hbm__bytes_add(total[b->color], hbm__bytes_add(b->bytes, alignment));
+    over = total[b->color] >= HBM_BYTES_MAX ? b->color : -1;
+  }
+  free(total);
+  if (over < 0)
+    return HBM_OK;
+  char name[32];
+  return hbm__error(HBM_ERR_INVALID,
+                    "%s: the buffers of memory space %s add up to more than %llu bytes (2^63 - 1, "
+                    "8 EiB: the most hbm sums exactly, millions of times any device's memory): "
+                    "refused",
+                    plan->path, hbm__hlo_color_name(over, name, sizeof name),
+                    (unsigned long long)HBM_BYTES_MAX);
+}
+
 static hbm_status_t plan_module(hbm_plan_t *plan) {
   hlo_plan_opts_t o = plan_opts(plan);
   hbm__hlo_assignment_free(&plan->as);
@@ -437,6 +472,8 @@ static hbm_status_t plan_module(hbm_plan_t *plan) {
   hbm_profile_free(plan->profile);
   plan->profile = NULL;
   hbm_status_t st = hbm__hlo_assign_opts(plan->module, &plan->as, &o);
+  if (st == HBM_OK)
+    st = check_total_bytes(plan, o.alignment);
   if (st == HBM_OK)
     st = hbm__hlo_simulate_heap(&plan->as, &o);
   if (st != HBM_OK)

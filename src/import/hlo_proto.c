@@ -7,8 +7,9 @@
  * size. The buffers at the first step reaching the maximum are XProf's "HLO Ops at Peak".
  * Colours are named as XProf names them; VMEM also shows a TPU program's largest scoped
  * allocation (hlo_vmem.c); each buffer carries its source line and stack (hlo_source.c).
- * The HloProto is unpacked with protobuf-c (proto/hlo.proto); when that fails, a walk of the
- * bytes against the same descriptors says where and what was expected. */
+ * The HloProto is unpacked with protobuf-c (proto/hlo.proto) after a walk of the bytes against
+ * the same descriptors (pb_check_message) has checked the nesting depth and said where and
+ * what was expected in a damaged file. */
 #include "import/hlo_proto_text.h"
 #include "import/hlo_shape.h"
 #include "import/hlo_source.h"
@@ -62,58 +63,18 @@ static const char *color_name(int64_t color, char *buf, size_t cap) {
 /* VMEM, where a TPU program's scoped allocations live (XProf shows the largest there). */
 #define VMEM_COLOR 1
 
-/* ---- where an unpack failed: the bytes walked against protobuf-c's descriptors ---- */
-
-static int wire_of(const ProtobufCFieldDescriptor *fd) {
-  switch (fd->type) {
-  case PROTOBUF_C_TYPE_DOUBLE:
-  case PROTOBUF_C_TYPE_FIXED64:
-  case PROTOBUF_C_TYPE_SFIXED64: return PB_I64;
-  case PROTOBUF_C_TYPE_FLOAT:
-  case PROTOBUF_C_TYPE_FIXED32:
-  case PROTOBUF_C_TYPE_SFIXED32: return PB_I32;
-  case PROTOBUF_C_TYPE_STRING:
-  case PROTOBUF_C_TYPE_BYTES:
-  case PROTOBUF_C_TYPE_MESSAGE: return PB_LEN;
-  default: return PB_VARINT;
-  }
-}
-
-static bool walk_message(pb_reader_t r, const ProtobufCMessageDescriptor *d, int depth) {
-  if (depth > 64)
-    return hbm__error(HBM_ERR_PARSE, "%s: byte %zu: in %s: messages nested too deep", r.file,
-                      pb_offset(&r, r.p), r.what),
-           false;
-  pb_field_t f;
-  int got;
-  while ((got = pb_next(&r, &f)) > 0) {
-    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.number);
-    if (!fd)
-      continue; /* a field hbm does not read */
-    int want = wire_of(fd);
-    bool packed = fd->label == PROTOBUF_C_LABEL_REPEATED && want != PB_LEN && f.wire == PB_LEN;
-    if (!packed && !pb_expect(&r, &f, want, fd->name))
-      return false;
-    if (fd->type == PROTOBUF_C_TYPE_MESSAGE &&
-        !walk_message(pb_sub(&r, &f, ((const ProtobufCMessageDescriptor *)fd->descriptor)->name),
-                      fd->descriptor, depth + 1))
-      return false;
-  }
-  return got == 0;
-}
-
 static HbmHlo__HloProto *unpack(xprof_import_t *im, const uint8_t *data, size_t len,
                                 const uint8_t *file_start) {
-  HbmHlo__HloProto *hp = hbm_hlo__hlo_proto__unpack(NULL, len, data);
-  if (hp)
-    return hp;
   pb_reader_t r = pb_reader(data, len, file_start, im->file, "HloProto");
-  if (walk_message(r, &hbm_hlo__hlo_proto__descriptor, 0))
+  if (!pb_check_message(r, &hbm_hlo__hlo_proto__descriptor, PB_MAX_DEPTH))
+    return NULL; /* before protobuf-c, which recurses once per nesting level */
+  HbmHlo__HloProto *hp = hbm_hlo__hlo_proto__unpack(NULL, len, data);
+  if (!hp)
     hbm__error(HBM_ERR_PARSE,
                "%s: bytes %zu-%zu: an HloProto that protobuf-c could not unpack (expected "
                "xla.HloProto: hlo_module = 1, buffer_assignment = 3)",
                im->file, pb_offset(&r, data), pb_offset(&r, data + len));
-  return NULL;
+  return hp;
 }
 
 /* ---- indexes: instructions by id, logical buffers by id ---- */

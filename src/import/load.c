@@ -5,6 +5,7 @@
  * JSON: xprof_memory_viewer_json.c) and turns it into the one
  * profile model. HLO and XLA dumps are planned with default options and the caller takes the
  * plan's profile. */
+#include "import/load.h"
 #include "base/base.h"
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
@@ -99,10 +100,10 @@ static format_t detect(const char *path, const char *data, size_t len) {
 
 /* ---- plans: the caller takes the plan's profile ---- */
 
-static hbm_profile_t *load_plan(const char *path) {
+static hbm_profile_t *load_plan(const char *path, const char *data, size_t len) {
   hbm_plan_options_t options;
   memset(&options, 0, sizeof options);
-  hbm_plan_t *plan = hbm_plan_file(path, &options);
+  hbm_plan_t *plan = hbm_plan_text(data, len, path, &options);
   if (!plan)
     return NULL;
   hbm_profile_t *p = hbm_plan_take_profile(plan);
@@ -128,22 +129,15 @@ static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t l
   return p;
 }
 
-hbm_profile_t *hbm_profile_load(const char *path) {
-  if (!path) {
-    hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
-    return NULL;
-  }
-  char *data;
-  size_t len;
-  if (hbm__read_file(path, &data, &len) != HBM_OK)
-    return NULL;
+/* The profile in data (the file's whole content, NUL-terminated); frees data. */
+static hbm_profile_t *load_bytes(const char *path, char *data, size_t len) {
   hbm_profile_t *p = NULL;
   switch (detect(path, data, len)) {
   case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
   case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
-  case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
+  case FORMAT_MEMORY_REPORT: p = load_plan(path, data, len); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
   case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
   case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
@@ -164,4 +158,20 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   }
   free(data);
   return p;
+}
+
+hbm_profile_t *hbm_profile_load(const char *path) {
+  char *data;
+  size_t len;
+  if (!path) {
+    hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
+    return NULL;
+  }
+  return hbm__read_file(path, &data, &len) == HBM_OK ? load_bytes(path, data, len) : NULL;
+}
+
+hbm_profile_t *hbm__profile_load_fd(int fd, const char *path) {
+  char *data;
+  size_t len;
+  return hbm__read_fd(fd, path, &data, &len) == HBM_OK ? load_bytes(path, data, len) : NULL;
 }

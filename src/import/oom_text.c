@@ -215,51 +215,99 @@ static bool unit_is(const char *p, const char *end, const char *unit) {
   return p + n == end || !isalpha((unsigned char)p[n]);
 }
 
-/* The multiplier of the unit at *p (advancing past it); 1 when there is none. */
-static uint64_t parse_unit(const char **pp, const char *end) {
-  static const struct {
-    const char *name;
-    uint64_t mult;
-  } units[] = {{"bytes", 1},          {"B", 1},
-               {"KiB", 1ull << 10},   {"MiB", 1ull << 20},
-               {"GiB", 1ull << 30},   {"TiB", 1ull << 40},
-               {"KB", 1000ull},       {"MB", 1000000ull},
-               {"GB", 1000000000ull}, {"TB", 1000000000000ull},
-               {"K", 1ull << 10},     {"M", 1ull << 20},
-               {"G", 1ull << 30},     {"T", 1ull << 40}};
+/* The unit at *p (advancing past it): 1024^k, or 1000^k when *decimal ("KB" ... "YB"), k from
+ * 0 (bytes, or no unit) to 8 (Y); false when there is none. */
+static bool parse_unit(const char **pp, const char *end, int *k, bool *decimal) {
+  static const char prefixes[] = "KMGTPEZY";
   const char *p = *pp;
   while (p < end && *p == ' ')
     p++;
-  for (size_t i = 0; i < HBM_ARRAY_LEN(units); i++)
-    if (unit_is(p, end, units[i].name)) {
-      *pp = p + strlen(units[i].name);
-      return units[i].mult;
+  if (unit_is(p, end, "bytes") || unit_is(p, end, "B")) {
+    *pp = p + (*p == 'B' ? 1 : 5);
+    *k = 0, *decimal = false;
+    return true;
+  }
+  const char *at = p < end ? strchr(prefixes, *p) : NULL;
+  if (!at || !*p)
+    return false;
+  static const char *const forms[] = {"iB", "B", ""};
+  for (int i = 0; i < 3; i++)
+    if (unit_is(p + 1, end, forms[i])) {
+      *pp = p + 1 + strlen(forms[i]);
+      *k = (int)(at - prefixes) + 1;
+      *decimal = i == 1; /* KB, MB, ...: powers of 1000 */
+      return true;
     }
-  return 1;
+  return false;
+}
+
+/* The last number hbm__oom_size found but could not use: [unusable_at, +unusable_len) in
+ * the text being parsed, for the note hbm__oom_set makes of it. A parse runs on one thread
+ * (hbm_oom_text_parse sets and clears these). */
+static _Thread_local const char *unusable_at;
+static _Thread_local size_t unusable_len;
+
+/* An exponent ("e308", "E-3", "e+9") at p: its value (clamped to +-9999) and end, or NULL. */
+static const char *parse_exponent(const char *p, const char *end, int *out) {
+  if (p >= end || (*p != 'e' && *p != 'E'))
+    return NULL;
+  const char *q = p + 1;
+  bool minus = q < end && *q == '-';
+  q += q < end && (*q == '-' || *q == '+');
+  if (q >= end || !isdigit((unsigned char)*q))
+    return NULL; /* "8.00E": the unit E (exa), not an exponent */
+  int v = 0;
+  for (; q < end && isdigit((unsigned char)*q); q++)
+    v = v < 9999 ? v * 10 + (*q - '0') : 9999;
+  *out = minus ? -v : v;
+  return q;
+}
+
+/* [start, end) is a number that is no usable size: *out gets why, the note its text. */
+static const char *unusable(const char *start, const char *end, uint64_t why, uint64_t *out) {
+  unusable_at = start, unusable_len = (size_t)(end - start);
+  *out = why;
+  return end;
 }
 
 const char *hbm__oom_size(const char *p, const char *end, uint64_t *out) {
+  bool negative = p < end && *p == '-';
+  const char *q = p + negative, *digits = q;
   uint64_t whole = 0;
-  const char *q = p;
-  while (q < end && isdigit((unsigned char)*q)) {
-    if (__builtin_mul_overflow(whole, 10, &whole) ||
-        __builtin_add_overflow(whole, (uint64_t)(*q - '0'), &whole))
-      return NULL;
-    q++;
+  bool wrapped = false;   /* the digits alone do not fit in 64 bits */
+  long double approx = 0; /* the number as written, for the range checks */
+  for (; q < end && isdigit((unsigned char)*q); q++) {
+    approx = approx * 10 + (*q - '0');
+    wrapped |= __builtin_mul_overflow(whole, 10, &whole) ||
+               __builtin_add_overflow(whole, (uint64_t)(*q - '0'), &whole);
   }
-  if (q == p)
+  if (q == digits)
     return NULL;
-  double frac = 0, scale = 0.1;
+  long double frac = 0, scale = 0.1L;
   if (q + 1 < end && *q == '.' && isdigit((unsigned char)q[1]))
     for (q++; q < end && isdigit((unsigned char)*q); q++, scale /= 10)
       frac += (*q - '0') * scale;
-  uint64_t mult = parse_unit(&q, end), value;
-  if (__builtin_mul_overflow(whole, mult, &value))
-    return NULL;
-  uint64_t part = (uint64_t)llround(frac * (double)mult); /* frac < 1: fits */
-  if (__builtin_add_overflow(value, part, &value))
-    return NULL;
-  *out = value;
+  int exponent = 0, k = 0;
+  bool decimal = false;
+  const char *after_exponent = parse_exponent(q, end, &exponent);
+  if (after_exponent)
+    q = after_exponent;
+  parse_unit(&q, end, &k, &decimal);
+  long double unit = powl(decimal ? 1000.0L : 1024.0L, k);
+  long double bytes = (approx + frac) * unit * powl(10.0L, exponent);
+  if (negative && bytes >= 0.5L)
+    return unusable(p, q, HBM__OOM_NEGATIVE, out);
+  if (bytes >= 18446744073709551616.0L) /* 2^64 */
+    return unusable(p, q, HBM__OOM_TOO_LARGE, out);
+  uint64_t exact, mult = (uint64_t)unit; /* below 2^64 here */
+  if (after_exponent || wrapped)         /* exponent notation: as exact as it was written */
+    exact = (uint64_t)roundl(bytes);
+  else if (__builtin_mul_overflow(whole, mult, &exact) ||
+           __builtin_add_overflow(exact, (uint64_t)roundl(frac * unit), &exact))
+    return unusable(p, q, HBM__OOM_TOO_LARGE, out);
+  if (!hbm__oom_usable(exact)) /* 2^64 - 2 and 2^64 - 1: the two values kept as markers */
+    return unusable(p, q, HBM__OOM_TOO_LARGE, out);
+  *out = exact;
   return q;
 }
 
@@ -341,13 +389,46 @@ char *hbm__oom_strndup(const char *p, size_t n) {
 
 /* ---- the result ---- */
 
+void hbm__oom_note(hbm_oom_text_t *t, const char *fmt, ...) {
+  hbm_strbuf_t sb;
+  hbm_strbuf_init(&sb);
+  if (t->notes)
+    hbm_strbuf_printf(&sb, "%s\n", t->notes);
+  va_list ap;
+  va_start(ap, fmt);
+  hbm_strbuf_vprintf(&sb, fmt, ap);
+  va_end(ap);
+  if (!sb.failed) {
+    free(t->notes);
+    t->notes = sb.data;
+  } else {
+    hbm_strbuf_free(&sb);
+  }
+}
+
+/* What a number that is no usable size is, for the notes. */
+static const char *why_unusable(uint64_t v) {
+  return v == HBM__OOM_NEGATIVE ? "negative, not a size"
+                                : "16 EiB or more (2^64 - 2 bytes and up), beyond any memory";
+}
+
 void hbm__oom_set(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v) {
-  t->value[f] = v;
-  t->known[f] = 1;
+  if (hbm__oom_usable(v)) {
+    t->value[f] = v;
+    t->known[f] = 1;
+    return;
+  }
+  t->unreadable[f] = 1;
+  if (unusable_at)
+    hbm__oom_note(t, "%s: the text says '%.*s', which is %s: not used", hbm_oom_field_name(f),
+                  (int)(unusable_len < 80 ? unusable_len : 80), unusable_at, why_unusable(v));
+  else
+    hbm__oom_note(t, "%s: the text's numbers add up to %s: not used", hbm_oom_field_name(f),
+                  why_unusable(v));
 }
 
 void hbm__oom_set_once(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v) {
-  if (!t->known[f])
+  if (!t->known[f] && !t->unreadable[f])
     hbm__oom_set(t, f, v);
 }
 
@@ -427,7 +508,38 @@ void hbm_oom_text_free(hbm_oom_text_t *t) {
   free(t->tensor_shape);
   free(t->tensor_type);
   free(t->op);
+  free(t->notes);
   free(t);
+}
+
+/* Buffers and processes the text gives no usable size for are left out, each with a note
+ * (their fields are filled straight from the text, not through hbm__oom_set). */
+static void drop_unusable(hbm_oom_text_t *t) {
+  size_t kept = 0;
+  for (size_t i = 0; i < t->n_buffers; i++) {
+    hbm_oom_buffer_t *b = &t->buffers[i];
+    uint64_t bad = !hbm__oom_usable(b->size) ? b->size : b->unpadded_size;
+    if (hbm__oom_usable(b->size) && hbm__oom_usable(b->unpadded_size)) {
+      t->buffers[kept++] = *b;
+      continue;
+    }
+    const char *name = b->label ? b->label : b->op_name ? b->op_name : b->shape;
+    hbm__oom_note(t, "buffer %zu (%s): its size in the text is %s: left out", i + 1,
+                  name ? name : "unnamed", why_unusable(bad));
+    free_buffer(b);
+  }
+  t->n_buffers = kept;
+  kept = 0;
+  for (size_t i = 0; i < t->n_processes; i++) {
+    if (hbm__oom_usable(t->processes[i].bytes)) {
+      t->processes[kept++] = t->processes[i];
+      continue;
+    }
+    hbm__oom_note(t, "process %lld: the memory the text says it holds is %s: left out",
+                  (long long)t->processes[i].pid, why_unusable(t->processes[i].bytes));
+    t->this_process_listed &= i != 0;
+  }
+  t->n_processes = kept;
 }
 
 int hbm_oom_text_is(const char *data, size_t len) {
@@ -493,7 +605,10 @@ hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *nam
   size_t line = doc_line_of(&doc, (size_t)(h.at - doc.text));
   t->line = doc.line_number[line];
   t->headline = headline_text(&doc, line);
+  unusable_at = NULL;
   hbm__oom_parse_kind(&doc, &h, t);
+  unusable_at = NULL; /* it pointed into doc */
+  drop_unusable(t);
   doc_free(&doc);
   return t;
 }

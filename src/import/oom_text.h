@@ -23,10 +23,18 @@ void hbm__oom_doc_line(const oom_doc_t *doc, size_t i, const char **begin, const
 
 /* The first `needle` in [p, end), or NULL. */
 const char *hbm__oom_find(const char *p, const char *end, const char *needle);
-/* A size at p ("6291456", "6.00MiB", "1.70 GiB", "21.95G", "0 bytes", "4.0K"): K/M/G/T and
- * KiB/MiB/GiB/TiB are powers of 1024 (XLA, PyTorch and TensorFlow all count that way), KB/MB/
- * GB/TB powers of 1000. Returns the end of it, or NULL. */
+/* A size at p ("6291456", "6.00MiB", "1.70 GiB", "21.95G", "0 bytes", "4.0K", "2.5e9 bytes"):
+ * K/M/G/T/P/E and KiB/MiB/GiB/TiB/PiB/EiB are powers of 1024 (XLA, PyTorch and TensorFlow all
+ * count that way), KB/MB/GB/TB/PB/EB powers of 1000. Returns the end of it, or NULL. A number
+ * that is there but is no usable size gives HBM__OOM_TOO_LARGE (2^64 - 2 bytes or more, in any
+ * notation: "1e308 GiB", "99999999999999.99E", a ZiB) or HBM__OOM_NEGATIVE ("-5 bytes"),
+ * and is remembered for the note hbm__oom_set makes of it: callers pass it on like any size,
+ * it never becomes a value. */
 const char *hbm__oom_size(const char *p, const char *end, uint64_t *out);
+#define HBM__OOM_TOO_LARGE UINT64_MAX
+#define HBM__OOM_NEGATIVE (UINT64_MAX - 1)
+/* Whether v is a size (not one of the two above). */
+static inline bool hbm__oom_usable(uint64_t v) { return v < HBM__OOM_NEGATIVE; }
 /* A decimal integer (optional '-'), or NULL. */
 const char *hbm__oom_int(const char *p, const char *end, int64_t *out);
 /* Matches `pattern` at p: ' ' matches any run of blanks and newlines (or none), '#' a size
@@ -47,7 +55,10 @@ static inline uint64_t hbm__oom_add(uint64_t a, uint64_t b) {
   return a + b < a ? UINT64_MAX : a + b;
 }
 
+/* Sets field f; a number that is no usable size marks it unreadable, with a note. */
 void hbm__oom_set(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);
+/* Appends a line to t->notes. */
+void hbm__oom_note(hbm_oom_text_t *t, const char *fmt, ...) HBM_PRINTF(2, 3);
 /* Sets f only when the text has not given it yet. */
 void hbm__oom_set_once(hbm_oom_text_t *t, hbm_oom_field_t f, uint64_t v);
 /* Appends an empty buffer; NULL when out of memory. */

@@ -17,11 +17,13 @@ typedef enum text_cause {
   TC_FRAGMENTATION,
   TC_OTHER_PROCESSES,
   TC_PREALLOCATION,
-  TC_UNKNOWN
+  TC_UNKNOWN,
+  TC_UNREADABLE_REQUEST /* the size requested is in the text, but no usable number */
 } text_cause_t;
 
-static const char *const cause_names[] = {"too_large",       "over_limit",    "fragmentation",
-                                          "other_processes", "preallocation", "unknown"};
+static const char *const cause_names[] = {"too_large",         "over_limit",    "fragmentation",
+                                          "other_processes",   "preallocation", "unknown",
+                                          "unreadable_request"};
 
 static const char *const field_labels[HBM_OOMF_COUNT] = {
     "requested",
@@ -136,6 +138,9 @@ static text_cause_t classify_pytorch(const hbm_oom_text_t *t) {
 }
 
 static text_cause_t classify(const hbm_oom_text_t *t) {
+  if (!has(t, HBM_OOMF_REQUESTED) && !has(t, HBM_OOMF_ROUNDED) &&
+      (t->unreadable[HBM_OOMF_REQUESTED] || t->unreadable[HBM_OOMF_ROUNDED]))
+    return TC_UNREADABLE_REQUEST; /* never compare a request taken as 0 */
   switch (t->kind) {
   case HBM_OOM_XLA_GPU: return classify_xla_gpu(t);
   case HBM_OOM_XLA_TPU:
@@ -308,6 +313,11 @@ static void cause_unknown(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
 static void write_cause(hbm_strbuf_t *sb, const hbm_oom_text_t *t, text_cause_t cause) {
   hbm_strbuf_puts(sb, "  cause: ");
   switch (cause) {
+  case TC_UNREADABLE_REQUEST:
+    hbm_strbuf_puts(sb, "cannot be told: the size requested in the text is not a size hbm can "
+                        "use (see the note), so it is compared with nothing. A request that "
+                        "large, or negative, is a bug in the program or a damaged paste.");
+    break;
   case TC_TOO_LARGE: cause_too_large(sb, t); break;
   case TC_OVER_LIMIT: cause_over_limit(sb, t); break;
   case TC_FRAGMENTATION: cause_fragmentation(sb, t); break;
@@ -390,6 +400,7 @@ static fixes_t choose_fixes(const hbm_oom_text_t *t, text_cause_t cause) {
     fix(&f, HBM_FIX_FREE_ARRAYS);
     fix(&f, HBM_FIX_PLATFORM);
     break;
+  case TC_UNREADABLE_REQUEST: /* nothing to go on: no fix to suggest */ break;
   case TC_UNKNOWN:
     if (t->kind == HBM_OOM_TENSORFLOW)
       fix(&f, HBM_FIX_TF_REPORT_TENSORS);
@@ -419,6 +430,8 @@ static char *share_text(size_t processes) {
 }
 
 static void write_fixes(hbm_strbuf_t *sb, const fixes_t *f) {
+  if (!f->share && !f->n)
+    return;
   hbm_strbuf_puts(sb, "  fixes:\n");
   if (f->share) {
     char *s = share_text(f->share);
@@ -448,6 +461,10 @@ static void write_numbers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
     else
       hbm_strbuf_printf(sb, "  %s: %llu bytes (%s)\n", label_of(t, f),
                         (unsigned long long)t->value[f], fmt(t->value[f], a));
+  }
+  for (const char *n = t->notes, *nl; n && *n; n = nl ? nl + 1 : n + strlen(n)) {
+    nl = strchr(n, '\n');
+    hbm_strbuf_printf(sb, "  note: %.*s\n", (int)(nl ? nl - n : (ptrdiff_t)strlen(n)), n);
   }
   for (size_t i = 0; i < t->n_processes; i++)
     hbm_strbuf_printf(sb, "  process %lld: %s%s\n", (long long)t->processes[i].pid,
@@ -571,9 +588,9 @@ hbm_status_t hbm_oom_text_explain(const hbm_oom_text_t *t, FILE *out) {
 
 static json_t *buffer_json(const hbm_oom_buffer_t *b) {
   json_t *o = json_object();
-  json_object_set_new(o, "size", json_integer((json_int_t)b->size));
+  json_object_set_new(o, "size", json_integer(hbm__json_bytes(b->size)));
   if (b->unpadded_size)
-    json_object_set_new(o, "unpadded_size", json_integer((json_int_t)b->unpadded_size));
+    json_object_set_new(o, "unpadded_size", json_integer(hbm__json_bytes(b->unpadded_size)));
   json_object_set_new(o, "op_name", hbm__json_string(b->op_name));
   json_object_set_new(o, "op_type", hbm__json_string(b->op_type));
   json_object_set_new(o, "source_file", hbm__json_string(b->source_file));
@@ -593,7 +610,7 @@ static json_t *groups_json(const hbm_oom_text_t *t) {
   group_total_t *g = group_totals(t, &n, &all);
   for (size_t i = 0; g && i < n; i++)
     json_array_append_new(a, json_pack("{s:o, s:I, s:I}", "group", hbm__json_string(g[i].group),
-                                       "bytes", (json_int_t)g[i].bytes, "buffers",
+                                       "bytes", hbm__json_bytes(g[i].bytes), "buffers",
                                        (json_int_t)g[i].count));
   free(g);
   return a;
@@ -613,13 +630,24 @@ static json_t *text_json(const hbm_oom_text_t *t) {
   json_t *numbers = json_object();
   for (int f = 0; f < HBM_OOMF_COUNT; f++)
     if (t->known[f])
-      json_object_set_new(numbers, hbm_oom_field_name(f), json_integer((json_int_t)t->value[f]));
+      json_object_set_new(numbers, hbm_oom_field_name(f),
+                          json_integer(hbm__json_bytes(t->value[f])));
   json_object_set_new(o, "bytes", numbers);
+  json_t *unreadable = json_array(), *notes = json_array();
+  for (int f = 0; f < HBM_OOMF_COUNT; f++)
+    if (t->unreadable[f])
+      json_array_append_new(unreadable, json_string(hbm_oom_field_name(f)));
+  for (const char *n = t->notes, *nl; n && *n; n = nl ? nl + 1 : n + strlen(n)) {
+    nl = strchr(n, '\n');
+    json_array_append_new(notes, json_stringn(n, nl ? (size_t)(nl - n) : strlen(n)));
+  }
+  json_object_set_new(o, "unreadable", unreadable); /* fields given as no usable size */
+  json_object_set_new(o, "notes", notes);
   json_t *procs = json_array();
   for (size_t i = 0; i < t->n_processes; i++)
     json_array_append_new(procs,
                           json_pack("{s:I, s:I, s:b}", "pid", (json_int_t)t->processes[i].pid,
-                                    "bytes", (json_int_t)t->processes[i].bytes, "this",
+                                    "bytes", hbm__json_bytes(t->processes[i].bytes), "this",
                                     i == 0 && t->this_process_listed));
   json_object_set_new(o, "processes", procs);
   json_object_set_new(o, "cause", json_string(cause_names[cause]));
@@ -763,6 +791,8 @@ static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *
   hbm_profile_set_meta(p, "source_path", name);
   hbm_profile_set_meta(p, "format", "pasted out-of-memory error");
   hbm_profile_set_meta(p, "framework", hbm_oom_kind_name(t->kind));
+  if (t->notes) /* numbers of the text that were not used, and why */
+    hbm_profile_set_meta(p, "notes", t->notes);
   for (size_t i = 0; i < t->n_buffers; i++)
     if (add_profile_buffer(p, space, &t->buffers[i]) < 0)
       return false;

@@ -1,6 +1,8 @@
 /* pb_wire.c — the protobuf wire format, read in place (see pb_wire.h). Varints longer than
  * ten bytes, lengths past the end of the enclosing message, the deprecated group wire types
- * and field number 0 are errors with the byte offset where they were found. */
+ * and field number 0 are errors with the byte offset where they were found. pb_check_message
+ * walks the same bytes against a protobuf-c descriptor (wire types, nesting depth) so that a
+ * file protobuf-c would choke on, or recurse on without end, is refused with a place. */
 #include "import/pb_wire.h"
 
 static const char *const wire_names[] = {"varint",    "64-bit", "length-delimited", "group start",
@@ -117,4 +119,53 @@ bool pb_expect(const pb_reader_t *r, const pb_field_t *f, int wire, const char *
              f->offset, r->what, f->number, field_name, wire_names[f->wire & 7],
              wire_names[wire & 7]);
   return false;
+}
+
+/* The wire type protobuf-c expects for a field of this type (not packed). */
+static int wire_of(const ProtobufCFieldDescriptor *fd) {
+  switch (fd->type) {
+  case PROTOBUF_C_TYPE_DOUBLE:
+  case PROTOBUF_C_TYPE_FIXED64:
+  case PROTOBUF_C_TYPE_SFIXED64: return PB_I64;
+  case PROTOBUF_C_TYPE_FLOAT:
+  case PROTOBUF_C_TYPE_FIXED32:
+  case PROTOBUF_C_TYPE_SFIXED32: return PB_I32;
+  case PROTOBUF_C_TYPE_STRING:
+  case PROTOBUF_C_TYPE_BYTES:
+  case PROTOBUF_C_TYPE_MESSAGE: return PB_LEN;
+  default: return PB_VARINT;
+  }
+}
+
+static bool check_at_depth(pb_reader_t r, const ProtobufCMessageDescriptor *d, int depth,
+                           int max_depth) {
+  pb_field_t f;
+  int got;
+  while ((got = pb_next(&r, &f)) > 0) {
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.number);
+    if (!fd)
+      continue; /* a field hbm does not read: protobuf-c skips it too */
+    int want = wire_of(fd);
+    bool packed = fd->label == PROTOBUF_C_LABEL_REPEATED && want != PB_LEN && f.wire == PB_LEN;
+    if (!packed && !pb_expect(&r, &f, want, fd->name))
+      return false;
+    if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+      continue;
+    const ProtobufCMessageDescriptor *sub = fd->descriptor;
+    if (depth + 1 > max_depth) {
+      hbm__error(HBM_ERR_PARSE,
+                 "%s: byte %zu: in %s: field %u (%s, a %s) would be message level %d: messages "
+                 "nested deeper than %d levels are refused (protobuf's own parser stops at 100)",
+                 r.file, f.offset, r.what, f.number, fd->name, sub->short_name, depth + 1,
+                 max_depth);
+      return false;
+    }
+    if (!check_at_depth(pb_sub(&r, &f, sub->short_name), sub, depth + 1, max_depth))
+      return false;
+  }
+  return got == 0;
+}
+
+bool pb_check_message(pb_reader_t r, const ProtobufCMessageDescriptor *d, int max_depth) {
+  return check_at_depth(r, d, 0, max_depth);
 }

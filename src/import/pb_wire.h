@@ -7,6 +7,8 @@
 
 #include "base/base.h"
 
+#include <protobuf-c/protobuf-c.h>
+
 enum { PB_VARINT = 0, PB_I64 = 1, PB_LEN = 2, PB_I32 = 5 };
 
 typedef struct pb_reader {
@@ -36,5 +38,17 @@ int pb_next(pb_reader_t *r, pb_field_t *f);
 bool pb_expect(const pb_reader_t *r, const pb_field_t *f, int wire, const char *field_name);
 /* Offset of p in the file. */
 size_t pb_offset(const pb_reader_t *r, const uint8_t *p);
+
+/* How deep messages may nest in what protobuf-c unpacks (the outer message is level 0).
+ * protobuf's own C++ parser refuses past 100 levels (its default recursion limit), so XLA never
+ * writes or reads a deeper HloProto; protobuf-c has no limit and recurses once per level, so
+ * a file nesting 10,000 tuple shapes would overflow the stack. */
+enum { PB_MAX_DEPTH = 100 };
+
+/* Walks a message's bytes against protobuf-c's descriptor without building anything, before
+ * protobuf-c unpacks it: every field hbm declares has its declared wire type, and sub-messages
+ * nest at most max_depth levels. false with the error set: the byte offset, the message, and
+ * what was expected (or the depth limit). The walk itself recurses at most max_depth deep. */
+bool pb_check_message(pb_reader_t r, const ProtobufCMessageDescriptor *d, int max_depth);
 
 #endif /* HBM_PB_WIRE_H */

@@ -1,8 +1,10 @@
 /* core.c — hbm's allocator behind the hooks: one hbm device per GPU ordinal, opened at the
  * program's first call with the settings `hbm run` passes by environment (HBM_RUN_MODE,
  * HBM_RUN_MEM_FRACTION, HBM_RUN_LOGDIR; otherwise the seeds' variables as for any hbm
- * program), on the CUDA backend. Every block is tagged with its caller (library, symbol,
- * entry point, stream) so the profile and the OOM diagnosis say who asked. */
+ * program), on the CUDA backend. Under `hbm run` (HBM_RUN_STRICT=1, unless --best-effort) a
+ * GPU hbm cannot serve stops the program there, with the reason and status 125, instead of
+ * letting its allocations go to the driver unguarded. Every block is tagged with its caller
+ * (library, symbol, entry point, stream) so the profile and the OOM diagnosis say who asked. */
 #include "alloc/alloc.h" /* hbm__device_set_oom_buffers */
 #include "preload/preload.h"
 
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_DEVICES 64
 
@@ -61,6 +64,15 @@ static hbm_device_t *open_device(int ordinal) {
     dev = hbm_open(&cfg);
   preload_inside--;
   if (!dev) {
+    const char *strict = getenv("HBM_RUN_STRICT");
+    if (strict && !strcmp(strict, "1")) { /* fail closed: this is the program's first call */
+      fprintf(stderr,
+              "hbm: cannot serve GPU %d's allocations: %s\n"
+              "hbm: stopping the program (exit status 125) rather than letting them go to the "
+              "CUDA driver unguarded; hbm run --best-effort lets them\n",
+              ordinal, hbm_last_error());
+      _exit(125);
+    }
     fprintf(stderr,
             "hbm: cannot serve GPU %d's allocations: %s\n"
             "hbm: they go to the CUDA driver unchanged\n",

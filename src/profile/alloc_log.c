@@ -374,6 +374,27 @@ static hbm_status_t add_event(hbm_profile_t *p, const hbm_log_event_t *e, int64_
   return hbm_profile_add_oom(p, &oom);
 }
 
+/* RMM writes events in the order they happened, so a time earlier than the line before's
+ * means a damaged or merged log: the events keep the log's order (steps), and the profile's
+ * notes say where time first went back and how often. */
+static hbm_status_t note_times_backwards(hbm_profile_t *p, const hbm_alloc_log_t *log,
+                                         const char *file) {
+  size_t backwards = 0, first = 0;
+  for (size_t i = 1; i < log->n_events; i++)
+    if (log->events[i].time_ns < log->events[i - 1].time_ns && !backwards++)
+      first = i;
+  if (!backwards)
+    return HBM_OK;
+  const hbm_log_event_t *e = &log->events[first], *before = &log->events[first - 1];
+  char note[512];
+  snprintf(note, sizeof note,
+           "the log's times go backwards %zu time%s, first at %s:%lld (%.6f s, after %.6f s on "
+           "line %lld): events are kept in the log's order, the times as written",
+           backwards, backwards == 1 ? "" : "s", file, (long long)e->line, (double)e->time_ns / 1e9,
+           (double)before->time_ns / 1e9, (long long)before->line);
+  return hbm_profile_set_meta(p, "notes", note);
+}
+
 hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *name) {
   if (!log) {
     hbm__error(HBM_ERR_INVALID, "hbm_alloc_log_to_profile: NULL log");
@@ -390,6 +411,8 @@ hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *
    * allocators are written in the same format): the memory type is "unknown", not "HBM". */
   if (s == HBM_OK && hbm_profile_add_space(p, "unknown", "log", 0, 0) < 0)
     s = hbm_last_status();
+  if (s == HBM_OK)
+    s = note_times_backwards(p, log, file);
   int64_t t0 = log->n_events ? log->events[0].time_ns : 0;
   for (size_t i = 0; i < log->n_events && s == HBM_OK; i++)
     if ((s = add_event(p, &log->events[i], t0, file)) != HBM_OK) {

@@ -39,6 +39,13 @@ static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
   return (b->flags & HBM_BUF_INDEFINITE) || (b->start <= step && step < b->end);
 }
 
+/* x + y for a byte total of a's, saturated at HBM_BYTES_MAX (and said so in the summary). */
+static uint64_t add_bytes(hbm_analysis_t *a, uint64_t x, uint64_t y) {
+  uint64_t sum = hbm__bytes_add(x, y);
+  a->summary.overflowed |= sum == HBM_BYTES_MAX;
+  return sum;
+}
+
 static uint64_t padding_of(const hbm_buffer_t *b) {
   return b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
 }
@@ -55,22 +62,78 @@ static bool collect_members(hbm_analysis_t *a, int space) {
       continue;
     a->members[a->n_members++] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
-      a->summary.indefinite_bytes += b->size;
+      a->summary.indefinite_bytes = add_bytes(a, a->summary.indefinite_bytes, b->size);
   }
   a->summary.n_buffers = (int64_t)a->n_members;
   return true;
 }
 
-/* live[] and unpadded[] by difference arrays: +size at start, -size at end. */
+/* ---- per-step sums ----
+ * live[], unpadded[] and a runtime profile's reserved[] are prefix sums of difference arrays
+ * (+size where a buffer starts, -size where it ends). They are exact up to HBM_BYTES_MAX and
+ * saturate there. The cells are 64-bit when the magnitudes added cannot reach HBM_BYTES_MAX
+ * (any profile a real device makes: no extra memory) and 128-bit only when an absurd or hostile
+ * file's sizes (near 2^62 or 2^63) could. */
+typedef __int128 wide_t;
+
+typedef struct step_sums {
+  int64_t *narrow; /* cells when the magnitudes' total is below HBM_BYTES_MAX */
+  wide_t *wide;    /* otherwise */
+} step_sums_t;
+
+static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
+
+/* total: the (saturated) sum of the magnitudes that will be added. */
+static bool sums_init(step_sums_t *s, int64_t n_steps, uint64_t total) {
+  s->narrow = NULL;
+  s->wide = NULL;
+  if (total < HBM_BYTES_MAX)
+    s->narrow = calloc((size_t)n_steps + 1, sizeof *s->narrow);
+  else
+    s->wide = calloc((size_t)n_steps + 1, sizeof *s->wide);
+  return s->narrow || s->wide;
+}
+
+static void sums_add(step_sums_t *s, int64_t step, uint64_t bytes, bool subtract) {
+  uint64_t v = clamp_bytes(bytes);
+  if (s->narrow)
+    s->narrow[step] += subtract ? -(int64_t)v : (int64_t)v;
+  else
+    s->wide[step] += subtract ? -(wide_t)v : (wide_t)v;
+}
+
+/* out[s] = the sum of the cells up to s, within [0, HBM_BYTES_MAX]; frees the cells. Returns
+ * whether a sum reached HBM_BYTES_MAX (saturated). */
+static bool sums_finish(step_sums_t *s, int64_t n_steps, uint64_t *out) {
+  bool saturated = false;
+  wide_t run = 0;
+  for (int64_t k = 0; k < n_steps; k++) {
+    run += s->narrow ? (wide_t)s->narrow[k] : s->wide[k];
+    saturated |= run >= (wide_t)HBM_BYTES_MAX;
+    out[k] = run <= 0 ? 0 : run >= (wide_t)HBM_BYTES_MAX ? HBM_BYTES_MAX : (uint64_t)run;
+  }
+  free(s->narrow);
+  free(s->wide);
+  return saturated;
+}
+
+/* live[] and unpadded[]: +size at start, -size at end. */
 static bool compute_live(hbm_analysis_t *a) {
   int64_t n = a->p->n_steps;
-  size_t cells = (size_t)n + 1;
-  int64_t *d_live = calloc(cells, sizeof *d_live), *d_unpadded = calloc(cells, sizeof *d_unpadded);
-  a->live = malloc(cells * sizeof *a->live);
-  a->unpadded = malloc(cells * sizeof *a->unpadded);
-  if (!d_live || !d_unpadded || !a->live || !a->unpadded) {
-    free(d_live);
-    free(d_unpadded);
+  uint64_t total = 0, total_unpadded = 0;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    total = hbm__bytes_add(total, clamp_bytes(b->size));
+    total_unpadded = hbm__bytes_add(total_unpadded, clamp_bytes(b->unpadded_size));
+  }
+  step_sums_t live, unpadded;
+  a->live = malloc(((size_t)n + 1) * sizeof *a->live);
+  a->unpadded = malloc(((size_t)n + 1) * sizeof *a->unpadded);
+  bool have_live = sums_init(&live, n, total),
+       have_unpadded = sums_init(&unpadded, n, total_unpadded);
+  if (!have_live || !have_unpadded || !a->live || !a->unpadded) {
+    sums_finish(&live, 0, NULL);
+    sums_finish(&unpadded, 0, NULL);
     return false;
   }
   for (size_t k = 0; k < a->n_members; k++) {
@@ -79,27 +142,18 @@ static bool compute_live(hbm_analysis_t *a) {
     int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
     if (start >= end || start >= n)
       continue;
-    d_live[start] += (int64_t)b->size;
-    d_live[end] -= (int64_t)b->size;
-    d_unpadded[start] += (int64_t)b->unpadded_size;
-    d_unpadded[end] -= (int64_t)b->unpadded_size;
+    sums_add(&live, start, b->size, false);
+    sums_add(&live, end, b->size, true);
+    sums_add(&unpadded, start, b->unpadded_size, false);
+    sums_add(&unpadded, end, b->unpadded_size, true);
   }
-  int64_t live = 0, unpadded = 0;
-  for (int64_t s = 0; s < n; s++) {
-    live += d_live[s];
-    unpadded += d_unpadded[s];
-    a->live[s] = (uint64_t)live;
-    a->unpadded[s] = (uint64_t)unpadded;
-  }
-  free(d_live);
-  free(d_unpadded);
+  a->summary.overflowed |= sums_finish(&live, n, a->live);
+  a->summary.overflowed |= sums_finish(&unpadded, n, a->unpadded);
   return true;
 }
 
-static int64_t reserve_delta(const hbm_reserve_event_t *e) {
-  bool adds =
-      e->op == HBM_RESERVE_PREALLOCATE || e->op == HBM_RESERVE_GROW || e->op == HBM_RESERVE_MAP;
-  return adds ? (int64_t)e->size : -(int64_t)e->size;
+static bool reserve_adds(const hbm_reserve_event_t *e) {
+  return e->op == HBM_RESERVE_PREALLOCATE || e->op == HBM_RESERVE_GROW || e->op == HBM_RESERVE_MAP;
 }
 
 /* Runtime: reserved[s] = sum of the reservation changes at steps <= s. */
@@ -107,27 +161,26 @@ static bool compute_reserved_runtime(hbm_analysis_t *a, int space) {
   const hbm_profile_t *p = a->p;
   int64_t n = p->n_steps;
   bool any = false;
-  for (size_t i = 0; i < p->n_reserves && !any; i++)
-    any = p->reserves[i].space == space;
+  uint64_t total = 0;
+  for (size_t i = 0; i < p->n_reserves; i++)
+    if (p->reserves[i].space == space) {
+      any = true;
+      total = hbm__bytes_add(total, clamp_bytes(p->reserves[i].size));
+    }
   if (!any || n == 0)
     return true;
-  int64_t *delta = calloc((size_t)n + 1, sizeof *delta);
+  step_sums_t delta;
   a->reserved = malloc(((size_t)n + 1) * sizeof *a->reserved);
-  if (!delta || !a->reserved) {
-    free(delta);
+  if (!sums_init(&delta, n, total) || !a->reserved) {
+    sums_finish(&delta, 0, NULL);
     return false;
   }
   for (size_t i = 0; i < p->n_reserves; i++) {
     const hbm_reserve_event_t *e = &p->reserves[i];
     if (e->space == space)
-      delta[e->step < n ? e->step : n] += reserve_delta(e);
+      sums_add(&delta, e->step < n ? e->step : n, e->size, !reserve_adds(e));
   }
-  int64_t reserved = 0;
-  for (int64_t s = 0; s < n; s++) {
-    reserved += delta[s];
-    a->reserved[s] = reserved > 0 ? (uint64_t)reserved : 0;
-  }
-  free(delta);
+  a->summary.overflowed |= sums_finish(&delta, n, a->reserved);
   return true;
 }
 
@@ -146,7 +199,7 @@ static bool compute_reserved_plan(hbm_analysis_t *a) {
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
     if ((b->flags & HBM_BUF_INDEFINITE) || b->start >= b->end || b->start >= n)
       continue;
-    uint64_t end = b->address + b->size;
+    uint64_t end = clamp_bytes(hbm__end_of(b->address, b->size));
     if (end > top[b->start])
       top[b->start] = end;
   }
@@ -154,7 +207,7 @@ static bool compute_reserved_plan(hbm_analysis_t *a) {
   for (int64_t s = 0; s < n; s++) {
     if (top[s] > high)
       high = top[s];
-    a->reserved[s] = a->summary.indefinite_bytes + high;
+    a->reserved[s] = add_bytes(a, a->summary.indefinite_bytes, high);
   }
   free(top);
   return true;
@@ -228,7 +281,7 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
     if (!is_live_at(b, sum->peak_step))
       continue;
     a->at_peak[n++] = a->members[k];
-    sum->category_bytes[b->category] += b->size;
+    sum->category_bytes[b->category] = add_bytes(a, sum->category_bytes[b->category], b->size);
   }
   sum->n_buffers_at_peak = n;
   /* Temporaries: everything at the peak that is not program input/output, constant or
@@ -239,7 +292,7 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
     const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
     bool temporary = b->category == HBM_CAT_TEMPORARY || b->category == HBM_CAT_UNKNOWN;
     if ((b->flags & HBM_BUF_INDEFINITE) || !temporary)
-      program += b->size;
+      program = add_bytes(a, program, b->size);
   }
   sum->temporary_bytes = sum->peak_bytes > program ? sum->peak_bytes - program : 0;
   sum->argument_bytes = sum->category_bytes[HBM_CAT_PARAMETER];
@@ -278,7 +331,7 @@ static bool collect_groups(hbm_analysis_t *a) {
       g++;
     if (g == a->n_groups)
       a->groups[a->n_groups++].name = name;
-    a->groups[g].bytes += b->size;
+    a->groups[g].bytes = add_bytes(a, a->groups[g].bytes, b->size);
     a->groups[g].count++;
   }
   qsort(a->groups, a->n_groups, sizeof *a->groups, group_bytes_desc);
@@ -332,9 +385,9 @@ static span_t *reserved_spans(const hbm_analysis_t *a, int64_t step, size_t *n_o
     const hbm_reserve_event_t *e = &p->reserves[i];
     if (e->space != a->summary.space || e->step > step || e->size == 0)
       continue;
-    int sign = reserve_delta(e) > 0 ? 1 : -1;
+    int sign = reserve_adds(e) ? 1 : -1;
     edges[n_edges++] = (edge_t){e->address, sign};
-    edges[n_edges++] = (edge_t){e->address + e->size, -sign};
+    edges[n_edges++] = (edge_t){hbm__end_of(e->address, e->size), -sign};
   }
   qsort(edges, n_edges, sizeof *edges, edge_asc);
   int depth = 0;
@@ -372,7 +425,7 @@ static bool compute_fragmentation(hbm_analysis_t *a) {
     const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
     bool in_heap = a->p->kind != HBM_PROFILE_PLAN || !(b->flags & HBM_BUF_INDEFINITE);
     if (in_heap && b->size)
-      used[n_used++] = (span_t){b->address, b->address + b->size};
+      used[n_used++] = (span_t){b->address, hbm__end_of(b->address, b->size)};
   }
   qsort(used, n_used, sizeof *used, span_begin_asc);
   uint64_t free_bytes = 0, largest = 0;
@@ -384,18 +437,18 @@ static bool compute_fragmentation(hbm_analysis_t *a) {
     for (size_t v = u; v < n_used && used[v].begin < regions[r].end; v++) {
       if (used[v].begin > cursor) {
         uint64_t gap = used[v].begin - cursor;
-        free_bytes += gap;
+        free_bytes = add_bytes(a, free_bytes, gap);
         largest = gap > largest ? gap : largest;
       }
       cursor = used[v].end > cursor ? used[v].end : cursor;
     }
     if (regions[r].end > cursor) {
       uint64_t gap = regions[r].end - cursor;
-      free_bytes += gap;
+      free_bytes = add_bytes(a, free_bytes, gap);
       largest = gap > largest ? gap : largest;
     }
   }
-  sum->largest_free_at_peak = largest;
+  sum->largest_free_at_peak = clamp_bytes(largest);
   sum->fragmentation_at_peak = free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
   free(regions);
   free(used);

@@ -215,9 +215,9 @@ static void write_header(FILE *out, const hbm_profile_t *p) {
     if (v && *v)
       fprintf(out, "  %-12s %s\n", shown_meta[i], v);
   }
-  const char *notes[] = {"lost", "unmatched_frees", "missing_frees"};
+  const char *notes[] = {"lost", "unmatched_frees", "missing_frees", "notes"};
   const char *what[] = {"", " frees of blocks the profile never saw allocated",
-                        " blocks allocated again without a recorded free"};
+                        " blocks allocated again without a recorded free", ""};
   for (size_t i = 0; i < HBM_ARRAY_LEN(notes); i++) {
     const char *v = hbm_profile_meta(p, notes[i]);
     if (v)
@@ -285,7 +285,7 @@ static void write_buffers(FILE *out, const hbm_profile_t *p, const hbm_analysis_
   if (shown < n) {
     uint64_t rest = 0;
     for (size_t i = shown; i < n; i++)
-      rest += hbm_profile_buffer(p, idx[i])->size;
+      rest = hbm__bytes_add(rest, hbm_profile_buffer(p, idx[i])->size);
     char b[32];
     fprintf(out, "  ... and %zu more, %s in total\n", n - shown, bytes_text(rest, b, sizeof b));
   }
@@ -425,7 +425,7 @@ static void write_ooms(FILE *out, const hbm_profile_t *p, int space) {
       continue;
     char req[32], when[320];
     fprintf(out, "  - at %s: %s requested\n", when_text(p, e->step, when, sizeof when),
-            bytes_text(e->requested, req, sizeof req));
+            e->requested ? bytes_text(e->requested, req, sizeof req) : "an unknown size");
     write_indented(out, e->message ? e->message : "", "      ");
   }
 }
@@ -508,8 +508,8 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
 static json_t *buffer_json(const hbm_profile_t *p, int64_t idx) {
   const hbm_buffer_t *b = hbm_profile_buffer(p, idx);
   return json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:o}",
-                   "index", (json_int_t)idx, "size", (json_int_t)b->size, "unpadded_size",
-                   (json_int_t)b->unpadded_size, "address", (json_int_t)b->address, "op",
+                   "index", (json_int_t)idx, "size", hbm__json_bytes(b->size), "unpadded_size",
+                   hbm__json_bytes(b->unpadded_size), "address", (json_int_t)b->address, "op",
                    hbm__json_string(b->op), "shape", hbm__json_string(b->shape), "category",
                    hbm_category_name(b->category), "group", hbm__json_string(b->group), "source",
                    hbm__json_string(b->source), "opcode", hbm__json_string(b->opcode), "label",
@@ -523,7 +523,7 @@ static json_t *oom_json(const hbm_profile_t *p, const hbm_oom_event_t *e) {
                    (json_int_t)hbm_profile_step_time(p, e->step), "space",
                    hbm__json_string(info ? info->name : NULL), "device",
                    hbm__json_string(info ? info->device : NULL), "requested",
-                   (json_int_t)e->requested, "message", hbm__json_string(e->message));
+                   hbm__json_bytes(e->requested), "message", hbm__json_string(e->message));
 }
 
 static json_t *timeline_json(const hbm_analysis_t *a, int64_t n_steps) {
@@ -532,9 +532,9 @@ static json_t *timeline_json(const hbm_analysis_t *a, int64_t n_steps) {
   size_t n = hbm_analysis_timeline(a, 0, n_steps, JSON_TIMELINE, pts);
   for (size_t i = 0; i < n; i++)
     json_array_append_new(arr, json_pack("{s:I, s:I, s:I, s:I}", "step", (json_int_t)pts[i].step,
-                                         "bytes", (json_int_t)pts[i].bytes, "unpadded",
-                                         (json_int_t)pts[i].unpadded, "reserved",
-                                         (json_int_t)pts[i].reserved));
+                                         "bytes", hbm__json_bytes(pts[i].bytes), "unpadded",
+                                         hbm__json_bytes(pts[i].unpadded), "reserved",
+                                         hbm__json_bytes(pts[i].reserved)));
   return arr;
 }
 
@@ -543,13 +543,13 @@ static json_t *groups_json(const hbm_analysis_t *a) {
   const hbm_summary_t *s = hbm_analysis_summary(a);
   for (int c = 0; c < HBM_CAT_COUNT; c++)
     json_object_set_new(categories, hbm_category_name((hbm_category_t)c),
-                        json_integer((json_int_t)s->category_bytes[c]));
+                        json_integer(hbm__json_bytes(s->category_bytes[c])));
   size_t n;
   const hbm_group_total_t *g = hbm_analysis_groups(a, &n);
   for (size_t i = 0; i < n; i++)
     json_array_append_new(groups,
                           json_pack("{s:o, s:I, s:I}", "name", hbm__json_string(g[i].name), "bytes",
-                                    (json_int_t)g[i].bytes, "count", (json_int_t)g[i].count));
+                                    hbm__json_bytes(g[i].bytes), "count", (json_int_t)g[i].count));
   return json_pack("{s:o, s:o}", "categories", categories, "groups", groups);
 }
 
@@ -563,17 +563,17 @@ static json_t *space_json(const hbm_profile_t *p, int space) {
   json_t *o = json_pack(
       "{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I}",
       "space", hbm__json_string(info->name), "device", hbm__json_string(info->device), "peak_bytes",
-      (json_int_t)s->peak_bytes, "peak_step", (json_int_t)s->peak_step, "peak_time_ns",
-      (json_int_t)s->peak_time_ns, "peak_unpadded_bytes", (json_int_t)s->peak_unpadded_bytes,
-      "padding_bytes", (json_int_t)s->padding_bytes, "peak_reserved_bytes",
-      (json_int_t)s->peak_reserved_bytes, "reserved_at_peak", (json_int_t)s->reserved_at_peak,
-      "limit_bytes", (json_int_t)s->limit_bytes, "largest_free_at_peak",
-      (json_int_t)s->largest_free_at_peak, "fragmentation_at_peak",
+      hbm__json_bytes(s->peak_bytes), "peak_step", (json_int_t)s->peak_step, "peak_time_ns",
+      (json_int_t)s->peak_time_ns, "peak_unpadded_bytes", hbm__json_bytes(s->peak_unpadded_bytes),
+      "padding_bytes", hbm__json_bytes(s->padding_bytes), "peak_reserved_bytes",
+      hbm__json_bytes(s->peak_reserved_bytes), "reserved_at_peak",
+      hbm__json_bytes(s->reserved_at_peak), "limit_bytes", hbm__json_bytes(s->limit_bytes),
+      "largest_free_at_peak", hbm__json_bytes(s->largest_free_at_peak), "fragmentation_at_peak",
       isfinite(s->fragmentation_at_peak) ? s->fragmentation_at_peak : 0.0, "indefinite_bytes",
-      (json_int_t)s->indefinite_bytes, "argument_bytes", (json_int_t)s->argument_bytes,
-      "output_bytes", (json_int_t)s->output_bytes, "temporary_bytes",
-      (json_int_t)s->temporary_bytes, "heap_bytes", (json_int_t)s->heap_bytes, "n_buffers",
-      (json_int_t)s->n_buffers);
+      hbm__json_bytes(s->indefinite_bytes), "argument_bytes", hbm__json_bytes(s->argument_bytes),
+      "output_bytes", hbm__json_bytes(s->output_bytes), "temporary_bytes",
+      hbm__json_bytes(s->temporary_bytes), "heap_bytes", hbm__json_bytes(s->heap_bytes),
+      "n_buffers", (json_int_t)s->n_buffers);
   if (o && !s->peak_reserved_bytes) { /* no reservation events: unknown, as the text says */
     json_object_set_new(o, "peak_reserved_bytes", json_null());
     json_object_set_new(o, "reserved_at_peak", json_null());
@@ -586,6 +586,7 @@ static json_t *space_json(const hbm_profile_t *p, int space) {
   for (size_t i = 0; i < hbm_profile_oom_count(p); i++)
     if (hbm_profile_oom(p, i)->space == space)
       json_array_append_new(ooms, oom_json(p, hbm_profile_oom(p, i)));
+  json_object_set_new(o, "overflowed", json_boolean(s->overflowed));
   json_object_set_new(o, "buffers_at_peak", buffers);
   json_object_set_new(o, "oom_events", ooms);
   json_object_set_new(o, "timeline", timeline_json(a, s->n_steps));

@@ -168,10 +168,28 @@ void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t) {
 
 /* ---- /api/runs ---- */
 
+/* What the listing left out (links leading out of the logdir, links to nothing), each path
+ * relative to the logdir, with the reason. */
+static json_t *skipped_json(const hbm__viewer_t *v, const hbm_logdir_skip_t *skipped, size_t n) {
+  json_t *list = json_array();
+  size_t len = strlen(v->cache.logdir);
+  for (size_t i = 0; i < n && i < HBM_LOGDIR_SKIPS_KEPT; i++) {
+    const char *path = skipped[i].path;
+    if (!strncmp(path, v->cache.logdir, len) && path[len] == '/')
+      path += len + 1;
+    json_t *item = json_object();
+    set_new(item, "path", hbm__json_text(path));
+    set_new(item, "why", hbm__json_text(skipped[i].why));
+    json_array_append_new(list, item);
+  }
+  return list;
+}
+
 void hbm__api_runs(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm_logdir_entry_t *list;
-  size_t n;
-  if (hbm__cache_listing(&v->cache, &list, &n) != HBM_OK) {
+  hbm_logdir_skip_t *skipped;
+  size_t n, n_skipped;
+  if (hbm__cache_listing(&v->cache, &list, &n, &skipped, &n_skipped) != HBM_OK) {
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return;
   }
@@ -206,6 +224,10 @@ void hbm__api_runs(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) 
   json_t *root = json_object();
   set_new(root, "logdir", hbm__json_text(v->cache.logdir));
   set_new(root, "runs", runs);
+  set_new(root, "skipped", skipped_json(v, skipped, n_skipped));
+  set_new(root, "skipped_count", json_integer((json_int_t)n_skipped));
+  set_new(root, "follow_links", json_boolean(v->cache.flags & HBM_LOGDIR_FOLLOW_LINKS));
+  free(skipped);
   hbm__respond_json(r, 200, root);
 }
 
@@ -236,7 +258,7 @@ void hbm__api_profiles(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t 
     return;
   hbm_logdir_entry_t *list;
   size_t n;
-  if (hbm__cache_listing(&v->cache, &list, &n) != HBM_OK) {
+  if (hbm__cache_listing(&v->cache, &list, &n, NULL, NULL) != HBM_OK) {
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return;
   }
@@ -319,6 +341,8 @@ static json_t *json_profile_info(const hbm__target_t *t) {
   const char *lost = hbm_profile_meta(p, "lost");
   set_new(o, "warning",
           lost ? hbm__json_text(lost) : json_null()); /* a truncated trace: what was lost */
+  const char *notes = hbm_profile_meta(p, "notes");   /* e.g. a log whose times go backwards */
+  set_new(o, "notes", notes ? hbm__json_text(notes) : json_null());
   return o;
 }
 
@@ -376,6 +400,7 @@ json_t *hbm__json_summary(const hbm__target_t *t) {
   set_new(o, "largest_free_at_peak", hbm__json_u64(s->largest_free_at_peak));
   set_new(o, "n_buffers_at_peak", json_integer((json_int_t)s->n_buffers_at_peak));
   set_new(o, "n_oom", json_integer((json_int_t)s->n_oom));
+  set_new(o, "overflowed", json_boolean(s->overflowed)); /* a total saturated at 8 EiB */
   json_t *cats = json_object();
   for (int c = 0; c < HBM_CAT_COUNT; c++)
     if (s->category_bytes[c])

@@ -129,8 +129,8 @@ static void set_bars(json_t *root, const hbm_profile_t *p, const int64_t *idx, s
   uint64_t size = 0, unpadded = 0;
   for (size_t i = shown; idx && i < n; i++) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, idx[i]);
-    size += b->size;
-    unpadded += b->unpadded_size;
+    size = hbm__bytes_add(size, b->size); /* saturated at HBM_BYTES_MAX, never wrapped */
+    unpadded = hbm__bytes_add(unpadded, b->unpadded_size);
   }
   json_t *rest = json_null();
   if (shown < n) {
@@ -406,7 +406,7 @@ static json_t *allocations_json(hbm__target_t *t, const alloc_args_t *a, int64_t
                                 size_t n_passed, size_t in_window, rect_heap_t *heap) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < n_passed; i++)
-    bytes += hbm_profile_buffer(t->profile, passed[i])->size;
+    bytes = hbm__bytes_add(bytes, hbm_profile_buffer(t->profile, passed[i])->size);
   qsort_r(heap->idx, heap->n, sizeof *heap->idx, cmp_by_size_desc, (void *)t->profile);
   const hbm__layout_t *layout = hbm__loaded_layout(t->entry, t->space);
   json_t *root = json_object();

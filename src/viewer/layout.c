@@ -64,8 +64,8 @@ static void plan_heap(layout_builder_t *lb) {
     if (!in_space(b, lb->space) || (b->flags & HBM_BUF_INDEFINITE))
       continue;
     lb->row[i] = lb->top + b->address;
-    if (b->address + b->size > top)
-      top = b->address + b->size;
+    if (hbm__end_of(b->address, b->size) > top) /* saturated, never wrapped */
+      top = hbm__end_of(b->address, b->size);
     count++;
   }
   if (count)
@@ -80,8 +80,8 @@ static void plan_allocations(layout_builder_t *lb, hbm_category_t cat, const cha
     const hbm_buffer_t *b = hbm_profile_buffer(lb->p, i);
     if (!in_space(b, lb->space) || !(b->flags & HBM_BUF_INDEFINITE) || b->category != cat)
       continue;
-    lb->row[i] = lb->top + rows;
-    rows += b->size;
+    lb->row[i] = hbm__bytes_add(lb->top, rows);
+    rows = hbm__bytes_add(rows, b->size);
     count++;
   }
   if (!count)
@@ -155,8 +155,8 @@ static bool plan_aliases(layout_builder_t *lb) {
   uint64_t rows = 0;
   for (size_t k = 0; k < n; k++)
     if (sweep_collides(&sw, lb->p, lb->row, idx[k])) {
-      lb->row[idx[k]] = lb->top + rows;
-      rows += hbm_profile_buffer(lb->p, idx[k])->size;
+      lb->row[idx[k]] = hbm__bytes_add(lb->top, rows);
+      rows = hbm__bytes_add(rows, hbm_profile_buffer(lb->p, idx[k])->size);
       moved++;
     }
   free(idx);
@@ -206,9 +206,9 @@ static uint64_t used_bytes(const by_address_t *bufs, size_t n) {
   uint64_t used = 0, end = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t lo = bufs[i].address > end ? bufs[i].address : end;
-    uint64_t hi = bufs[i].address + bufs[i].size;
+    uint64_t hi = hbm__end_of(bufs[i].address, bufs[i].size);
     if (hi > lo)
-      used += hi - lo;
+      used = hbm__bytes_add(used, hi - lo);
     if (hi > end)
       end = hi;
   }
@@ -248,8 +248,8 @@ static bool layout_runtime(layout_builder_t *lb) {
     if (!count)
       base = end = b->address;
     lb->row[b->index] = lb->top + (b->address - base);
-    if (b->address + b->size > end)
-      end = b->address + b->size;
+    if (hbm__end_of(b->address, b->size) > end)
+      end = hbm__end_of(b->address, b->size);
     count++;
   }
   if (ok && count)

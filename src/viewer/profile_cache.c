@@ -1,25 +1,36 @@
 /* profile_cache.c — the profiles the viewer has loaded, shared by all request threads.
  *
- * The logdir is listed through hbm_logdir_list at most every HBM__LISTING_MS, so runs written
- * while the server is up appear without a restart; entries whose real path leaves the logdir
- * (symlinks) are dropped from the listing. A profile is loaded on first use (outside the lock,
+ * The logdir is listed through hbm_logdir_scan at most every HBM__LISTING_MS, so runs written
+ * while the server is up appear without a restart; links that leave the logdir are skipped
+ * there (unless --follow-links) and what was skipped is kept for /api/runs. A profile is opened
+ * at the real path the listing found, component by component from the logdir with O_NOFOLLOW,
+ * so a link swapped in after the listing is refused, not followed out of the logdir (the race
+ * of issue 26), then loaded from that descriptor. It is loaded on first use (outside the lock,
  * other requests for the same file wait for it), reloaded when its size, mtime or inode
  * changes (a file still being written at most every HBM__LISTING_MS), and what is derived from
  * it is computed once: the analyses (one hbm_analyze per memory space), the allocation timeline's
  * layout (layout.c), the buffer of each step, and the answers already given (routes.c). At most
  * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is dropped
  * first. */
+#include "import/load.h"
 #include "viewer/viewer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir) {
   memset(c, 0, sizeof *c);
   c->logdir = hbm__strdup(logdir);
-  if (!c->logdir)
-    return HBM_ERR_HOST_MEMORY;
+  c->real_logdir = realpath(logdir, NULL);
+  if (!c->logdir || !c->real_logdir) {
+    free(c->logdir);
+    free(c->real_logdir);
+    return hbm__error(HBM_ERR_IO, "logdir %s: cannot resolve its path", logdir);
+  }
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->loaded, NULL);
   return HBM_OK;
@@ -62,8 +73,10 @@ void hbm__cache_destroy(hbm__cache_t *c) {
     e = next;
   }
   free(c->listing);
+  free(c->skipped);
   free(c->listing_error);
   free(c->logdir);
+  free(c->real_logdir);
   pthread_cond_destroy(&c->loaded);
   pthread_mutex_destroy(&c->lock);
   memset(c, 0, sizeof *c);
@@ -139,51 +152,9 @@ static void free_list(hbm__loaded_t *e) {
   }
 }
 
-/* True when path, symlinks resolved, lies inside the logdir: a link in a run directory that
- * points elsewhere on the machine is not served. */
-static bool inside_logdir(const char *real_logdir, const char *path) {
-  char *real = realpath(path, NULL);
-  size_t n = strlen(real_logdir);
-  bool inside = real && !strncmp(real, real_logdir, n) && real[n] == '/';
-  free(real);
-  return inside;
-}
-
-/* Drops the entries that resolve outside the logdir; returns the new count. */
-static size_t keep_inside(const char *logdir, hbm_logdir_entry_t *list, size_t n) {
-  char *real_logdir = realpath(logdir, NULL);
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++)
-    if (real_logdir && inside_logdir(real_logdir, list[i].path))
-      list[kept++] = list[i];
-  free(real_logdir);
-  return kept;
-}
-
-static hbm_status_t list_logdir(const char *logdir, hbm_logdir_entry_t **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  if (!logdir_has_profiles_dir(logdir))
-    return HBM_OK;
-  size_t cap = 64;
-  for (;;) {
-    hbm_logdir_entry_t *list = malloc(cap * sizeof *list);
-    if (!list)
-      return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory listing %s", logdir);
-    size_t total = 0;
-    hbm_status_t st = hbm_logdir_list(logdir, list, cap, &total);
-    if (st != HBM_OK) {
-      free(list);
-      return st;
-    }
-    if (total <= cap) {
-      *out = list;
-      *n = keep_inside(logdir, list, total);
-      return HBM_OK;
-    }
-    free(list);
-    cap = total;
-  }
+static hbm_status_t list_logdir(const hbm__cache_t *c, hbm_logdir_scan_t *scan) {
+  memset(scan, 0, sizeof *scan);
+  return logdir_has_profiles_dir(c->logdir) ? hbm_logdir_scan(c->logdir, c->flags, scan) : HBM_OK;
 }
 
 /* Refreshes the listing when it is older than HBM__LISTING_MS. On failure the old listing
@@ -193,9 +164,8 @@ static hbm_status_t refresh_listing_locked(hbm__cache_t *c, hbm__loaded_t **to_f
   if (c->listed_at_ns && now - c->listed_at_ns < (int64_t)HBM__LISTING_MS * 1000000)
     return c->listing_error ? HBM_ERR_IO : HBM_OK;
   c->listed_at_ns = now;
-  hbm_logdir_entry_t *list;
-  size_t n;
-  hbm_status_t st = list_logdir(c->logdir, &list, &n);
+  hbm_logdir_scan_t scan;
+  hbm_status_t st = list_logdir(c, &scan);
   free(c->listing_error);
   c->listing_error = NULL;
   if (st != HBM_OK) {
@@ -203,13 +173,25 @@ static hbm_status_t refresh_listing_locked(hbm__cache_t *c, hbm__loaded_t **to_f
     return st;
   }
   free(c->listing);
-  c->listing = list;
-  c->n_listing = n;
+  free(c->skipped);
+  c->listing = scan.entries;
+  c->n_listing = scan.n_entries;
+  c->skipped = scan.skipped;
+  c->n_skipped = scan.n_skipped;
   *to_free = evict_locked(c);
   return HBM_OK;
 }
 
-hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_t *n) {
+/* A malloc'd copy of n items of size each (one byte when n is 0); NULL when out of memory. */
+static void *copy_of(const void *items, size_t n, size_t size) {
+  void *copy = malloc(n ? n * size : 1);
+  if (copy && n)
+    memcpy(copy, items, n * size);
+  return copy;
+}
+
+hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_t *n,
+                                hbm_logdir_skip_t **skipped, size_t *n_skipped) {
   hbm__loaded_t *to_free = NULL;
   pthread_mutex_lock(&c->lock);
   hbm_status_t st = refresh_listing_locked(c, &to_free);
@@ -217,12 +199,19 @@ hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_
     hbm__error(st, "cannot list logdir %s: %s", c->logdir,
                c->listing_error ? c->listing_error : "unknown error");
   } else {
+    size_t kept = c->n_skipped < HBM_LOGDIR_SKIPS_KEPT ? c->n_skipped : HBM_LOGDIR_SKIPS_KEPT;
     *n = c->n_listing;
-    *out = malloc((c->n_listing ? c->n_listing : 1) * sizeof **out);
-    if (!*out)
+    *out = copy_of(c->listing, c->n_listing, sizeof **out);
+    if (skipped)
+      *skipped = copy_of(c->skipped, kept, sizeof **skipped);
+    if (n_skipped)
+      *n_skipped = c->n_skipped;
+    if (!*out || (skipped && !*skipped)) {
+      free(*out);
+      if (skipped)
+        free(*skipped);
       st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
-    else if (c->n_listing)
-      memcpy(*out, c->listing, c->n_listing * sizeof **out);
+    }
   }
   pthread_mutex_unlock(&c->lock);
   free_list(to_free);
@@ -274,6 +263,8 @@ static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le, const file_version
   snprintf(e->run, sizeof e->run, "%s", le->run);
   snprintf(e->file, sizeof e->file, "%s", le->file);
   snprintf(e->path, sizeof e->path, "%s", le->path);
+  snprintf(e->real, sizeof e->real, "%s", le->real);
+  e->outside = le->outside;
   e->mtime = le->mtime;
   e->bytes = v->bytes;
   e->inode = v->inode;
@@ -284,10 +275,61 @@ static hbm__loaded_t *new_entry(const hbm_logdir_entry_t *le, const file_version
   return e;
 }
 
+/* Opens the next component of a path below dir (closed) without following a link: a
+ * directory, or the file itself (O_NONBLOCK: a FIFO swapped in does not hang the open). */
+static int open_component(int dir, const char *name, bool last) {
+  int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
+  int fd = openat(dir, name, flags);
+  int saved = errno;
+  close(dir);
+  errno = saved;
+  return fd;
+}
+
+/* Opens e's file as the listing found it: a profile inside the logdir component by component
+ * from the logdir, none of them a link (they were not when listed); one outside (listed with
+ * --follow-links) at its real path, its last component not a link. -1 with the error set. */
+static int open_listed(const hbm__cache_t *c, const hbm__loaded_t *e) {
+  size_t n = strlen(c->real_logdir);
+  const char *rel = n == 1 ? e->real + 1 : e->real + n + 1;
+  int fd;
+  if (e->outside || strncmp(e->real, c->real_logdir, n)) {
+    fd = open(e->real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  } else {
+    char part[4096];
+    fd = open(c->real_logdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (const char *p = rel; fd >= 0 && *p;) {
+      const char *slash = strchr(p, '/');
+      size_t len = slash ? (size_t)(slash - p) : strlen(p);
+      snprintf(part, sizeof part, "%.*s", (int)len, p);
+      fd = open_component(fd, part, !slash);
+      p += len + (slash != NULL);
+    }
+  }
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    return fd;
+  if (fd >= 0 || errno == ELOOP || errno == ENOTDIR) {
+    hbm__error(HBM_ERR_IO,
+               "%s: changed since the logdir was listed (a symbolic link or something other "
+               "than a file now stands on its path %s): not opened; it is listed again within "
+               "half a second",
+               e->path, e->real);
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  hbm__error(HBM_ERR_IO, "%s: cannot open: %s", e->path, strerror(errno));
+  return -1;
+}
+
 /* Loads e's file; runs without the cache lock while e->loading keeps others waiting. */
-static void load_entry(hbm__loaded_t *e) {
+static void load_entry(const hbm__cache_t *c, hbm__loaded_t *e) {
   int64_t t0 = hbm__now_ns();
-  e->profile = hbm_profile_load(e->path);
+  int fd = open_listed(c, e);
+  e->profile = fd >= 0 ? hbm__profile_load_fd(fd, e->path) : NULL;
+  if (fd >= 0)
+    close(fd);
   e->loaded_at_ns = hbm__now_ns();
   e->load_ms = (double)(e->loaded_at_ns - t0) / 1e6;
   if (!e->profile) {
@@ -351,7 +393,7 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
   free_list(to_free);
   free_list(evicted);
 
-  load_entry(fresh);
+  load_entry(c, fresh);
 
   pthread_mutex_lock(&c->lock);
   fresh->loading = false;

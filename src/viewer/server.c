@@ -5,7 +5,10 @@
  * stalling another; the listening socket opened
  * here so "port in use" is reported as such, loopback-only Host names when bound to loopback
  * (a web page elsewhere cannot read the profiles through DNS rebinding), and a clean stop on
- * SIGINT/SIGTERM. Requests are answered by hbm__viewer_handle (routes.c). */
+ * SIGINT/SIGTERM. Requests are answered by hbm__viewer_handle (routes.c). Connections that hold
+ * a slot without finishing their request are cut (conn_guard.c): a request must be in within
+ * HBM__SERVER_REQUEST_MS, and a reserve of slots is kept for new clients. */
+#include "viewer/conn_guard.h"
 #include "viewer/viewer.h"
 
 #include <arpa/inet.h>
@@ -26,12 +29,19 @@
  * HBM__SERVER_IDLE_S seconds without a byte (a browser reconnects at once when it needs to). */
 #define HBM__SERVER_CONNECTIONS 1000
 #define HBM__SERVER_IDLE_S 15
+/* A request (headers and body) must be in within this long of its connection's start or of
+ * the previous answer (a byte every few seconds resets the idle timeout, not this). */
+#define HBM__SERVER_REQUEST_MS 10000
+/* Bound to another address than loopback: connections from one address at most (on loopback
+ * every client has the same address). */
+#define HBM__SERVER_PER_ADDRESS 256
 
 typedef struct hbm__server {
   hbm__viewer_t *viewer;
   struct MHD_Daemon *daemon;
   int port;
   bool loopback_only; /* bound to a loopback address: check Host headers */
+  hbm__conn_guard_t *guard;
   char host[256];
   FILE *log;
 } hbm__server_t;
@@ -179,6 +189,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_data_size = 0;
     return MHD_YES;
   }
+  hbm__conn_guard_answering(s->guard, conn);
   hbm__response_t r = {0};
   if (!host_allowed(s, conn)) {
     hbm__respond_error(&r, 403, "this server answers to localhost only");
@@ -197,11 +208,53 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* ---- start and stop ---- */
 
+/* HBM_VIEW_REQUEST_MS / HBM_VIEW_MAX_CONNECTIONS (tests and benchmarks: short deadlines, few
+ * slots; HBM_VIEW_REQUEST_MS=0 turns the guard off, as before it existed): a whole number in
+ * [min, max] (or 0 when zero_ok), else def. false with an error on bad text. */
+static bool limit_from_env(const char *name, unsigned def, unsigned min, unsigned max, bool zero_ok,
+                           unsigned *out) {
+  const char *text = getenv(name);
+  *out = def;
+  if (!text || !*text)
+    return true;
+  char *end;
+  unsigned long v = strtoul(text, &end, 10);
+  if (*end || text[0] == '-' || ((v < min || v > max) && !(zero_ok && v == 0))) {
+    hbm__error(HBM_ERR_INVALID, "%s=%s: expected a whole number from %u to %u%s", name, text, min,
+               max, zero_ok ? ", or 0 (none)" : "");
+    return false;
+  }
+  *out = (unsigned)v;
+  return true;
+}
+
+static struct MHD_Daemon *start_daemon(hbm__server_t *s, int fd, int family, unsigned limit) {
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+  if (family == AF_INET6)
+    flags |= MHD_USE_IPv6;
+  unsigned per_address = s->loopback_only ? 0 : HBM__SERVER_PER_ADDRESS; /* 0: no limit */
+  struct MHD_OptionItem guard[] = {
+      {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)hbm__conn_guard_notify, s->guard},
+      {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)hbm__conn_guard_completed, s->guard},
+      {MHD_OPTION_END, 0, NULL}};
+  return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                          MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HBM__SERVER_THREADS,
+                          MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                          per_address, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HBM__SERVER_IDLE_S,
+                          MHD_OPTION_ARRAY, s->guard ? guard : guard + 2, MHD_OPTION_END);
+}
+
 hbm__server_t *hbm__server_start(hbm__viewer_t *v, const char *host, int port, FILE *log) {
+  unsigned request_ms, limit;
   if (port < 0 || port > 65535) {
     hbm__error(HBM_ERR_INVALID, "port %d is not a TCP port (0-65535)", port);
     return NULL;
   }
+  if (!limit_from_env("HBM_VIEW_REQUEST_MS", HBM__SERVER_REQUEST_MS, 50, 3600000, true,
+                      &request_ms) ||
+      !limit_from_env("HBM_VIEW_MAX_CONNECTIONS", HBM__SERVER_CONNECTIONS, 16, 100000, false,
+                      &limit))
+    return NULL;
   hbm__server_t *s = calloc(1, sizeof *s);
   if (!s) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
@@ -217,16 +270,12 @@ hbm__server_t *hbm__server_start(hbm__viewer_t *v, const char *host, int port, F
     return NULL;
   }
   s->port = bound_port(fd);
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-  if (family == AF_INET6)
-    flags |= MHD_USE_IPv6;
-  s->daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
-                       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HBM__SERVER_THREADS,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)HBM__SERVER_CONNECTIONS,
-                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HBM__SERVER_IDLE_S, MHD_OPTION_END);
+  /* a tenth of the slots stay free for new clients */
+  s->guard = request_ms ? hbm__conn_guard_new(limit, limit / 10, request_ms) : NULL;
+  s->daemon = s->guard || !request_ms ? start_daemon(s, fd, family, limit) : NULL;
   if (!s->daemon) {
     close(fd);
+    hbm__conn_guard_free(s->guard);
     free(s);
     hbm__error(HBM_ERR_IO, "the HTTP server (libmicrohttpd) could not start on %s:%d", host, port);
     return NULL;
@@ -240,6 +289,7 @@ void hbm__server_stop(hbm__server_t *s) {
   if (!s)
     return;
   MHD_stop_daemon(s->daemon); /* waits for the worker threads */
+  hbm__conn_guard_free(s->guard);
   free(s);
 }
 
@@ -256,7 +306,7 @@ static void print_url(FILE *log, const char *logdir, const char *host, int port,
   fflush(log);
 }
 
-int hbm_viewer_serve(const char *logdir, const char *host, int port, FILE *log) {
+int hbm_viewer_serve(const char *logdir, int flags, const char *host, int port, FILE *log) {
   if (!log)
     log = stderr;
   if (!host || !*host)
@@ -266,6 +316,7 @@ int hbm_viewer_serve(const char *logdir, const char *host, int port, FILE *log) 
     fprintf(log, "hbm view: %s\n", hbm_last_error());
     return 1;
   }
+  v->cache.flags = flags;
   /* Block the stop signals before the server's threads exist, so they inherit the mask and
    * only sigwait below receives them. */
   sigset_t stop, old;

@@ -9,7 +9,8 @@
  * Profiles are loaded through hbm_profile_load and analysed through hbm_analyze only; the
  * cache (profile_cache.c) keeps them and their analyses and reloads a file when it changes.
  * Run and profile names in requests are looked up in hbm_logdir_list's listing and nowhere
- * else, so no request can name a file outside the logdir. */
+ * else, so no request can name a file outside the logdir; each is opened at the real path the
+ * listing found, without following links (a link swapped in later is refused). */
 #ifndef HBM_VIEWER_H
 #define HBM_VIEWER_H
 
@@ -25,7 +26,7 @@
 /* Serves the viewer for `logdir` on host:port until SIGINT or SIGTERM. Prints the URL (and
  * errors) to `log`. Returns the process exit status: 0 after a clean stop, 1 when the logdir
  * is missing, the port is in use or the server could not start. */
-int hbm_viewer_serve(const char *logdir, const char *host, int port, FILE *log);
+int hbm_viewer_serve(const char *logdir, int flags, const char *host, int port, FILE *log);
 
 /* ---- query arguments (query.c) ---- */
 
@@ -90,6 +91,8 @@ typedef struct hbm__loaded {
   char run[256];
   char file[256];
   char path[4096];
+  char real[4096]; /* where the listing found it, links resolved: opened without following */
+  bool outside;    /* real is outside the logdir (listed with --follow-links) */
   int64_t mtime;
   uint64_t bytes;
   struct timespec changed; /* the file's mtime (ns) and inode when loaded: a rewrite reloads */
@@ -138,6 +141,8 @@ void hbm__loaded_keep_answer(hbm__loaded_t *e, const char *key, const char *body
 
 typedef struct hbm__cache {
   char *logdir;
+  char *real_logdir; /* the logdir, links resolved: profiles are opened from it */
+  int flags;         /* for hbm_logdir_scan: HBM_LOGDIR_FOLLOW_LINKS (--follow-links) */
   pthread_mutex_t lock;
   pthread_cond_t loaded; /* signalled when an entry finishes loading */
   hbm__loaded_t *entries;
@@ -146,6 +151,8 @@ typedef struct hbm__cache {
   /* The logdir listing, refreshed when older than HBM__LISTING_MS. */
   hbm_logdir_entry_t *listing;
   size_t n_listing;
+  hbm_logdir_skip_t *skipped; /* what the listing left out, and why */
+  size_t n_skipped;           /* in all (at most HBM_LOGDIR_SKIPS_KEPT kept) */
   int64_t listed_at_ns;
   char *listing_error; /* non-NULL when the last listing failed */
 } hbm__cache_t;
@@ -155,8 +162,11 @@ typedef struct hbm__cache {
 
 hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir);
 void hbm__cache_destroy(hbm__cache_t *c);
-/* A copy of the current listing (newest run first); free with free(). */
-hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_t *n);
+/* A copy of the current listing (newest run first); free with free(). skipped (may be NULL)
+ * receives a copy of what the listing left out (at most HBM_LOGDIR_SKIPS_KEPT, free with
+ * free()) and n_skipped how many in all. */
+hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_t *n,
+                                hbm_logdir_skip_t **skipped, size_t *n_skipped);
 /* The entry for run/file, loaded on first use or when the file changed. NULL with
  * HBM_ERR_NOT_FOUND when the listing has no such profile. A load failure is not a NULL: the
  * entry carries the loader's status and message. Release with hbm__cache_release. */
@@ -177,7 +187,8 @@ typedef struct hbm__viewer {
   hbm__cache_t cache;
 } hbm__viewer_t;
 
-/* A viewer for an existing logdir; NULL with an error when it is missing or not a directory. */
+/* A viewer for an existing logdir; NULL with an error when it is missing or not a directory.
+ * Its listing follows links out of the logdir once v->cache.flags has HBM_LOGDIR_FOLLOW_LINKS. */
 hbm__viewer_t *hbm__viewer_new(const char *logdir);
 void hbm__viewer_free(hbm__viewer_t *v);
 /* Answers one request. `path` is already percent-decoded (as the HTTP server gives it); the

@@ -381,6 +381,11 @@ async function main() {
     await empty.goto(args['empty-url']);
     await empty.waitForSelector('#empty-state:not([hidden])', { timeout: 10000 });
     check((await empty.locator('#empty-state').textContent()).includes('No profiles in this logdir yet'), 'an empty logdir says so');
+    // its one run is a link to a run outside it (viewer_browser.sh): skipped, and the page says so
+    await empty.waitForSelector('#skipped:not([hidden])', { timeout: 10000 });
+    const skippedText = await empty.locator('#skipped').textContent();
+    check(skippedText.includes('1 entry of the logdir skipped') && skippedText.includes('plugins/profile/linked_run')
+      && skippedText.includes('outside the logdir'), `the page says which entry was skipped and why (${skippedText.slice(0, 200)})`);
     await shot(empty, 'empty');
     const runDir = path.join(args['empty-logdir'], 'plugins/profile/2026_03_01_00_00_00');
     mkdirSync(runDir, { recursive: true });

@@ -13,6 +13,8 @@ export function formatBytes(bytes) {
     v /= 1024;
     u++;
   }
+  // 2^63 - 1 is where hbm's byte totals saturate (docs/limits.md): never shown as a number
+  if (Math.abs(bytes) >= 2 ** 63) return '≥ 8.00 EiB (overflowed)';
   const text = u === 0 ? `${v} B` : `${v.toFixed(v >= 100 ? 1 : 2)} ${UNITS[u]}`;
   return neg ? `-${text}` : text;
 }

@@ -105,6 +105,22 @@ function showEmpty(logdir) {
     This page looks again every few seconds: new runs appear by themselves.</p>`;
 }
 
+// What the logdir's listing left out (links leading out of it, links to nothing), and why:
+// `hbm report DIR` says the same on stderr.
+function showSkipped(data) {
+  const el = $('skipped');
+  const list = data.skipped || [];
+  if (el.hidden && list.length) el.open = !data.runs.length; // open when nothing else shows
+  el.hidden = !list.length;
+  if (!list.length) return;
+  const n = data.skipped_count || list.length;
+  el.querySelector('summary').textContent =
+    `${n} entr${n === 1 ? 'y' : 'ies'} of the logdir skipped (symbolic links leading out of it are not served${data.follow_links ? '' : ' without hbm view --follow-links'})`;
+  el.querySelector('ul').innerHTML = list
+    .map((s) => `<li><code>${escapeHtml(s.path)}</code>: ${escapeHtml(s.why)}</li>`)
+    .join('') + (n > list.length ? `<li>… and ${n - list.length} more</li>` : '');
+}
+
 function showError(message) {
   $('content').hidden = true;
   $('empty-state').hidden = true;
@@ -169,6 +185,7 @@ async function refreshRuns() {
     return;
   }
   setStatus('');
+  showSkipped(data);
   state.logdir = data.logdir;
   const names = data.runs.map((r) => r.run);
   const known = state.runs.map((r) => r.run);
@@ -257,6 +274,7 @@ async function selectProfile(file) {
   const previous = state.info?.spaces?.[state.space]?.name;
   state.info = info;
   if (info.warning) setBanner(`Truncated profile: ${info.warning}. What was read before the damage is shown.`);
+  else if (info.notes) setBanner(`Note: ${info.notes}`);
   fillSpaces($('space-select'), info.spaces);
   const hash = readHash();
   let space = 0;
