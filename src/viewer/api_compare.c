@@ -143,7 +143,7 @@ static size_t hold_run(hbm__viewer_t *v, const char *run, hbm__loaded_t **held, 
                        hbm__response_t *r) {
   hbm_logdir_entry_t *list = NULL;
   size_t n_list = 0, n = 0;
-  if (hbm__cache_listing(&v->cache, &list, &n_list) != HBM_OK) {
+  if (hbm__cache_listing(&v->cache, &list, &n_list, NULL, NULL) != HBM_OK) {
     hbm__respond_error(r, 500, "%s", hbm_last_error());
     return 0;
   }
