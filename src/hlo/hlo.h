@@ -214,7 +214,8 @@ typedef struct hlo_span {
  * big modules share the empty one (hbm__hlo_no_metadata), so the instruction stays small. */
 typedef struct hlo_metadata {
   hlo_str_t op_name, op_type, source_file, custom_call_target;
-  int64_t source_line; /* 0 = none */
+  int64_t source_line;    /* 0 = none */
+  int64_t stack_frame_id; /* 1-based into the module's frame index; 0 = none */
 } hlo_metadata_t;
 
 extern const hlo_metadata_t hbm__hlo_no_metadata;
@@ -260,6 +261,29 @@ struct hlo_comp {
   hlo_span_t body; /* text between the braces, for printing */
 };
 
+/* The module's stack-frame index (frames.c): XLA's StackFrameIndexProto as printed in the
+ * FileNames / FunctionNames / FileLocations / StackFrames tables. Ids are 1-based. */
+typedef struct hlo_file_location {
+  int64_t file, function, line, column;
+} hlo_file_location_t;
+
+typedef struct hlo_stack_frame {
+  int64_t location, parent; /* parent: a frame id, 0 = none (the text says parent + 1) */
+} hlo_stack_frame_t;
+
+typedef struct hlo_frame_index {
+  hlo_str_t *files, *functions;
+  hlo_file_location_t *locations;
+  hlo_stack_frame_t *frames;
+  uint32_t n_files, n_functions, n_locations, n_frames;
+} hlo_frame_index_t;
+
+/* One resolved frame: file, function (may be empty), line and column. */
+typedef struct hlo_source_frame {
+  hlo_str_t file, function;
+  int64_t line, column;
+} hlo_source_frame_t;
+
 typedef struct hlo_module {
   char *text;
   size_t len;
@@ -279,6 +303,7 @@ typedef struct hlo_module {
   uint32_t n_remat;          /* clones added by remat.c (for unique names) */
   hlo_instr_t **entry_owned; /* remat.c: the entry's instruction array once it grows */
   size_t entry_cap;
+  hlo_frame_index_t frames; /* empty when the text has no stack-frame tables */
 } hlo_module_t;
 
 /* Parses HLO text (copied). name is used in error messages ("file:line:col: ..."). */
@@ -298,6 +323,23 @@ void hbm__instr_print(const hlo_module_t *m, const hlo_instr_t *in, hbm_strbuf_t
  * The profile's labels are HLO_LABEL_MAX long at most. */
 #define HLO_LABEL_MAX 160
 size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len, char *out);
+
+/* The stack of frame `id`, innermost first, into out[0..cap): the number of frames written,
+ * or -1 when the frame `id` (or what it names) is not in the index. A chain that points
+ * nowhere part-way ends there; a cycle ends after as many frames as the index has. */
+int hbm__hlo_frame_stack(const hlo_frame_index_t *fx, int64_t id, hlo_source_frame_t *out, int cap);
+
+typedef enum hlo_source_status {
+  HLO_SOURCE_NONE = 0,  /* the instruction names no source */
+  HLO_SOURCE_METADATA,  /* metadata source_file / source_line */
+  HLO_SOURCE_FRAME,     /* the innermost frame of its stack_frame_id */
+  HLO_SOURCE_BAD_FRAME, /* a stack_frame_id the module's index does not have */
+} hlo_source_status_t;
+
+/* Where the instruction comes from in the user's program (*out: file and line; the function
+ * and column too when from a frame). */
+hlo_source_status_t hbm__hlo_instr_source(const hlo_module_t *m, const hlo_instr_t *in,
+                                          hlo_source_frame_t *out);
 
 /* ---- buffers: dataflow, aliasing and live ranges (alias.c, liveness.c) ---- */
 

@@ -117,12 +117,14 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   }
   hbm_strbuf_append(scratch, "", 1);
   size_t source_at = SIZE_MAX;
-  if (md->source_file.n) {
+  hlo_source_frame_t src;
+  hlo_source_status_t from = hbm__hlo_instr_source(m, in, &src);
+  if ((from == HLO_SOURCE_METADATA || from == HLO_SOURCE_FRAME) && src.file.n) {
     source_at = scratch->len;
-    hbm_strbuf_append(scratch, md->source_file.p, md->source_file.n);
-    if (md->source_line > 0) {
+    hbm_strbuf_append(scratch, src.file.p, src.file.n);
+    if (src.line > 0) {
       char line[24];
-      hbm_strbuf_append(scratch, line, decimal(md->source_line, line));
+      hbm_strbuf_append(scratch, line, decimal(src.line, line));
     }
     hbm_strbuf_append(scratch, "", 1);
   }
@@ -345,9 +347,37 @@ static void add_warning(hbm_plan_t *plan, const char *text) {
   }
 }
 
+/* Instructions whose stack_frame_id the module's frame index does not have: shown without
+ * a source line (and said so), never followed. */
+static void frame_warning(hbm_plan_t *plan) {
+  const hlo_module_t *m = plan->module;
+  size_t bad = 0;
+  const hlo_instr_t *first = NULL;
+  for (uint32_t c = 0; c < m->n_comps; c++)
+    for (uint32_t i = 0; i < m->comps[c]->n_instrs; i++) {
+      const hlo_instr_t *in = m->comps[c]->instrs[i];
+      hlo_source_frame_t src;
+      if (in->meta->stack_frame_id && hbm__hlo_instr_source(m, in, &src) == HLO_SOURCE_BAD_FRAME &&
+          !bad++)
+        first = in;
+    }
+  if (!bad)
+    return;
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "%zu instruction%s name%s a stack frame the module's stack-frame index does not "
+           "have (the first: %.*s, stack_frame_id=%lld, of %u frames): shown without a "
+           "source line",
+           bad, bad == 1 ? "" : "s", bad == 1 ? "s" : "",
+           (int)(first->name.n < 80 ? first->name.n : 80), first->name.p,
+           (long long)first->meta->stack_frame_id, m->frames.n_frames);
+  add_warning(plan, buf);
+}
+
 /* What makes XLA's numbers for this module differ from ours by construction. */
 static void module_warnings(hbm_plan_t *plan) {
   const hlo_module_t *m = plan->module;
+  frame_warning(plan);
   if (!m->is_scheduled)
     add_warning(plan, "the module is not scheduled (no is_scheduled=true): HLO before XLA's "
                       "optimizations, planned in printed order without fusion; XLA's own "
