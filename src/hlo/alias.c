@@ -636,6 +636,28 @@ static bool while_step(hlo_dataflow_t *df, uint32_t f) {
   return true;
 }
 
+/* XLA's flattened schedule (HloLiveRange::FlattenSchedule) puts a conditional after its
+ * branches: its operands are read, and its own values (the phis) defined, when the last
+ * branch has run. The planner's step for it comes first, where the branches take their
+ * operands; with the XLA backends the operands stay live to the end of the last branch and
+ * the result is defined there, so a temporary of a branch may share memory with it (the
+ * branches' values are defined before the phi, HloOrdering::IsDefinedBefore). A `call` is
+ * left as it is: on the GPU set, its operands die at their last use inside the callee. */
+static void finish_conditional(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
+                               uint32_t off) {
+  uint32_t last = (uint32_t)df->steps.len - 1;
+  use_operands(df, f, in, last);
+  for (uint32_t k = 0; k < in->shape->n_subshapes; k++) {
+    uint32_t v = df->pool[off + k];
+    hlo_value_t *val = v == UINT32_MAX ? NULL : &HLO_VEC_AT(&df->values, hlo_value_t, v);
+    if (val && val->instr == in && val->def_step < last) {
+      val->def_step = last;
+      if (val->last_use != LIVE_OUT_STEP && val->last_use < last)
+        val->last_use = last;
+    }
+  }
+}
+
 static bool conditional_step(hlo_dataflow_t *df, uint32_t f) {
   hlo_frame_t *fr = frame_at(df, f);
   const hlo_instr_t *in = fr->pending;
@@ -657,6 +679,8 @@ static bool conditional_step(hlo_dataflow_t *df, uint32_t f) {
   fr->phase++;
   if (!c) {
     fr->pending = NULL;
+    if (df->xla_order)
+      finish_conditional(df, f, in, off);
     return true;
   }
   if (!same_tree(c->root->shape, in->shape))
@@ -828,11 +852,12 @@ void hbm__dataflow_free(hlo_dataflow_t *df) {
   memset(df, 0, sizeof *df);
 }
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df,
-                               bool exact_shape_sharing) {
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing,
+                               bool xla_order) {
   memset(df, 0, sizeof *df);
   df->m = m;
   df->exact_shape_sharing = exact_shape_sharing;
+  df->xla_order = xla_order;
   df->max_steps = 16 * m->n_instrs + 4096;
   hbm__hlo_vec_init(&df->values, sizeof(hlo_value_t));
   hbm__hlo_vec_init(&df->steps, sizeof(hlo_step_t));

@@ -57,6 +57,7 @@ typedef struct hlo_dataflow {
   size_t max_steps;
   uint32_t entry_root_off;
   bool exact_shape_sharing; /* XLA's sharing rule without a backend hook (HLO_XLA_CPU) */
+  bool xla_order;           /* XLA's flattened order: a conditional after its branches */
 } hlo_dataflow_t;
 
 #define HLO_LIVE_OUT_STEP (UINT32_MAX - 1)
@@ -67,7 +68,8 @@ typedef struct hlo_dataflow {
  * that get allocations of their own. false when memory ran out. */
 bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place);
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing);
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing,
+                               bool xla_order);
 void hbm__dataflow_free(hlo_dataflow_t *df);
 
 #endif /* HBM_HLO_ALIAS_INTERNAL_H */

@@ -101,8 +101,8 @@ static bool parse_rows(hlo_lexer_t *lx, table_t t, hlo_vec_t *rows) {
 
 bool hbm__hlo_parse_frame_tables(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_frame_index_t *fx) {
   hlo_vec_t rows[4];
-  static const size_t item[4] = {sizeof(hlo_str_t), sizeof(hlo_str_t),
-                                 sizeof(hlo_file_location_t), sizeof(hlo_stack_frame_t)};
+  static const size_t item[4] = {sizeof(hlo_str_t), sizeof(hlo_str_t), sizeof(hlo_file_location_t),
+                                 sizeof(hlo_stack_frame_t)};
   for (int i = 0; i < 4; i++)
     hbm__hlo_vec_init(&rows[i], item[i]);
   bool ok = true;
@@ -198,5 +198,5 @@ hlo_source_status_t hbm__hlo_instr_source(const hlo_module_t *m, const hlo_instr
   if (md->stack_frame_id <= 0)
     return HLO_SOURCE_NONE;
   return hbm__hlo_frame_stack(&m->frames, md->stack_frame_id, out, 1) == 1 ? HLO_SOURCE_FRAME
-                                                                          : HLO_SOURCE_BAD_FRAME;
+                                                                           : HLO_SOURCE_BAD_FRAME;
 }

@@ -332,7 +332,8 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   memset(as, 0, sizeof *as);
   hlo_dataflow_t df;
   hbm_status_t st =
-      hbm__dataflow_run(m, &df, opt && (opt->xla_allocations & HLO_XLA_BACKEND) == HLO_XLA_CPU);
+      hbm__dataflow_run(m, &df, opt && (opt->xla_allocations & HLO_XLA_BACKEND) == HLO_XLA_CPU,
+                        opt && (opt->xla_allocations & HLO_XLA_BACKEND));
   if (st != HBM_OK)
     return st;
   uint32_t n = (uint32_t)df.values.len;
