@@ -166,7 +166,7 @@ static void *resize_or_keep(void *items, size_t bytes, bool *ok) {
 }
 
 static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claimed_out,
-                           uint32_t *n_values) {
+                           uint32_t *n_values, bool must_alias) {
   const hlo_instr_t *root = df->m->entry->root;
   uint32_t n_out = (uint32_t)df->outputs.len;
   uint32_t root_step = (uint32_t)df->steps.len - 1;
@@ -206,10 +206,12 @@ static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claime
     }
     if (pv != UINT32_MAX) {
       uint32_t pr = uf_find(u, pv);
-      if (pr != r && !claimed[r] && !(u->flags[r] & IDENTITY) && u->bytes[r] == u->bytes[pr]) {
-        /* Written in place if the parameter is dead by then; else copied in at the end. */
+      if (pr != r && !claimed[r] && u->bytes[r] == u->bytes[pr]) {
+        /* Written in place if the parameter is dead by then; else copied in at the end. In
+         * XLA's optimized modules the alias is one buffer (HloAliasAnalysis), copies
+         * already inserted, whatever computes the output (a loop, a conditional). */
         const hlo_value_t *pval = &HLO_VEC_AT(&df->values, hlo_value_t, pv);
-        if (pval->last_use <= u->def[r])
+        if (must_alias || (!(u->flags[r] & IDENTITY) && pval->last_use <= u->def[r]))
           pr = uf_union(u, pr, r);
       }
       u->flags[pr] |= HLO_V_OUTPUT | HLO_V_ALIASED;
@@ -344,7 +346,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
     apply_edge(&u, (const hlo_value_t *)df.values.data, &HLO_VEC_AT(&df.edges, hlo_edge_t, i),
                opt && opt->xla_allocations && m->is_scheduled);
   as->n_steps = (uint32_t)df.steps.len;
-  ok = ok && assign_outputs(&df, &u, &claimed, &n);
+  ok = ok && assign_outputs(&df, &u, &claimed, &n, opt && opt->xla_allocations && m->is_scheduled);
   if (ok) {
     /* Hand the arrays over to the assignment. */
     as->values = df.values.data;
