@@ -59,6 +59,8 @@ static bool new_value(hlo_dataflow_t *df, const hlo_instr_t *in, const hlo_shape
                    .subshape = k,
                    .def_step = step,
                    .last_use = step,
+                   .split_use = UINT32_MAX,
+                   .split_def = UINT32_MAX,
                    .flags = flags,
                    .bytes = sub->bytes,
                    .unpadded_bytes = sub->unpadded_bytes,
@@ -527,6 +529,22 @@ static bool sort_share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *
   return true;
 }
 
+/* all-reduce-start writes its result over its operands: XLA lists them as in-place pairs
+ * (AliasInfo::GetInPlaceInputOutputPairs, operand i with result {i}, or {} for one), so
+ * its alias analysis makes each pair one buffer. */
+static bool all_reduce_start_inplace(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
+                                     uint32_t off, uint32_t step) {
+  const hlo_shape_t *s = in->shape;
+  for (uint32_t i = 0; i < in->n_operands; i++) {
+    uint32_t out_k = s->etype != HLO_T_TUPLE ? (i == 0 ? 0 : UINT32_MAX)
+                     : i < s->rank           ? s->elem_offsets[i]
+                                             : UINT32_MAX;
+    if (out_k != UINT32_MAX && !inplace_edge(df, f, in, off, step, out_k, i, 0))
+      return false;
+  }
+  return true;
+}
+
 static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
                                  uint32_t off, uint32_t step) {
   if (!define_values(df, in, off, step, 0, 0))
@@ -556,7 +574,7 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
   }
   case HLO_OP_FUSION:
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
-  case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
+  case HLO_OP_ALL_REDUCE_START: return all_reduce_start_inplace(df, f, in, off, step);
   case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
   default:
     if (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE)
@@ -576,6 +594,23 @@ static int start_child(hlo_dataflow_t *df, uint32_t f, const hlo_comp_t *c, uint
     return -1;
   frame_at(df, f)->child = *child;
   return push_task(df, *child) ? 1 : -1;
+}
+
+/* XLA's loop buffer holds several values (HloDataflowAnalysis's phis): the condition's and
+ * body's parameters, defined where they start and dead after their last read, and the
+ * while's result, defined after the body (HloLiveRange flattens the body before the while).
+ * The planner has one value for them: it records where the reads inside the loop end and
+ * where the result begins, so the heap may use the gap in between, as XLA's does. */
+static void split_loop_values(hlo_dataflow_t *df, const hlo_instr_t *in, uint32_t off,
+                              uint32_t last) {
+  for (uint32_t k = 0; k < in->shape->n_subshapes; k++) {
+    uint32_t v = df->pool[off + k];
+    hlo_value_t *val = v == UINT32_MAX ? NULL : &HLO_VEC_AT(&df->values, hlo_value_t, v);
+    if (val && val->instr == in && val->last_use != LIVE_OUT_STEP && val->last_use < last) {
+      val->split_use = val->last_use;
+      val->split_def = last;
+    }
+  }
 }
 
 /* The loop buffer of a while: the instruction's own values (defined at its step); the
@@ -624,6 +659,8 @@ static bool while_step(hlo_dataflow_t *df, uint32_t f) {
   uint32_t param_off = bpos[body->params[0]->id];
   uint32_t while_step_index = fr->step;
   uint32_t last = (uint32_t)df->steps.len - 1;
+  if (df->xla_order)
+    split_loop_values(df, in, off, last);
   for (uint32_t k = 0; k < n; k++) {
     uint32_t r = df->pool[root_off + k], p = df->pool[param_off + k];
     bool invariant = r == p;

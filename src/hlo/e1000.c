@@ -37,7 +37,7 @@ static void space_word(const hbm_plan_t *plan, char *buf, size_t cap) {
 }
 
 static const hlo_instr_t *buffer_instr(const hbm_plan_t *plan, int64_t idx) {
-  if (!plan->module || !plan->profile_hlo || idx < 0 || idx >= (int64_t)plan->as.n_buffers)
+  if (!plan->module || !plan->profile_hlo || idx < 0 || idx >= (int64_t)plan->n_profile_buffers)
     return NULL;
   const hlo_buffer_t *hb = &plan->as.buffers[plan->profile_hlo[idx]];
   return plan->as.values[hb->value].instr;

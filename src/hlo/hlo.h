@@ -361,6 +361,10 @@ typedef struct hlo_value {
   uint32_t subshape;        /* pre-order index in instr->shape */
   uint32_t def_step;
   uint32_t last_use; /* step of the last use, >= def_step */
+  /* A while's loop value as XLA sees it (two phis, HloLiveRange): live from def_step to
+   * split_use (its last read in the condition or body), then again from split_def (where
+   * the loop ends) to last_use. UINT32_MAX: one range. Set with the XLA backends only. */
+  uint32_t split_use, split_def;
   uint32_t flags;
   uint64_t bytes, unpadded_bytes;
   int color;
@@ -379,6 +383,10 @@ typedef struct hlo_buffer {
   uint64_t offset;      /* heap offset (temporaries) */
   int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
   int separate;         /* a temporary with an allocation of its own (XLA: tuple-shaped) */
+  /* heap_sim.c, XLA backends: a buffer whose values leave gaps (a loop buffer between its
+   * last read in the body and the body's new value) holds its memory only during n_segs
+   * segments, as->segs[2 * seg_at ..]: [start, end) pairs. 0: all of [start, end). */
+  uint32_t n_segs, seg_at;
 } hlo_buffer_t;
 
 typedef struct hlo_step {
@@ -423,6 +431,8 @@ typedef struct hlo_assignment {
    * there first; XLA's order of candidates (its post-order) may have chosen otherwise */
   uint32_t contended;
   uint64_t contended_bytes;
+  uint32_t *segs; /* the buffers' live segments (hlo_buffer_t.n_segs), [start, end) pairs */
+  uint32_t n_segs, segs_cap;
 } hlo_assignment_t;
 
 /* Dataflow + aliasing + live ranges: fills steps, values, buffers. */

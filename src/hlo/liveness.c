@@ -296,8 +296,10 @@ static uint32_t group_find(hlo_buffer_t *b, uint32_t x) {
   return x;
 }
 
-/* XLA's ShareWith: an element-wise result takes the memory of an operand that dies at it. */
-static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+/* XLA's ShareWith: an element-wise result takes the memory of an operand that dies at it.
+ * XLA's heap simulator does it only between buffers of one value each ("we don't support
+ * sharing an aliased buffer with its operand"): single_values asks for that rule. */
+static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool single_values) {
   uint8_t *taken = calloc(as->n_buffers + 1, 1); /* 1: gave its memory, 2: took one */
   if (!taken)
     return; /* sharing only lowers the estimate; without memory for it we plan without */
@@ -311,7 +313,7 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as) {
     hlo_buffer_t *x = &as->buffers[bx], *y = &as->buffers[by];
     if (x->indefinite || y->indefinite || (taken[bx] & 1) || (taken[by] & 2) ||
         x->end != e->step + 1 || y->start != e->step || x->bytes != y->bytes ||
-        x->color != y->color)
+        x->color != y->color || (single_values && (x->n_values > 1 || y->n_values > 1)))
       continue;
     x->end = e->step; /* its memory holds the result from this step on */
     taken[bx] |= 1;
@@ -359,7 +361,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   if (ok && opt && opt->xla_allocations)
     ok = hbm__reuse_output_allocations(&df, as, !(opt->xla_allocations & HLO_XLA_NO_REUSE));
   if (ok)
-    apply_shares(&df, as);
+    apply_shares(&df, as, opt && opt->xla_allocations);
   if (ok) {
     /* The entry frame (frame 0) keeps its positions: remat.c reads them. */
     const hlo_comp_t *e = m->entry;
@@ -389,5 +391,6 @@ void hbm__hlo_assignment_free(hlo_assignment_t *as) {
   free(as->heap_bytes);
   free(as->temp_peak);
   free(as->temp_peak_step);
+  free(as->segs);
   memset(as, 0, sizeof *as);
 }
