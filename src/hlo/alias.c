@@ -493,19 +493,53 @@ static bool exact_share(const hlo_instr_t *in, uint32_t i) {
   return (fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE_START;
 }
 
+/* 1 when operand i of `in` is the instruction that defines value x: XLA's heap simulator
+ * shares a buffer with an operand only then (HloInstruction::IsUserOf on the defining
+ * instruction), not through a bitcast, get-tuple-element or an async done. */
+static uint32_t share_direct(const hlo_dataflow_t *df, uint32_t x, const hlo_instr_t *in,
+                             uint32_t i) {
+  return x != UINT32_MAX && HLO_VEC_AT(&df->values, hlo_value_t, x).instr == in->operands[i];
+}
+
+/* May result element e (0: the array result) of `in` take operand i's memory when the
+ * operand dies there? With the GPU's hook, its answer where it gives one (gpu_sharing.c),
+ * else XLA's rule: equal shapes and an element-wise use; the CPU has no hook; the plain
+ * planner keeps its element-wise rule. */
+static bool may_share(const hlo_dataflow_t *df, const hlo_instr_t *in, uint32_t i, uint32_t e) {
+  if (df->gpu) {
+    int hint = hbm__gpu_can_share(df->m, in, i, e);
+    if (hint >= 0)
+      return hint;
+    const hlo_shape_t *es = in->shape->etype == HLO_T_TUPLE ? NULL : in->shape;
+    return es && shapes_equal(in->operands[i]->shape, es) &&
+           (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE);
+  }
+  if (in->shape->etype == HLO_T_TUPLE)
+    return false;
+  return df->exact_shape_sharing ? exact_share(in, i) : reads_elementwise(in, i);
+}
+
 static bool share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, uint32_t off,
                         uint32_t step) {
-  if (in->shape->etype == HLO_T_TUPLE)
+  const hlo_shape_t *s = in->shape;
+  bool tuple = s->etype == HLO_T_TUPLE;
+  if (tuple && !(df->gpu && in->opcode == HLO_OP_FUSION))
     return true;
-  for (uint32_t i = 0; i < in->n_operands; i++) {
-    const hlo_shape_t *os = in->operands[i]->shape;
-    if (os->etype == HLO_T_TUPLE || os->bytes != in->shape->bytes)
+  uint32_t n_results = tuple ? s->rank : 1;
+  for (uint32_t e = 0; e < n_results; e++) {
+    const hlo_shape_t *es = tuple ? s->elems[e] : s;
+    uint32_t out_k = tuple ? s->elem_offsets[e] : 0;
+    if (es->etype == HLO_T_TUPLE)
       continue;
-    if (df->exact_shape_sharing ? !exact_share(in, i) : !reads_elementwise(in, i))
-      continue;
-    uint32_t x = df->pool[operand_off(df, f, in, i)];
-    if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off], 0, step))
-      return false;
+    for (uint32_t i = 0; i < in->n_operands; i++) {
+      const hlo_shape_t *os = in->operands[i]->shape;
+      if (os->etype == HLO_T_TUPLE || os->bytes != es->bytes || !may_share(df, in, i, e))
+        continue;
+      uint32_t x = df->pool[operand_off(df, f, in, i)];
+      if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off + out_k], share_direct(df, x, in, i),
+                     step))
+        return false;
+    }
   }
   return true;
 }
@@ -522,8 +556,8 @@ static bool sort_share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *
     const hlo_shape_t *es = s->etype == HLO_T_TUPLE && i < s->rank ? s->elems[i] : s;
     if (out_k == UINT32_MAX || os->etype == HLO_T_TUPLE || os->bytes != es->bytes)
       continue;
-    if (!push_edge(df, HLO_EDGE_SHARE, df->pool[operand_off(df, f, in, i)], df->pool[off + out_k],
-                   0, step))
+    uint32_t x = df->pool[operand_off(df, f, in, i)];
+    if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off + out_k], share_direct(df, x, in, i), step))
       return false;
   }
   return true;
@@ -576,6 +610,8 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
   case HLO_OP_ALL_REDUCE_START: return all_reduce_start_inplace(df, f, in, off, step);
   case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
+  case HLO_OP_ALL_REDUCE:
+  case HLO_OP_CUSTOM_CALL: return !df->gpu || share_edges(df, f, in, off, step);
   default:
     if (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE)
       return share_edges(df, f, in, off, step);
@@ -889,12 +925,12 @@ void hbm__dataflow_free(hlo_dataflow_t *df) {
   memset(df, 0, sizeof *df);
 }
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing,
-                               bool xla_order) {
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, int xla_backend) {
   memset(df, 0, sizeof *df);
   df->m = m;
-  df->exact_shape_sharing = exact_shape_sharing;
-  df->xla_order = xla_order;
+  df->exact_shape_sharing = xla_backend == HLO_XLA_CPU;
+  df->gpu = xla_backend == HLO_XLA_GPU;
+  df->xla_order = xla_backend != 0;
   df->max_steps = 16 * m->n_instrs + 4096;
   hbm__hlo_vec_init(&df->values, sizeof(hlo_value_t));
   hbm__hlo_vec_init(&df->steps, sizeof(hlo_step_t));

@@ -298,7 +298,8 @@ static uint32_t group_find(hlo_buffer_t *b, uint32_t x) {
 
 /* XLA's ShareWith: an element-wise result takes the memory of an operand that dies at it.
  * XLA's heap simulator does it only between buffers of one value each ("we don't support
- * sharing an aliased buffer with its operand"): single_values asks for that rule. */
+ * sharing an aliased buffer with its operand") and when the result's instruction reads the
+ * instruction defining the operand's value: single_values asks for those rules. */
 static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool single_values) {
   uint8_t *taken = calloc(as->n_buffers + 1, 1); /* 1: gave its memory, 2: took one */
   if (!taken)
@@ -313,7 +314,7 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool si
     hlo_buffer_t *x = &as->buffers[bx], *y = &as->buffers[by];
     if (x->indefinite || y->indefinite || (taken[bx] & 1) || (taken[by] & 2) ||
         x->end != e->step + 1 || y->start != e->step || x->bytes != y->bytes ||
-        x->color != y->color || (single_values && (x->n_values > 1 || y->n_values > 1)))
+        x->color != y->color || (single_values && (x->n_values > 1 || y->n_values > 1 || !e->c)))
       continue;
     x->end = e->step; /* its memory holds the result from this step on */
     taken[bx] |= 1;
@@ -336,8 +337,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   memset(as, 0, sizeof *as);
   hlo_dataflow_t df;
   hbm_status_t st =
-      hbm__dataflow_run(m, &df, opt && (opt->xla_allocations & HLO_XLA_BACKEND) == HLO_XLA_CPU,
-                        opt && (opt->xla_allocations & HLO_XLA_BACKEND));
+      hbm__dataflow_run(m, &df, opt ? (int)(opt->xla_allocations & HLO_XLA_BACKEND) : 0);
   if (st != HBM_OK)
     return st;
   uint32_t n = (uint32_t)df.values.len;
