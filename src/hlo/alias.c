@@ -904,8 +904,11 @@ static bool thread_local_values(hlo_dataflow_t *df) {
       uint32_t k, id;
       /* XLA allocates a reducer's constants as constants, the rest as thread-local */
       uint32_t flags = in->opcode == HLO_OP_CONSTANT ? HLO_V_CONST : HLO_V_THREAD;
+      /* a tuple (or a copy of one) defines its table only; its elements are its operands'
+       * (HloDataflowAnalysis: kTuple and kCopy define their top-level value) */
+      bool table_only = in->opcode == HLO_OP_TUPLE || in->opcode == HLO_OP_COPY;
       while ((sub = subshapes_next(&it, &k)))
-        if (!new_value(df, in, sub, k, 0, flags, &id))
+        if ((k == 0 || !table_only) && !new_value(df, in, sub, k, 0, flags, &id))
           return false;
     }
   }

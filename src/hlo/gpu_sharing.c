@@ -97,7 +97,8 @@ static bool user_allows(const hlo_instr_t *u, const hlo_instr_t *h, const hlo_in
 static const hlo_instr_t *reduction_hero(const hlo_instr_t *fused_root) {
   uint32_t n = fused_root->opcode == HLO_OP_TUPLE ? fused_root->n_operands : 1;
   for (uint32_t e = 0; e < n; e++) {
-    const hlo_instr_t *r = fused_root->opcode == HLO_OP_TUPLE ? fused_root->operands[e] : fused_root;
+    const hlo_instr_t *r =
+        fused_root->opcode == HLO_OP_TUPLE ? fused_root->operands[e] : fused_root;
     if (r->opcode == HLO_OP_BITCAST && r->n_operands == 1)
       r = r->operands[0];
     if (r->opcode == HLO_OP_REDUCE)
@@ -155,7 +156,8 @@ static int fusion_hint(const hlo_instr_t *fusion, const hlo_comp_t *body, uint32
     }
   }
   /* a multi-output fusion whose result is not element-wise: no other result reached */
-  if (froot->opcode == HLO_OP_TUPLE && !(hbm__opcode_flags((hlo_opcode_t)root->opcode) & HLO_F_ELEMENTWISE))
+  if (froot->opcode == HLO_OP_TUPLE &&
+      !(hbm__opcode_flags((hlo_opcode_t)root->opcode) & HLO_F_ELEMENTWISE))
     for (uint32_t k = 0; k < froot->n_operands; k++)
       if (froot->operands[k] != output && seen[froot->operands[k]->id])
         goto done;
