@@ -49,8 +49,7 @@ static void custom_calls_do_not_share(void **state) {
   snprintf(text, sizeof text, "%s  ROOT r = f32[256]{0} negate(a)\n}\n", head);
   assert_true(gpu_temp(text) == 0);
   snprintf(text, sizeof text,
-           "%s  ROOT r = f32[256]{0} custom-call(a), custom_call_target=\"cufft_plan\"\n}\n",
-           head);
+           "%s  ROOT r = f32[256]{0} custom-call(a), custom_call_target=\"cufft_plan\"\n}\n", head);
   assert_true(gpu_temp(text) == 1024);
   snprintf(text, sizeof text,
            "%s  ROOT r = f32[256]{0} custom-call(a), custom_call_target=\"cufft_plan\", "

@@ -369,16 +369,16 @@ hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out) {
 
 /* ---- JSON ---- */
 
-/* The instruction's source stack, innermost frame first: every frame of its stack_frame_id,
- * or the one metadata source_file/source_line names; [] when it has none. */
+/* The instruction's source stack, innermost frame first: every frame of its stack_frame_id
+ * (metadata without one has at most "source"); NULL when it has none. */
 static json_t *stack_json(const hlo_module_t *m, const hlo_instr_t *in) {
-  json_t *list = json_array();
   hlo_source_frame_t frames[64];
-  int n = 0;
-  if (hbm__hlo_instr_source(m, in, &frames[0]) == HLO_SOURCE_METADATA)
-    n = 1;
-  else if (in->meta->stack_frame_id > 0)
-    n = hbm__hlo_frame_stack(&m->frames, in->meta->stack_frame_id, frames, 64);
+  int n = in->meta->stack_frame_id > 0
+              ? hbm__hlo_frame_stack(&m->frames, in->meta->stack_frame_id, frames, 64)
+              : 0;
+  if (n <= 0)
+    return NULL;
+  json_t *list = json_array();
   for (int i = 0; i < n; i++) {
     json_t *f = json_object();
     json_object_set_new(f, "file", json_stringn(frames[i].file.p, frames[i].file.n));
@@ -413,7 +413,9 @@ static json_t *buffer_json(const hbm_plan_t *plan, int64_t idx) {
   const hlo_instr_t *in = buffer_instr(plan, idx);
   if (in) {
     json_object_set_new(o, "instruction", json_stringn(in->name.p, in->name.n));
-    json_object_set_new(o, "stack", stack_json(plan->module, in));
+    json_t *stack = stack_json(plan->module, in);
+    if (stack)
+      json_object_set_new(o, "stack", stack);
   }
   return o;
 }

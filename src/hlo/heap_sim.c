@@ -889,10 +889,13 @@ static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, u
     return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
   if (!record_gaps(as, b, c->seg, m))
     return false;
-  for (size_t k = 0; k < m; k++)
-    if (!push_interval(c, (hlo_interval_t){c->seg[k].start, c->seg[k].end, b->bytes, 0,
-                                           share ? share : i + 1}))
+  if (!b->n_segs) /* values back to back: one interval, as without them */
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
+  for (uint32_t k = 0; k < b->n_segs; k++) {
+    const uint32_t *seg = &as->segs[2 * (b->seg_at + k)];
+    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1}))
       return false;
+  }
   return true;
 }
 
