@@ -149,6 +149,94 @@ static void stack_frame_tables_before_the_computations(void **state) {
   hbm__hlo_free(m);
 }
 
+/* JAX 0.10.2 prints collectives' groups as XLA's MeshAxesReplicaGroupList: the mesh, a space,
+ * then the axes (replica_group.cc's ToString, mesh_and_axis.cc's Mesh::ToString and
+ * AxisRef::ToString). Every form they print is read; the next attribute follows as usual. */
+static void mesh_replica_groups(void **state) {
+  (void)state;
+  hlo_module_t *m = parse(
+      "HloModule m, num_partitions=8\n"
+      "%r (x: f32[], y: f32[]) -> f32[] {\n"
+      "  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+      "  ROOT %s = f32[] add(%x, %y)\n}\n"
+      "ENTRY %e (p: f32[32,256]) -> f32[128,256] {\n"
+      "  %p = f32[32,256]{1,0} parameter(0)\n"
+      "  %ag = f32[128,256]{1,0} all-gather(%p), channel_id=1, "
+      "replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, dimensions={0}, "
+      "use_global_device_ids=true\n"
+      "  %ar = f32[128,256]{1,0} all-reduce(%ag), channel_id=2, "
+      "replica_groups=mesh['a'=2,'b'=4], device_ids=(0,2,4,6,1,3,5,7) {'a','b':(1)2}, "
+      "to_apply=%r\n"
+      "  %rs = f32[64,256]{1,0} reduce-scatter(%ar), replica_groups=mesh[x=8] {x:(2)2}, "
+      "dimensions={0}, to_apply=%r\n"
+      "  %one = f32[64,256]{1,0} all-reduce(%rs), replica_groups=maximal_mesh[device_id=3] {}, "
+      "to_apply=%r, sharding={mesh['a'=2,'b'=4], [{'a'}, {}]}\n"
+      "  %noaxes = f32[64,256]{1,0} all-reduce(%one), replica_groups=mesh[] {}, to_apply=%r\n"
+      "  %buf = b(f32[64,256]{1,0}) custom-call(%noaxes), custom_call_target=\"x\"\n"
+      "  ROOT %t = (f32[128,256]{1,0}, b(f32[64,256]{1,0})) tuple(%ag, %buf)\n"
+      "}\n");
+  assert_int_equal(m->entry->n_instrs, 8);
+  const hlo_instr_t *ar = find(m->entry, "ar");
+  assert_int_equal(ar->n_called, 1); /* to_apply after the device_ids and the axes */
+  assert_int_equal(find(m->entry, "one")->n_called, 1);
+  /* a buffer shape is the array it wraps: 64 * 256 * 4 bytes */
+  assert_true(find(m->entry, "buf")->shape->bytes == 65536);
+  assert_true(m->entry->root->shape->elems[1]->bytes == 65536);
+  hbm__hlo_free(m);
+}
+
+/* metadata={... stack_frame_id=N} resolves through the module's tables: file names,
+ * function names, file locations and frames are 1-based, and a frame's parent is printed as
+ * parent + 1 (XLA's ParseStackFramesList subtracts 1), so parent_frame_id=1 is "none". */
+static void stack_frames_give_source_lines(void **state) {
+  (void)state;
+  hlo_module_t *m = parse("HloModule jit_f, is_scheduled=true\n\n"
+                          "FileNames\n1 \"<stdin>\"\n2 \"/src/model.py\"\n\n"
+                          "FunctionNames\n1 \"<module>\"\n2 \"f\"\n\n"
+                          "FileLocations\n"
+                          "1 {file_name_id=1 function_name_id=1 line=5 end_line=5 column=6 "
+                          "end_column=56}\n"
+                          "2 {file_name_id=2 function_name_id=2 line=3 end_line=3 column=17 "
+                          "end_column=22}\n\n"
+                          "StackFrames\n1 {file_location_id=1 parent_frame_id=1}\n"
+                          "2 {file_location_id=2 parent_frame_id=2}\n"
+                          "3 {file_location_id=9 parent_frame_id=1}\n"
+                          "4 {file_location_id=2 parent_frame_id=5}\n\n\n"
+                          "ENTRY %main.1 (p: f32[8]) -> f32[8] {\n"
+                          "  %p = f32[8]{0} parameter(0), metadata={op_name=\"p\"}\n"
+                          "  %a = f32[8]{0} negate(%p), metadata={op_name=\"jit(f)/neg\" "
+                          "stack_frame_id=2 scheduling_name=\"a\"}\n"
+                          "  %b = f32[8]{0} abs(%a), metadata={stack_frame_id=7}\n"
+                          "  %c = f32[8]{0} exp(%b), metadata={stack_frame_id=3}\n"
+                          "  %d = f32[8]{0} sine(%c), metadata={stack_frame_id=4}\n"
+                          "  ROOT %e = f32[8]{0} tanh(%d), metadata={source_file=\"old.py\" "
+                          "source_line=9 stack_frame_id=2}\n"
+                          "}\n");
+  assert_int_equal(m->frames.n_files, 2);
+  assert_int_equal(m->frames.n_frames, 4);
+  hlo_source_frame_t src, stack[8];
+  assert_int_equal(hbm__hlo_instr_source(m, find(m->entry, "p"), &src), HLO_SOURCE_NONE);
+  assert_int_equal(hbm__hlo_instr_source(m, find(m->entry, "a"), &src), HLO_SOURCE_FRAME);
+  assert_true(hbm__hlo_str_eq(src.file, "/src/model.py"));
+  assert_int_equal(src.line, 3);
+  assert_int_equal(hbm__hlo_frame_stack(&m->frames, 2, stack, 8), 2);
+  assert_true(hbm__hlo_str_eq(stack[0].function, "f"));
+  assert_int_equal(stack[0].column, 17);
+  assert_true(hbm__hlo_str_eq(stack[1].file, "<stdin>"));
+  assert_true(hbm__hlo_str_eq(stack[1].function, "<module>"));
+  assert_int_equal(stack[1].line, 5);
+  /* a frame id past the table, a frame naming a location that is not there */
+  assert_int_equal(hbm__hlo_instr_source(m, find(m->entry, "b"), &src), HLO_SOURCE_BAD_FRAME);
+  assert_int_equal(hbm__hlo_instr_source(m, find(m->entry, "c"), &src), HLO_SOURCE_BAD_FRAME);
+  assert_int_equal(hbm__hlo_frame_stack(&m->frames, 3, stack, 8), -1);
+  /* frame 4's parent (printed 5) is frame 4 itself: the walk stops */
+  assert_int_equal(hbm__hlo_frame_stack(&m->frames, 4, stack, 8), 5);
+  /* metadata's own source_file wins */
+  assert_int_equal(hbm__hlo_instr_source(m, find(m->entry, "e"), &src), HLO_SOURCE_METADATA);
+  assert_true(hbm__hlo_str_eq(src.file, "old.py"));
+  hbm__hlo_free(m);
+}
+
 static void bare_computations_and_names_without_percent(void **state) {
   (void)state;
   /* No HloModule header; no signatures; the last computation is the entry. */
@@ -237,6 +325,31 @@ static void errors_say_where(void **state) {
       {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[2] negate p\n}\n",
        "test.hlo:4:21: expected '(' and the operands"},
       {"HloModule m\nENTRY e {\n  \x01 = f32[2] parameter(0)\n}\n", "found byte 0x01"},
+      /* an attribute value with a space in a form hbm does not know: named, with its place */
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), groups=ring[4] {1,2}\n}\n",
+       "test.hlo:3:43: expected ',' or the end of the instruction after the value of attribute "
+       "'groups'"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0) [1]\n}\n",
+       "test.hlo:3:27: expected ',' and an attribute, or the end of the instruction"},
+      /* the mesh form, broken */
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), replica_groups=mesh['x'=0] {'x'}\n}\n",
+       "test.hlo:3:52: expected a positive mesh axis size"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), replica_groups=mesh['x'=2]\n}\n",
+       "test.hlo:3:54: expected '{' at the end of the line"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), replica_groups=mesh['x'=2] "
+       "{'x':(1}\n}\n",
+       "test.hlo:3:62: expected ')', found '}'"},
+      {"HloModule m\nENTRY e {\n  p = f32[2] parameter(0), replica_groups=maximal_mesh[dev=1] "
+       "{}\n}\n",
+       "test.hlo:3:56: expected device_id="},
+      {"HloModule m\nENTRY e {\n  p = b((f32[2])) parameter(0)\n}\n",
+       "test.hlo:3:7: expected an array shape inside b(...)"},
+      /* stack-frame tables, broken */
+      {"HloModule m\nFileNames\n1 model.py\nENTRY e {\n  p = f32[2] parameter(0)\n}\n",
+       "test.hlo:3:3: expected a quoted name"},
+      {"HloModule m\nStackFrames\n1 {file_location_id=x}\nENTRY e {\n  p = f32[2] "
+       "parameter(0)\n}\n",
+       "test.hlo:3:21: expected an integer"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     hlo_module_t *m = hbm__hlo_parse(cases[i].text, strlen(cases[i].text), "test.hlo");
@@ -271,6 +384,8 @@ int main(void) {
       cmocka_unit_test(header_attributes),
       cmocka_unit_test(tolerates_what_it_does_not_need),
       cmocka_unit_test(stack_frame_tables_before_the_computations),
+      cmocka_unit_test(mesh_replica_groups),
+      cmocka_unit_test(stack_frames_give_source_lines),
       cmocka_unit_test(bare_computations_and_names_without_percent),
       cmocka_unit_test(control_flow_kinds),
       cmocka_unit_test(labels_and_printing),

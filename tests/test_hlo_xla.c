@@ -217,9 +217,10 @@ static void backend_alignment(void **state) {
   hbm_plan_free(p);
 }
 
-/* e [1,2] is last read by the all-reduce-start whose result is the output: an all-reduce
- * may write its result over its operand, so e lives in the output's allocation: temp 0
- * (the plain planner also joins nothing here, but shares only temporaries: 256). */
+/* e [1,2] is last read by the all-reduce-start whose result is the output: all-reduce-start
+ * and its operand are an in-place pair (XLA's GetInPlaceInputOutputPairs), one buffer on
+ * every backend, so e is the output's buffer: temp 0 (the plain planner joins the pair
+ * too: e dies there and may be written). */
 static void all_reduce_over_its_operand(void **state) {
   (void)state;
   const char *m = "HloModule ar, is_scheduled=true\n"
@@ -235,14 +236,17 @@ static void all_reduce_over_its_operand(void **state) {
                   "  ROOT ard = f32[64]{0} all-reduce-done(ars)\n"
                   "}\n";
   assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 0);
-  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 256);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_NONE) == 0);
 }
 
 /* A synchronous all-reduce is neither an in-place pair (only all-reduce-start is, in
- * XLA's GetInPlaceInputOutputPairs) nor element-wise, so e [1,2] (256 B) meets the output
- * ar at step 2 and may not live in its allocation: temp 256 on both backends, as in XLA's
- * CPU dump of a psum (its fusion result stays in the preallocated temp). Thread-local: the
- * reducer's x, y, s (12 B). Total: 256 (p) + 256 (ar) + 12 + 256 = 780. */
+ * XLA's GetInPlaceInputOutputPairs) nor element-wise, so on the CPU e [1,2] (256 B) meets
+ * the output ar at step 2 and may not live in its allocation: temp 256, as in XLA's CPU
+ * dump of a psum (its fusion result stays in the preallocated temp). Thread-local: the
+ * reducer's x, y, s (12 B). Total: 256 (p) + 256 (ar) + 12 + 256 = 780. The GPU's hook
+ * says yes for it (buffer_sharing.cc, CanShareBufferHint: "NCCL all-reduce can be
+ * performed in-place", one operand): e ends where ar begins and lives in its allocation,
+ * temp 0. */
 static void sync_all_reduce_keeps_its_operand(void **state) {
   (void)state;
   const char *m = "HloModule psum, is_scheduled=true\n"
@@ -260,7 +264,7 @@ static void sync_all_reduce_keeps_its_operand(void **state) {
   assert_true(hbm_plan_get_summary(p)->temp_bytes == 256);
   json_has(p, "\"total_bytes\": 780");
   hbm_plan_free(p);
-  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 256);
+  assert_true(temp_of(m, HBM_PLAN_BACKEND_GPU) == 0);
 }
 
 /* A tuple-shaped output's table is never reused (BufferAllocation::is_reusable() is false
@@ -284,15 +288,16 @@ static void tuple_tables_are_not_reused(void **state) {
 }
 
 /* Whether a loop fusion may write its result over an operand that dies there: the GPU's
- * hook asks for the same elements and bytes and looks at the operand's direct uses in the
- * body; XLA's own rule, which the CPU uses (it has no hook), asks for equal shapes, layout
- * included, and every *transitive* use element-wise. a (f32[256], 1024 B) lives [1,2] and
- * is last read by the fusion r that defines the output (1024 B):
+ * hook (buffer_sharing.cc, FusionCanShareBufferHint) asks for the same elements and bytes,
+ * and every instruction reached from the parameter element-wise, a bitcast or a tuple on a
+ * path to the result; XLA's own rule, which the CPU uses (it has no hook), asks for equal
+ * shapes, layout included, and every transitive use element-wise or a tuple. a (f32[256],
+ * 1024 B) lives [1,2] and is last read by the fusion r that defines the output (1024 B):
  * - bitcast root: r is f32[4,64], a is f32[256] (shapes differ, bytes equal); the body
  *   negates x, then bitcasts: GPU shares (a in r's allocation, temp 0), CPU does not
  *   (temp 1024) — the transformer zoo program's copy_bitcast fusions;
- * - reverse after the negate: shapes equal, the direct use is element-wise but the reverse
- *   is not: GPU temp 0, CPU 1024. */
+ * - reverse after the negate: shapes equal, but the reverse reached from x is neither
+ *   element-wise nor a bitcast: temp 1024 on both. */
 static void cpu_sharing_needs_equal_shapes(void **state) {
   (void)state;
   const char *bitcast_root = "HloModule bc, is_scheduled=true\n"
@@ -319,7 +324,7 @@ static void cpu_sharing_needs_equal_shapes(void **state) {
                               "}\n";
   assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_GPU) == 0);
   assert_true(temp_of(bitcast_root, HBM_PLAN_BACKEND_CPU) == 1024);
-  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_GPU) == 0);
+  assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_GPU) == 1024);
   assert_true(temp_of(reverse_after, HBM_PLAN_BACKEND_CPU) == 1024);
   /* the element-wise negate of touch_elementwise has equal shapes: shared on both */
   assert_true(temp_of(touch_elementwise, HBM_PLAN_BACKEND_CPU) == 0);

@@ -59,6 +59,8 @@ static bool new_value(hlo_dataflow_t *df, const hlo_instr_t *in, const hlo_shape
                    .subshape = k,
                    .def_step = step,
                    .last_use = step,
+                   .split_use = UINT32_MAX,
+                   .split_def = UINT32_MAX,
                    .flags = flags,
                    .bytes = sub->bytes,
                    .unpadded_bytes = sub->unpadded_bytes,
@@ -491,19 +493,53 @@ static bool exact_share(const hlo_instr_t *in, uint32_t i) {
   return (fl & HLO_F_ELEMENTWISE) || in->opcode == HLO_OP_ALL_REDUCE_START;
 }
 
+/* 1 when operand i of `in` is the instruction that defines value x: XLA's heap simulator
+ * shares a buffer with an operand only then (HloInstruction::IsUserOf on the defining
+ * instruction), not through a bitcast, get-tuple-element or an async done. */
+static uint32_t share_direct(const hlo_dataflow_t *df, uint32_t x, const hlo_instr_t *in,
+                             uint32_t i) {
+  return x != UINT32_MAX && HLO_VEC_AT(&df->values, hlo_value_t, x).instr == in->operands[i];
+}
+
+/* May result element e (0: the array result) of `in` take operand i's memory when the
+ * operand dies there? With the GPU's hook, its answer where it gives one (gpu_sharing.c),
+ * else XLA's rule: equal shapes and an element-wise use; the CPU has no hook; the plain
+ * planner keeps its element-wise rule. */
+static bool may_share(const hlo_dataflow_t *df, const hlo_instr_t *in, uint32_t i, uint32_t e) {
+  if (df->gpu) {
+    int hint = hbm__gpu_can_share(df->m, in, i, e);
+    if (hint >= 0)
+      return hint;
+    const hlo_shape_t *es = in->shape->etype == HLO_T_TUPLE ? NULL : in->shape;
+    return es && shapes_equal(in->operands[i]->shape, es) &&
+           (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE);
+  }
+  if (in->shape->etype == HLO_T_TUPLE)
+    return false;
+  return df->exact_shape_sharing ? exact_share(in, i) : reads_elementwise(in, i);
+}
+
 static bool share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in, uint32_t off,
                         uint32_t step) {
-  if (in->shape->etype == HLO_T_TUPLE)
+  const hlo_shape_t *s = in->shape;
+  bool tuple = s->etype == HLO_T_TUPLE;
+  if (tuple && !(df->gpu && in->opcode == HLO_OP_FUSION))
     return true;
-  for (uint32_t i = 0; i < in->n_operands; i++) {
-    const hlo_shape_t *os = in->operands[i]->shape;
-    if (os->etype == HLO_T_TUPLE || os->bytes != in->shape->bytes)
+  uint32_t n_results = tuple ? s->rank : 1;
+  for (uint32_t e = 0; e < n_results; e++) {
+    const hlo_shape_t *es = tuple ? s->elems[e] : s;
+    uint32_t out_k = tuple ? s->elem_offsets[e] : 0;
+    if (es->etype == HLO_T_TUPLE)
       continue;
-    if (df->exact_shape_sharing ? !exact_share(in, i) : !reads_elementwise(in, i))
-      continue;
-    uint32_t x = df->pool[operand_off(df, f, in, i)];
-    if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off], 0, step))
-      return false;
+    for (uint32_t i = 0; i < in->n_operands; i++) {
+      const hlo_shape_t *os = in->operands[i]->shape;
+      if (os->etype == HLO_T_TUPLE || os->bytes != es->bytes || !may_share(df, in, i, e))
+        continue;
+      uint32_t x = df->pool[operand_off(df, f, in, i)];
+      if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off + out_k], share_direct(df, x, in, i),
+                     step))
+        return false;
+    }
   }
   return true;
 }
@@ -520,8 +556,24 @@ static bool sort_share_edges(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *
     const hlo_shape_t *es = s->etype == HLO_T_TUPLE && i < s->rank ? s->elems[i] : s;
     if (out_k == UINT32_MAX || os->etype == HLO_T_TUPLE || os->bytes != es->bytes)
       continue;
-    if (!push_edge(df, HLO_EDGE_SHARE, df->pool[operand_off(df, f, in, i)], df->pool[off + out_k],
-                   0, step))
+    uint32_t x = df->pool[operand_off(df, f, in, i)];
+    if (!push_edge(df, HLO_EDGE_SHARE, x, df->pool[off + out_k], share_direct(df, x, in, i), step))
+      return false;
+  }
+  return true;
+}
+
+/* all-reduce-start writes its result over its operands: XLA lists them as in-place pairs
+ * (AliasInfo::GetInPlaceInputOutputPairs, operand i with result {i}, or {} for one), so
+ * its alias analysis makes each pair one buffer. */
+static bool all_reduce_start_inplace(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
+                                     uint32_t off, uint32_t step) {
+  const hlo_shape_t *s = in->shape;
+  for (uint32_t i = 0; i < in->n_operands; i++) {
+    uint32_t out_k = s->etype != HLO_T_TUPLE ? (i == 0 ? 0 : UINT32_MAX)
+                     : i < s->rank           ? s->elem_offsets[i]
+                                             : UINT32_MAX;
+    if (out_k != UINT32_MAX && !inplace_edge(df, f, in, off, step, out_k, i, 0))
       return false;
   }
   return true;
@@ -556,8 +608,10 @@ static bool define_with_aliasing(hlo_dataflow_t *df, uint32_t f, const hlo_instr
   }
   case HLO_OP_FUSION:
     return fusion_inplace(df, f, in, off, step) && share_edges(df, f, in, off, step);
-  case HLO_OP_ALL_REDUCE_START: return share_edges(df, f, in, off, step);
+  case HLO_OP_ALL_REDUCE_START: return all_reduce_start_inplace(df, f, in, off, step);
   case HLO_OP_SORT: return sort_share_edges(df, f, in, off, step);
+  case HLO_OP_ALL_REDUCE:
+  case HLO_OP_CUSTOM_CALL: return !df->gpu || share_edges(df, f, in, off, step);
   default:
     if (hbm__opcode_flags((hlo_opcode_t)in->opcode) & HLO_F_ELEMENTWISE)
       return share_edges(df, f, in, off, step);
@@ -576,6 +630,23 @@ static int start_child(hlo_dataflow_t *df, uint32_t f, const hlo_comp_t *c, uint
     return -1;
   frame_at(df, f)->child = *child;
   return push_task(df, *child) ? 1 : -1;
+}
+
+/* XLA's loop buffer holds several values (HloDataflowAnalysis's phis): the condition's and
+ * body's parameters, defined where they start and dead after their last read, and the
+ * while's result, defined after the body (HloLiveRange flattens the body before the while).
+ * The planner has one value for them: it records where the reads inside the loop end and
+ * where the result begins, so the heap may use the gap in between, as XLA's does. */
+static void split_loop_values(hlo_dataflow_t *df, const hlo_instr_t *in, uint32_t off,
+                              uint32_t last) {
+  for (uint32_t k = 0; k < in->shape->n_subshapes; k++) {
+    uint32_t v = df->pool[off + k];
+    hlo_value_t *val = v == UINT32_MAX ? NULL : &HLO_VEC_AT(&df->values, hlo_value_t, v);
+    if (val && val->instr == in && val->last_use != LIVE_OUT_STEP && val->last_use < last) {
+      val->split_use = val->last_use;
+      val->split_def = last;
+    }
+  }
 }
 
 /* The loop buffer of a while: the instruction's own values (defined at its step); the
@@ -624,6 +695,8 @@ static bool while_step(hlo_dataflow_t *df, uint32_t f) {
   uint32_t param_off = bpos[body->params[0]->id];
   uint32_t while_step_index = fr->step;
   uint32_t last = (uint32_t)df->steps.len - 1;
+  if (df->xla_order)
+    split_loop_values(df, in, off, last);
   for (uint32_t k = 0; k < n; k++) {
     uint32_t r = df->pool[root_off + k], p = df->pool[param_off + k];
     bool invariant = r == p;
@@ -634,6 +707,28 @@ static bool while_step(hlo_dataflow_t *df, uint32_t f) {
       return false;
   }
   return true;
+}
+
+/* XLA's flattened schedule (HloLiveRange::FlattenSchedule) puts a conditional after its
+ * branches: its operands are read, and its own values (the phis) defined, when the last
+ * branch has run. The planner's step for it comes first, where the branches take their
+ * operands; with the XLA backends the operands stay live to the end of the last branch and
+ * the result is defined there, so a temporary of a branch may share memory with it (the
+ * branches' values are defined before the phi, HloOrdering::IsDefinedBefore). A `call` is
+ * left as it is: on the GPU set, its operands die at their last use inside the callee. */
+static void finish_conditional(hlo_dataflow_t *df, uint32_t f, const hlo_instr_t *in,
+                               uint32_t off) {
+  uint32_t last = (uint32_t)df->steps.len - 1;
+  use_operands(df, f, in, last);
+  for (uint32_t k = 0; k < in->shape->n_subshapes; k++) {
+    uint32_t v = df->pool[off + k];
+    hlo_value_t *val = v == UINT32_MAX ? NULL : &HLO_VEC_AT(&df->values, hlo_value_t, v);
+    if (val && val->instr == in && val->def_step < last) {
+      val->def_step = last;
+      if (val->last_use != LIVE_OUT_STEP && val->last_use < last)
+        val->last_use = last;
+    }
+  }
 }
 
 static bool conditional_step(hlo_dataflow_t *df, uint32_t f) {
@@ -657,6 +752,8 @@ static bool conditional_step(hlo_dataflow_t *df, uint32_t f) {
   fr->phase++;
   if (!c) {
     fr->pending = NULL;
+    if (df->xla_order)
+      finish_conditional(df, f, in, off);
     return true;
   }
   if (!same_tree(c->root->shape, in->shape))
@@ -807,8 +904,11 @@ static bool thread_local_values(hlo_dataflow_t *df) {
       uint32_t k, id;
       /* XLA allocates a reducer's constants as constants, the rest as thread-local */
       uint32_t flags = in->opcode == HLO_OP_CONSTANT ? HLO_V_CONST : HLO_V_THREAD;
+      /* a tuple (or a copy of one) defines its table only; its elements are its operands'
+       * (HloDataflowAnalysis: kTuple and kCopy define their top-level value) */
+      bool table_only = in->opcode == HLO_OP_TUPLE || in->opcode == HLO_OP_COPY;
       while ((sub = subshapes_next(&it, &k)))
-        if (!new_value(df, in, sub, k, 0, flags, &id))
+        if ((k == 0 || !table_only) && !new_value(df, in, sub, k, 0, flags, &id))
           return false;
     }
   }
@@ -828,11 +928,12 @@ void hbm__dataflow_free(hlo_dataflow_t *df) {
   memset(df, 0, sizeof *df);
 }
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df,
-                               bool exact_shape_sharing) {
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, int xla_backend) {
   memset(df, 0, sizeof *df);
   df->m = m;
-  df->exact_shape_sharing = exact_shape_sharing;
+  df->exact_shape_sharing = xla_backend == HLO_XLA_CPU;
+  df->gpu = xla_backend == HLO_XLA_GPU;
+  df->xla_order = xla_backend != 0;
   df->max_steps = 16 * m->n_instrs + 4096;
   hbm__hlo_vec_init(&df->values, sizeof(hlo_value_t));
   hbm__hlo_vec_init(&df->steps, sizeof(hlo_step_t));

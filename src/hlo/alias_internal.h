@@ -33,7 +33,8 @@ enum {
   HLO_EDGE_LOOP_BODY = 2, /* a: the body's new value, b: loop buffer, c: body parameter value */
   HLO_EDGE_BRANCH = 3,    /* a: a branch's root value, b: the result, c: last step, step: first */
   HLO_EDGE_INPLACE = 4,   /* a: operand value, b: result value updated in place */
-  HLO_EDGE_SHARE = 5      /* a: operand value, b: element-wise result that may reuse it */
+  HLO_EDGE_SHARE = 5      /* a: operand value, b: element-wise result that may reuse it,
+                             c: 1 when the operand instruction defines a (not forwarded) */
 };
 
 typedef struct hlo_edge {
@@ -57,6 +58,8 @@ typedef struct hlo_dataflow {
   size_t max_steps;
   uint32_t entry_root_off;
   bool exact_shape_sharing; /* XLA's sharing rule without a backend hook (HLO_XLA_CPU) */
+  bool xla_order;           /* XLA's flattened order: a conditional after its branches */
+  bool gpu;                 /* the GPU's sharing hook (gpu_sharing.c) */
 } hlo_dataflow_t;
 
 #define HLO_LIVE_OUT_STEP (UINT32_MAX - 1)
@@ -67,7 +70,12 @@ typedef struct hlo_dataflow {
  * that get allocations of their own. false when memory ran out. */
 bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *as, bool place);
 
-hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, bool exact_shape_sharing);
+/* xla_backend: 0 (the plain planner), HLO_XLA_GPU or HLO_XLA_CPU. */
+hbm_status_t hbm__dataflow_run(const hlo_module_t *m, hlo_dataflow_t *df, int xla_backend);
+
+/* XLA's GPU CanShareBufferHint (gpu_sharing.c) for result element e (0 for an array) of
+ * user over its operand i: 1 may share, 0 may not, -1 no hint (XLA's generic rule). */
+int hbm__gpu_can_share(const hlo_module_t *m, const hlo_instr_t *user, uint32_t i, uint32_t e);
 void hbm__dataflow_free(hlo_dataflow_t *df);
 
 #endif /* HBM_HLO_ALIAS_INTERNAL_H */

@@ -42,7 +42,7 @@ static void space_word(const hbm_plan_t *plan, char *buf, size_t cap) {
 }
 
 static const hlo_instr_t *buffer_instr(const hbm_plan_t *plan, int64_t idx) {
-  if (!plan->module || !plan->profile_hlo || idx < 0 || idx >= (int64_t)plan->as.n_buffers)
+  if (!plan->module || !plan->profile_hlo || idx < 0 || idx >= (int64_t)plan->n_profile_buffers)
     return NULL;
   const hlo_buffer_t *hb = &plan->as.buffers[plan->profile_hlo[idx]];
   return plan->as.values[hb->value].instr;
@@ -100,9 +100,11 @@ static void operator_text(const hbm_plan_t *plan, int64_t idx, const hbm_buffer_
                         md->op_name.n ? " " : "");
     if (md->op_name.n)
       hbm_strbuf_printf(sb, "op_name=\"%.*s\"", (int)md->op_name.n, md->op_name.p);
-    if (md->source_file.n)
-      hbm_strbuf_printf(sb, " source_file=\"%.*s\" source_line=%lld", (int)md->source_file.n,
-                        md->source_file.p, (long long)md->source_line);
+    hlo_source_frame_t src;
+    hlo_source_status_t from = hbm__hlo_instr_source(plan->module, in, &src);
+    if ((from == HLO_SOURCE_METADATA || from == HLO_SOURCE_FRAME) && src.file.n)
+      hbm_strbuf_printf(sb, " source_file=\"%.*s\" source_line=%lld", (int)src.file.n, src.file.p,
+                        (long long)src.line);
   }
   (void)b;
   hbm_strbuf_puts(sb, "\n");
@@ -373,6 +375,29 @@ hbm_status_t hbm_plan_report_text(const hbm_plan_t *plan, FILE *out) {
 
 /* ---- JSON ---- */
 
+/* The instruction's source stack, innermost frame first: every frame of its stack_frame_id
+ * (metadata without one has at most "source"); NULL when it has none. */
+static json_t *stack_json(const hlo_module_t *m, const hlo_instr_t *in) {
+  hlo_source_frame_t frames[64];
+  int n = in->meta->stack_frame_id > 0
+              ? hbm__hlo_frame_stack(&m->frames, in->meta->stack_frame_id, frames, 64)
+              : 0;
+  if (n <= 0)
+    return NULL;
+  json_t *list = json_array();
+  for (int i = 0; i < n; i++) {
+    json_t *f = json_object();
+    json_object_set_new(f, "file", json_stringn(frames[i].file.p, frames[i].file.n));
+    json_object_set_new(f, "line", json_integer(frames[i].line));
+    if (frames[i].function.n) {
+      json_object_set_new(f, "function", json_stringn(frames[i].function.p, frames[i].function.n));
+      json_object_set_new(f, "column", json_integer(frames[i].column));
+    }
+    json_array_append_new(list, f);
+  }
+  return list;
+}
+
 static json_t *buffer_json(const hbm_plan_t *plan, int64_t idx) {
   const hbm_buffer_t *b = hbm_profile_buffer(plan->profile, idx);
   json_t *o = json_object();
@@ -392,8 +417,12 @@ static json_t *buffer_json(const hbm_plan_t *plan, int64_t idx) {
   json_object_set_new(o, "label", b->label ? json_string(b->label) : json_null());
   json_object_set_new(o, "source", b->source ? json_string(b->source) : json_null());
   const hlo_instr_t *in = buffer_instr(plan, idx);
-  if (in)
+  if (in) {
     json_object_set_new(o, "instruction", json_stringn(in->name.p, in->name.n));
+    json_t *stack = stack_json(plan->module, in);
+    if (stack)
+      json_object_set_new(o, "stack", stack);
+  }
   return o;
 }
 

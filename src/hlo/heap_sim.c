@@ -763,59 +763,193 @@ static uint32_t *event_times(const hlo_interval_t *iv, size_t n, uint32_t n_step
   return ev;
 }
 
-/* Intervals for the temporaries of one colour: one per buffer; buffers of one share group
- * (element-wise reuse) are placed at one offset. */
+/* A buffer's live segments as XLA's heap simulator sees them: one per value (two for a
+ * loop value split around its body, see alias.c), made disjoint as HloLiveRange's
+ * NormalizeAliasedBuffers does (in (start, end) order each segment ends where the next
+ * starts, and the next reaches as far as either), and kept inside the buffer's range. */
+typedef struct segment {
+  uint32_t start, end; /* [start, end) */
+} segment_t;
+
+static int by_segment(const void *pa, const void *pb) {
+  const segment_t *a = pa, *b = pb;
+  if (a->start != b->start)
+    return a->start < b->start ? -1 : 1;
+  return a->end < b->end ? -1 : a->end > b->end;
+}
+
+static size_t value_segments(const hlo_assignment_t *as, const hlo_buffer_t *b,
+                             const uint32_t *vals, uint32_t nv, segment_t *seg) {
+  size_t n = 0;
+  for (uint32_t k = 0; k < nv; k++) {
+    const hlo_value_t *v = &as->values[vals[k]];
+    uint32_t end = v->last_use >= as->n_steps ? as->n_steps : v->last_use + 1;
+    if (v->split_use != UINT32_MAX && v->split_def < end) {
+      seg[n++] = (segment_t){v->def_step, v->split_use + 1};
+      seg[n++] = (segment_t){v->split_def, end};
+    } else {
+      seg[n++] = (segment_t){v->def_step, end};
+    }
+  }
+  qsort(seg, n, sizeof *seg, by_segment);
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (seg[i + 1].end < seg[i].end)
+      seg[i + 1].end = seg[i].end;
+    if (seg[i].end > seg[i + 1].start + 1) /* XLA's ends are inclusive */
+      seg[i].end = seg[i + 1].start + 1;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t lo = seg[i].start < b->start ? b->start : seg[i].start;
+    uint32_t hi = seg[i].end > b->end ? b->end : seg[i].end;
+    if (hi > lo)
+      seg[m++] = (segment_t){lo, hi};
+  }
+  return m;
+}
+
+/* Values of each buffer (a CSR over buffers); NULL when memory ran out. */
+static uint32_t *values_by_buffer(const hlo_assignment_t *as, uint32_t **first_out) {
+  uint32_t *first = calloc((size_t)as->n_buffers + 2, sizeof *first);
+  uint32_t *vals = malloc(((size_t)as->n_values + 1) * sizeof *vals);
+  if (!first || !vals) {
+    free(first);
+    free(vals);
+    return NULL;
+  }
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      first[as->value_buffer[v] + 2]++;
+  for (uint32_t b = 0; b < as->n_buffers; b++)
+    first[b + 2] += first[b + 1];
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      vals[first[as->value_buffer[v] + 1]++] = v;
+  *first_out = first;
+  return vals;
+}
+
+typedef struct color_ivs {
+  hlo_vec_t iv;    /* hlo_interval_t */
+  uint32_t *iv_of; /* buffer → its first interval, UINT32_MAX */
+  int64_t *delta;  /* live temp bytes, by step */
+  segment_t *seg;  /* scratch */
+} color_ivs_t;
+
+static bool push_interval(color_ivs_t *c, hlo_interval_t x) {
+  if (!hbm__hlo_vec_push(&c->iv, &x))
+    return false;
+  c->delta[x.start] += (int64_t)x.size;
+  c->delta[x.end] -= (int64_t)x.size;
+  return true;
+}
+
+/* Records the union of a buffer's segments when it has gaps (b->n_segs, as->segs). */
+static bool record_gaps(hlo_assignment_t *as, hlo_buffer_t *b, const segment_t *seg, size_t m) {
+  uint32_t at = as->n_segs, n = 0;
+  for (size_t k = 0; k < m; k++) {
+    if (n && seg[k].start <= as->segs[2 * (at + n - 1) + 1]) {
+      if (seg[k].end > as->segs[2 * (at + n - 1) + 1])
+        as->segs[2 * (at + n - 1) + 1] = seg[k].end;
+      continue;
+    }
+    if (at + n == as->segs_cap) {
+      uint32_t cap = as->segs_cap ? 2 * as->segs_cap : 64;
+      uint32_t *grown = realloc(as->segs, 2 * (size_t)cap * sizeof *grown);
+      if (!grown)
+        return false;
+      as->segs = grown;
+      as->segs_cap = cap;
+    }
+    as->segs[2 * (at + n)] = seg[k].start;
+    as->segs[2 * (at + n) + 1] = seg[k].end;
+    n++;
+  }
+  if (n > 1) {
+    b->n_segs = n;
+    b->seg_at = at;
+    as->n_segs = at + n;
+  }
+  return true;
+}
+
+/* The intervals of one heap buffer: its range, or with the XLA backends its values'
+ * segments, placed at one offset (a share group of their own, or the buffer's). */
+static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, uint32_t share,
+                             const uint32_t *vfirst, const uint32_t *vals) {
+  hlo_buffer_t *b = &as->buffers[i];
+  size_t m = 0;
+  if (vals && vfirst[i + 1] - vfirst[i] > 1)
+    m = value_segments(as, b, vals + vfirst[i], vfirst[i + 1] - vfirst[i], c->seg);
+  else if (vals && vfirst[i + 1] - vfirst[i] == 1 &&
+           as->values[vals[vfirst[i]]].split_use != UINT32_MAX)
+    m = value_segments(as, b, vals + vfirst[i], 1, c->seg);
+  c->iv_of[i] = (uint32_t)c->iv.len;
+  if (m <= 1)
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
+  if (!record_gaps(as, b, c->seg, m))
+    return false;
+  if (!b->n_segs) /* values back to back: one interval, as without them */
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
+  for (uint32_t k = 0; k < b->n_segs; k++) {
+    const uint32_t *seg = &as->segs[2 * (b->seg_at + k)];
+    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1}))
+      return false;
+  }
+  return true;
+}
+
+/* Intervals for the temporaries of one colour: one per buffer (per value of a buffer with
+ * the XLA backends); buffers of one share group (element-wise reuse) are placed at one
+ * offset. */
 static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t alignment,
                                    bool xla_events) {
   uint32_t nb = as->n_buffers;
-  uint32_t *iv_of = malloc((nb + 1) * sizeof *iv_of);
+  color_ivs_t c = {0};
+  hbm__hlo_vec_init(&c.iv, sizeof(hlo_interval_t));
+  for (uint32_t i = 0; i < nb; i++)
+    if (as->buffers[i].color == color)
+      as->buffers[i].n_segs = 0;
   uint32_t *group_size = calloc(nb + 1, sizeof *group_size);
-  hlo_interval_t *iv = malloc((nb + 1) * sizeof *iv);
-  int64_t *delta = calloc((size_t)as->n_steps + 2, sizeof *delta);
-  if (!iv_of || !group_size || !iv || !delta) {
-    free(iv_of);
-    free(group_size);
-    free(iv);
-    free(delta);
-    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
-  }
-  for (uint32_t i = 0; i < nb; i++) {
+  uint32_t *vfirst = NULL, *vals = xla_events ? values_by_buffer(as, &vfirst) : NULL;
+  c.iv_of = malloc((nb + 1) * sizeof *c.iv_of);
+  c.delta = calloc((size_t)as->n_steps + 2, sizeof *c.delta);
+  c.seg = malloc((2 * (size_t)as->n_values + 1) * sizeof *c.seg);
+  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || vals);
+  for (uint32_t i = 0; ok && i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
     if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
       group_size[b->share_group]++;
   }
-  size_t n = 0;
-  for (uint32_t i = 0; i < nb; i++) {
+  for (uint32_t i = 0; ok && i < nb; i++) {
     hlo_buffer_t *b = &as->buffers[i];
-    iv_of[i] = UINT32_MAX;
+    c.iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
       continue;
     if (b->separate) { /* its own allocation: live, but not in the heap */
-      delta[b->start] += (int64_t)b->bytes;
-      delta[b->end] -= (int64_t)b->bytes;
+      c.delta[b->start] += (int64_t)b->bytes;
+      c.delta[b->end] -= (int64_t)b->bytes;
       continue;
     }
-    delta[b->start] += (int64_t)b->bytes;
-    delta[b->end] -= (int64_t)b->bytes;
     uint32_t share = group_size[b->share_group] > 1 ? b->share_group + 1 : 0;
-    iv_of[i] = (uint32_t)n;
-    iv[n++] = (hlo_interval_t){b->start, b->end, b->bytes, 0, share};
+    ok = buffer_intervals(&c, as, i, share, vfirst, vals);
   }
-  uint64_t heap;
-  uint32_t *ev = xla_events ? event_times(iv, n, as->n_steps) : NULL;
-  hbm_status_t st = xla_events && !ev
+  uint64_t heap = 0;
+  hlo_interval_t *iv = c.iv.data;
+  uint32_t *ev = ok && xla_events ? event_times(iv, c.iv.len, as->n_steps) : NULL;
+  hbm_status_t st = !ok || (xla_events && !ev)
                         ? hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)")
-                        : hbm__hlo_best_fit_events(iv, n, alignment, ev, &heap);
+                        : hbm__hlo_best_fit_events(iv, c.iv.len, alignment, ev, &heap);
   free(ev);
   if (st == HBM_OK) {
     for (uint32_t i = 0; i < nb; i++)
-      if (iv_of[i] != UINT32_MAX)
-        as->buffers[i].offset = iv[iv_of[i]].offset;
+      if (c.iv_of[i] != UINT32_MAX)
+        as->buffers[i].offset = iv[c.iv_of[i]].offset;
     as->heap_bytes[color] = heap;
     int64_t live = 0, peak = 0;
     uint32_t peak_step = 0;
     for (uint32_t s = 0; s < as->n_steps; s++) {
-      live += delta[s];
+      live += c.delta[s];
       if (live > peak) {
         peak = live;
         peak_step = s;
@@ -824,10 +958,13 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     as->temp_peak[color] = (uint64_t)peak;
     as->temp_peak_step[color] = peak_step;
   }
-  free(iv_of);
+  free(c.iv_of);
+  hbm__hlo_vec_free(&c.iv);
+  free(c.delta);
+  free(c.seg);
   free(group_size);
-  free(iv);
-  free(delta);
+  free(vfirst);
+  free(vals);
   return st;
 }
 
@@ -840,6 +977,7 @@ hbm_status_t hbm__hlo_simulate_heap(hlo_assignment_t *as, const hlo_plan_opts_t 
   free(as->temp_peak);
   free(as->temp_peak_step);
   as->n_colors = n_colors;
+  as->n_segs = 0;
   as->heap_bytes = calloc((size_t)n_colors, sizeof *as->heap_bytes);
   as->temp_peak = calloc((size_t)n_colors, sizeof *as->temp_peak);
   as->temp_peak_step = calloc((size_t)n_colors, sizeof *as->temp_peak_step);

@@ -214,7 +214,8 @@ typedef struct hlo_span {
  * big modules share the empty one (hbm__hlo_no_metadata), so the instruction stays small. */
 typedef struct hlo_metadata {
   hlo_str_t op_name, op_type, source_file, custom_call_target;
-  int64_t source_line; /* 0 = none */
+  int64_t source_line;    /* 0 = none */
+  int64_t stack_frame_id; /* 1-based into the module's frame index; 0 = none */
 } hlo_metadata_t;
 
 extern const hlo_metadata_t hbm__hlo_no_metadata;
@@ -260,6 +261,29 @@ struct hlo_comp {
   hlo_span_t body; /* text between the braces, for printing */
 };
 
+/* The module's stack-frame index (frames.c): XLA's StackFrameIndexProto as printed in the
+ * FileNames / FunctionNames / FileLocations / StackFrames tables. Ids are 1-based. */
+typedef struct hlo_file_location {
+  int64_t file, function, line, column;
+} hlo_file_location_t;
+
+typedef struct hlo_stack_frame {
+  int64_t location, parent; /* parent: a frame id, 0 = none (the text says parent + 1) */
+} hlo_stack_frame_t;
+
+typedef struct hlo_frame_index {
+  hlo_str_t *files, *functions;
+  hlo_file_location_t *locations;
+  hlo_stack_frame_t *frames;
+  uint32_t n_files, n_functions, n_locations, n_frames;
+} hlo_frame_index_t;
+
+/* One resolved frame: file, function (may be empty), line and column. */
+typedef struct hlo_source_frame {
+  hlo_str_t file, function;
+  int64_t line, column;
+} hlo_source_frame_t;
+
 typedef struct hlo_module {
   char *text;
   size_t len;
@@ -279,6 +303,7 @@ typedef struct hlo_module {
   uint32_t n_remat;          /* clones added by remat.c (for unique names) */
   hlo_instr_t **entry_owned; /* remat.c: the entry's instruction array once it grows */
   size_t entry_cap;
+  hlo_frame_index_t frames; /* empty when the text has no stack-frame tables */
 } hlo_module_t;
 
 /* Parses HLO text (copied). name is used in error messages ("file:line:col: ..."). */
@@ -298,6 +323,23 @@ void hbm__instr_print(const hlo_module_t *m, const hlo_instr_t *in, hbm_strbuf_t
  * The profile's labels are HLO_LABEL_MAX long at most. */
 #define HLO_LABEL_MAX 160
 size_t hbm__instr_label(const hlo_module_t *m, const hlo_instr_t *in, size_t max_len, char *out);
+
+/* The stack of frame `id`, innermost first, into out[0..cap): the number of frames written,
+ * or -1 when the frame `id` (or what it names) is not in the index. A chain that points
+ * nowhere part-way ends there; a cycle ends after as many frames as the index has. */
+int hbm__hlo_frame_stack(const hlo_frame_index_t *fx, int64_t id, hlo_source_frame_t *out, int cap);
+
+typedef enum hlo_source_status {
+  HLO_SOURCE_NONE = 0,  /* the instruction names no source */
+  HLO_SOURCE_METADATA,  /* metadata source_file / source_line */
+  HLO_SOURCE_FRAME,     /* the innermost frame of its stack_frame_id */
+  HLO_SOURCE_BAD_FRAME, /* a stack_frame_id the module's index does not have */
+} hlo_source_status_t;
+
+/* Where the instruction comes from in the user's program (*out: file and line; the function
+ * and column too when from a frame). */
+hlo_source_status_t hbm__hlo_instr_source(const hlo_module_t *m, const hlo_instr_t *in,
+                                          hlo_source_frame_t *out);
 
 /* ---- buffers: dataflow, aliasing and live ranges (alias.c, liveness.c) ---- */
 
@@ -319,6 +361,10 @@ typedef struct hlo_value {
   uint32_t subshape;        /* pre-order index in instr->shape */
   uint32_t def_step;
   uint32_t last_use; /* step of the last use, >= def_step */
+  /* A while's loop value as XLA sees it (two phis, HloLiveRange): live from def_step to
+   * split_use (its last read in the condition or body), then again from split_def (where
+   * the loop ends) to last_use. UINT32_MAX: one range. Set with the XLA backends only. */
+  uint32_t split_use, split_def;
   uint32_t flags;
   uint64_t bytes, unpadded_bytes;
   int color;
@@ -337,6 +383,10 @@ typedef struct hlo_buffer {
   uint64_t offset;      /* heap offset (temporaries) */
   int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
   int separate;         /* a temporary with an allocation of its own (XLA: tuple-shaped) */
+  /* heap_sim.c, XLA backends: a buffer whose values leave gaps (a loop buffer between its
+   * last read in the body and the body's new value) holds its memory only during n_segs
+   * segments, as->segs[2 * seg_at ..]: [start, end) pairs. 0: all of [start, end). */
+  uint32_t n_segs, seg_at;
 } hlo_buffer_t;
 
 typedef struct hlo_step {
@@ -381,6 +431,8 @@ typedef struct hlo_assignment {
    * there first; XLA's order of candidates (its post-order) may have chosen otherwise */
   uint32_t contended;
   uint64_t contended_bytes;
+  uint32_t *segs; /* the buffers' live segments (hlo_buffer_t.n_segs), [start, end) pairs */
+  uint32_t n_segs, segs_cap;
 } hlo_assignment_t;
 
 /* Dataflow + aliasing + live ranges: fills steps, values, buffers. */

@@ -116,4 +116,9 @@ const hlo_shape_t *hbm__parse_shape(hlo_lexer_t *lx, hlo_arena_t *arena);
 /* A ShapeIndex "{0,1}" into the arena. */
 bool hbm__parse_shape_index(hlo_lexer_t *lx, hlo_arena_t *arena, int64_t **idx, uint8_t *n);
 
+/* Stack-frame tables (frames.c): true at the title of one; reads every table from there
+ * into fx (rows add to those read before), in the arena. */
+bool hbm__hlo_at_frame_tables(hlo_lexer_t *lx);
+bool hbm__hlo_parse_frame_tables(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_frame_index_t *fx);
+
 #endif /* HBM_HLO_LEXER_H */

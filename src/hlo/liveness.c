@@ -166,7 +166,7 @@ static void *resize_or_keep(void *items, size_t bytes, bool *ok) {
 }
 
 static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claimed_out,
-                           uint32_t *n_values) {
+                           uint32_t *n_values, bool must_alias) {
   const hlo_instr_t *root = df->m->entry->root;
   uint32_t n_out = (uint32_t)df->outputs.len;
   uint32_t root_step = (uint32_t)df->steps.len - 1;
@@ -206,10 +206,12 @@ static bool assign_outputs(hlo_dataflow_t *df, union_find_t *u, uint8_t **claime
     }
     if (pv != UINT32_MAX) {
       uint32_t pr = uf_find(u, pv);
-      if (pr != r && !claimed[r] && !(u->flags[r] & IDENTITY) && u->bytes[r] == u->bytes[pr]) {
-        /* Written in place if the parameter is dead by then; else copied in at the end. */
+      if (pr != r && !claimed[r] && u->bytes[r] == u->bytes[pr]) {
+        /* Written in place if the parameter is dead by then; else copied in at the end. In
+         * XLA's optimized modules the alias is one buffer (HloAliasAnalysis), copies
+         * already inserted, whatever computes the output (a loop, a conditional). */
         const hlo_value_t *pval = &HLO_VEC_AT(&df->values, hlo_value_t, pv);
-        if (pval->last_use <= u->def[r])
+        if (must_alias || (!(u->flags[r] & IDENTITY) && pval->last_use <= u->def[r]))
           pr = uf_union(u, pr, r);
       }
       u->flags[pr] |= HLO_V_OUTPUT | HLO_V_ALIASED;
@@ -294,8 +296,11 @@ static uint32_t group_find(hlo_buffer_t *b, uint32_t x) {
   return x;
 }
 
-/* XLA's ShareWith: an element-wise result takes the memory of an operand that dies at it. */
-static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as) {
+/* XLA's ShareWith: an element-wise result takes the memory of an operand that dies at it.
+ * XLA's heap simulator does it only between buffers of one value each ("we don't support
+ * sharing an aliased buffer with its operand") and when the result's instruction reads the
+ * instruction defining the operand's value: single_values asks for those rules. */
+static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool single_values) {
   uint8_t *taken = calloc(as->n_buffers + 1, 1); /* 1: gave its memory, 2: took one */
   if (!taken)
     return; /* sharing only lowers the estimate; without memory for it we plan without */
@@ -309,7 +314,7 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as) {
     hlo_buffer_t *x = &as->buffers[bx], *y = &as->buffers[by];
     if (x->indefinite || y->indefinite || (taken[bx] & 1) || (taken[by] & 2) ||
         x->end != e->step + 1 || y->start != e->step || x->bytes != y->bytes ||
-        x->color != y->color)
+        x->color != y->color || (single_values && (x->n_values > 1 || y->n_values > 1 || !e->c)))
       continue;
     x->end = e->step; /* its memory holds the result from this step on */
     taken[bx] |= 1;
@@ -332,7 +337,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   memset(as, 0, sizeof *as);
   hlo_dataflow_t df;
   hbm_status_t st =
-      hbm__dataflow_run(m, &df, opt && (opt->xla_allocations & HLO_XLA_BACKEND) == HLO_XLA_CPU);
+      hbm__dataflow_run(m, &df, opt ? (int)(opt->xla_allocations & HLO_XLA_BACKEND) : 0);
   if (st != HBM_OK)
     return st;
   uint32_t n = (uint32_t)df.values.len;
@@ -343,7 +348,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
     apply_edge(&u, (const hlo_value_t *)df.values.data, &HLO_VEC_AT(&df.edges, hlo_edge_t, i),
                opt && opt->xla_allocations && m->is_scheduled);
   as->n_steps = (uint32_t)df.steps.len;
-  ok = ok && assign_outputs(&df, &u, &claimed, &n);
+  ok = ok && assign_outputs(&df, &u, &claimed, &n, opt && opt->xla_allocations && m->is_scheduled);
   if (ok) {
     /* Hand the arrays over to the assignment. */
     as->values = df.values.data;
@@ -356,7 +361,7 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
   if (ok && opt && opt->xla_allocations)
     ok = hbm__reuse_output_allocations(&df, as, !(opt->xla_allocations & HLO_XLA_NO_REUSE));
   if (ok)
-    apply_shares(&df, as);
+    apply_shares(&df, as, opt && opt->xla_allocations);
   if (ok) {
     /* The entry frame (frame 0) keeps its positions: remat.c reads them. */
     const hlo_comp_t *e = m->entry;
@@ -386,5 +391,6 @@ void hbm__hlo_assignment_free(hlo_assignment_t *as) {
   free(as->heap_bytes);
   free(as->temp_peak);
   free(as->temp_peak_step);
+  free(as->segs);
   memset(as, 0, sizeof *as);
 }

@@ -8,6 +8,7 @@
 #include "lexer.h"
 #include "namemap.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,6 +222,25 @@ static bool parse_tuple_shape(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_shape_t *
   return ok;
 }
 
+/* XLA's buffer shape `b(f32[8]{0})` (ShapeUtil::MakeValidatedBufferShape): the array it
+ * wraps, with the text as written; the cursor is past "b(". */
+static const hlo_shape_t *parse_buffer_shape(hlo_lexer_t *lx, hlo_arena_t *arena, hlo_shape_t *s,
+                                             size_t start, int depth) {
+  const hlo_shape_t *inner = parse_shape_rec(lx, arena, depth + 1);
+  if (!inner)
+    return NULL;
+  if (inner->etype == HLO_T_TUPLE) {
+    hbm__hlo_lex_error_at(lx, start, "expected an array shape inside b(...), found a tuple");
+    return NULL;
+  }
+  if (!hbm__hlo_lex_expect(lx, ')'))
+    return NULL;
+  *s = *inner;
+  s->text.p = lx->text + start;
+  s->text.n = (uint32_t)(lx->pos - start);
+  return s;
+}
+
 static const hlo_shape_t *parse_shape_rec(hlo_lexer_t *lx, hlo_arena_t *arena, int depth) {
   if (depth > MAX_SHAPE_DEPTH) {
     hbm__hlo_lex_error_at(lx, lx->pos, "shape nested more than %d levels deep", MAX_SHAPE_DEPTH);
@@ -240,6 +260,8 @@ static const hlo_shape_t *parse_shape_rec(hlo_lexer_t *lx, hlo_arena_t *arena, i
       hbm__hlo_lex_expected(lx, "a shape such as f32[8,128]{1,0} or (s32[], f32[4])");
       return NULL;
     }
+    if (HLO_STR_IS(type, "b") && hbm__hlo_lex_accept(lx, '('))
+      return parse_buffer_shape(lx, arena, s, start, depth);
     hlo_etype_t t = hbm__etype_lookup(type.p, type.n);
     if (t == HLO_T_INVALID) {
       lx->pos = start;
@@ -622,7 +644,8 @@ static hlo_metadata_t *own_metadata(parser_t *ps, hlo_instr_t *in) {
   return md;
 }
 
-/* metadata={op_type="..." op_name="..." source_file="..." source_line=N ...} */
+/* metadata={op_type="..." op_name="..." source_file="..." source_line=N stack_frame_id=N ...}
+ * (XLA's ParseMetadata; its other fields, such as scheduling_name, are skipped) */
 static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
   hlo_lexer_t *lx = &ps->lx;
   hlo_metadata_t *md = own_metadata(ps, in);
@@ -644,6 +667,9 @@ static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
     } else if (HLO_STR_IS(key, "source_line")) {
       if (!hbm__hlo_lex_int(lx, &md->source_line))
         return hbm__hlo_lex_expected(lx, "a line number");
+    } else if (HLO_STR_IS(key, "stack_frame_id")) {
+      if (!hbm__hlo_lex_int(lx, &md->stack_frame_id))
+        return hbm__hlo_lex_expected(lx, "a stack frame id");
     } else if (!hbm__hlo_lex_skip_value(lx)) {
       return false;
     }
@@ -652,11 +678,99 @@ static bool parse_metadata(parser_t *ps, hlo_instr_t *in) {
   return !lx->failed;
 }
 
-static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
+/* A mesh axis as XLA's printer names it: a quoted or plain name, or an index. */
+static bool skip_mesh_axis_name(hlo_lexer_t *lx) {
+  hlo_str_t name;
+  int64_t index;
+  char c = hbm__hlo_lex_peek(lx);
+  if (c == '"' || c == '\'')
+    return hbm__hlo_lex_string(lx, &name);
+  if (hbm__hlo_lex_ident(lx, &name) || hbm__hlo_lex_int(lx, &index))
+    return true;
+  return hbm__hlo_lex_expected(lx, "a mesh axis name such as 'x'");
+}
+
+/* The mesh: `mesh[name=size,...]`, then `, device_ids=(...)` when the devices are not in
+ * order, or `maximal_mesh[device_id=N]` (XLA's Mesh::ToString). */
+static bool skip_mesh(hlo_lexer_t *lx) {
+  hlo_str_t kind = {NULL, 0};
+  int64_t v;
+  hbm__hlo_lex_ident(lx, &kind);
+  if (!hbm__hlo_lex_expect(lx, '['))
+    return false;
+  if (HLO_STR_IS(kind, "maximal_mesh")) {
+    if (!hbm__hlo_lex_accept_word(lx, "device_id") || !hbm__hlo_lex_expect(lx, '='))
+      return lx->failed ? false : hbm__hlo_lex_expected(lx, "device_id=");
+    if (!hbm__hlo_lex_int(lx, &v))
+      return hbm__hlo_lex_expected(lx, "a device id");
+    return hbm__hlo_lex_expect(lx, ']');
+  }
+  if (!hbm__hlo_lex_accept(lx, ']')) {
+    do {
+      if (!skip_mesh_axis_name(lx) || !hbm__hlo_lex_expect(lx, '='))
+        return false;
+      hbm__hlo_lex_skip_ws(lx);
+      size_t at = lx->pos;
+      if (!hbm__hlo_lex_int(lx, &v) || v <= 0) {
+        lx->pos = at;
+        return hbm__hlo_lex_expected(lx, "a positive mesh axis size");
+      }
+    } while (hbm__hlo_lex_accept(lx, ','));
+    if (!hbm__hlo_lex_expect(lx, ']'))
+      return false;
+  }
+  size_t save = lx->pos;
+  if (hbm__hlo_lex_accept(lx, ',')) {
+    if (!hbm__hlo_lex_accept_word(lx, "device_ids")) {
+      lx->pos = save; /* the ',' of the next attribute */
+      return !lx->failed;
+    }
+    if (!hbm__hlo_lex_expect(lx, '=') || hbm__hlo_lex_peek(lx) != '(')
+      return lx->failed ? false : hbm__hlo_lex_expected(lx, "'(' and the device ids");
+    return hbm__hlo_lex_skip_group(lx);
+  }
+  return !lx->failed;
+}
+
+/* replica_groups=mesh['x'=4,'y'=2] {'x'}: XLA's MeshAxesReplicaGroupList as printed (the
+ * mesh, a space, then the axes the groups span, each maybe a sub-axis `'x':(1)2`). The
+ * groups decide no buffer, so they are checked and skipped. */
+static bool skip_mesh_device_list(hlo_lexer_t *lx) {
+  if (!skip_mesh(lx))
+    return false;
+  if (!hbm__hlo_lex_expect(lx, '{'))
+    return false;
+  if (hbm__hlo_lex_accept(lx, '}'))
+    return true;
+  do {
+    int64_t pre, size;
+    if (!skip_mesh_axis_name(lx))
+      return false;
+    if (hbm__hlo_lex_accept(lx, ':')) {
+      if (!hbm__hlo_lex_expect(lx, '(') || !hbm__hlo_lex_int(lx, &pre) ||
+          !hbm__hlo_lex_expect(lx, ')') || !hbm__hlo_lex_int(lx, &size))
+        return lx->failed ? false : hbm__hlo_lex_expected(lx, "a sub-axis such as :(1)2");
+    }
+  } while (hbm__hlo_lex_accept(lx, ','));
+  return hbm__hlo_lex_expect(lx, '}');
+}
+
+/* True at `mesh[` or `maximal_mesh[` (a value in the mesh form). */
+static bool at_mesh_value(hlo_lexer_t *lx) {
+  char c = hbm__hlo_lex_peek(lx);
+  if (c != 'm')
+    return false;
+  const char *t = lx->text + lx->pos;
+  size_t left = lx->len - lx->pos;
+  return (left > 5 && !memcmp(t, "mesh[", 5)) || (left > 13 && !memcmp(t, "maximal_mesh[", 13));
+}
+
+static bool parse_attribute(parser_t *ps, hlo_instr_t *in, hlo_str_t *name) {
   hlo_lexer_t *lx = &ps->lx;
   hlo_str_t key;
   if (!hbm__hlo_lex_ident(lx, &key))
     return hbm__hlo_lex_expected(lx, "an attribute name");
+  *name = key;
   if (!hbm__hlo_lex_expect(lx, '='))
     return false;
   if (HLO_STR_IS(key, "metadata")) /* the most common by far */
@@ -702,7 +816,29 @@ static bool parse_attribute(parser_t *ps, hlo_instr_t *in) {
     in->fusion_kind = kind.n > 1 && kind.p[0] == 'k' ? (uint8_t)kind.p[1] : 0;
     return true;
   }
+  if (at_mesh_value(lx))
+    return skip_mesh_device_list(lx);
   return hbm__hlo_lex_skip_value(lx);
+}
+
+/* After the attributes, the next instruction starts on a new line (or the computation ends).
+ * Anything else on the line is a value whose form the attribute loop does not know: say
+ * which attribute it follows, rather than "expected an instruction name". */
+static bool check_instruction_end(hlo_lexer_t *lx, size_t end, hlo_str_t last_attr) {
+  size_t at = lx->pos;
+  char c = hbm__hlo_lex_peek(lx);
+  if (lx->failed || c == '\0' || c == '}' || c == '%' || hbm__hlo_is_ident_start(c) ||
+      memchr(lx->text + end, '\n', lx->pos - end))
+    return !lx->failed;
+  lx->pos = at;
+  if (!last_attr.n)
+    return hbm__hlo_lex_expected(lx, "',' and an attribute, or the end of the instruction");
+  char what[160];
+  snprintf(what, sizeof what,
+           "',' or the end of the instruction after the value of attribute '%.*s' (a form "
+           "of it hbm does not read)",
+           (int)(last_attr.n < 60 ? last_attr.n : 60), last_attr.p);
+  return hbm__hlo_lex_expected(lx, what);
 }
 
 /* One operand: its name, after the shape older printers write before it ("add(f32[] %x,
@@ -836,12 +972,13 @@ static hlo_instr_t *parse_instruction(parser_t *ps, hlo_comp_t *comp, bool *is_r
   in->operands_end = (uint32_t)lx->pos;
   size_t end = lx->pos; /* the text ends after the last attribute, not at the next line */
   ps->calls.len = 0;
+  hlo_str_t last_attr = {NULL, 0};
   while (hbm__hlo_lex_accept(lx, ',')) {
-    if (!parse_attribute(ps, in))
+    if (!parse_attribute(ps, in, &last_attr))
       return NULL;
     end = lx->pos;
   }
-  if (lx->failed)
+  if (lx->failed || !check_instruction_end(lx, end, last_attr))
     return NULL;
   if (ps->calls.len) {
     in->n_called = (uint32_t)ps->calls.len;
@@ -962,32 +1099,11 @@ static hlo_comp_t *parse_computation(parser_t *ps) {
   return finish_parameters(ps, c) ? c : NULL;
 }
 
-static bool at_stack_frame_tables(hlo_lexer_t *lx) {
-  return hbm__hlo_lex_at_word(lx, "FileNames") || hbm__hlo_lex_at_word(lx, "FunctionNames") ||
-         hbm__hlo_lex_at_word(lx, "FileLocations") || hbm__hlo_lex_at_word(lx, "StackFrames");
-}
-
-/* Newer XLA prints its stack-frame tables (a title line, then rows `N "text"` or
- * `N {key=value ...}`) between the module header and the computations (or after them):
- * skipped whole. */
-static bool skip_stack_frame_tables(hlo_lexer_t *lx) {
-  while (at_stack_frame_tables(lx)) {
-    hlo_str_t title;
-    hbm__hlo_lex_ident(lx, &title);
-    int64_t row;
-    while (hbm__hlo_lex_peek(lx) >= '0' && hbm__hlo_lex_peek(lx) <= '9') {
-      if (!hbm__hlo_lex_int(lx, &row))
-        return false;
-      if (hbm__hlo_lex_peek(lx) == '"') {
-        hlo_str_t text;
-        if (!hbm__hlo_lex_string(lx, &text))
-          return false;
-      } else if (!hbm__hlo_lex_skip_group(lx)) {
-        return hbm__hlo_lex_expected(lx, "a stack-frame table row");
-      }
-    }
-  }
-  return !lx->failed;
+/* Newer XLA prints its stack-frame tables between the module header and the computations
+ * (hbm also takes them after). */
+static bool parse_frame_tables(parser_t *ps) {
+  return !hbm__hlo_at_frame_tables(&ps->lx) ||
+         hbm__hlo_parse_frame_tables(&ps->lx, &ps->m->arena, &ps->m->frames);
 }
 
 static bool resolve_calls(parser_t *ps) {
@@ -1011,10 +1127,10 @@ static bool resolve_calls(parser_t *ps) {
 static bool parse_module(parser_t *ps) {
   hlo_lexer_t *lx = &ps->lx;
   hlo_module_t *m = ps->m;
-  if (!parse_module_header(ps) || !skip_stack_frame_tables(lx))
+  if (!parse_module_header(ps))
     return false;
   for (;;) {
-    if (!skip_stack_frame_tables(lx))
+    if (!parse_frame_tables(ps))
       return false;
     if (hbm__hlo_lex_at_end(lx))
       break;

@@ -71,8 +71,8 @@ static size_t decimal(int64_t v, char out[24]) {
 }
 
 /* Tags of one buffer, from its defining value. */
-static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int space,
-                               hbm_strbuf_t *scratch) {
+static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int space, uint32_t start,
+                               uint32_t end, hbm_strbuf_t *scratch) {
   const hlo_module_t *m = plan->module;
   const hlo_value_t *v = &plan->as.values[hb->value];
   const hlo_instr_t *in = v->instr;
@@ -80,8 +80,8 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   b.address = hb->indefinite ? 0 : hb->offset;
   b.size = hb->bytes;
   b.unpadded_size = hb->unpadded_bytes;
-  b.start = hb->start;
-  b.end = hb->end;
+  b.start = start;
+  b.end = end;
   b.space = space;
   b.category = category_of(hb->flags);
   if (hb->indefinite)
@@ -117,12 +117,14 @@ static bool add_profile_buffer(hbm_plan_t *plan, const hlo_buffer_t *hb, int spa
   }
   hbm_strbuf_append(scratch, "", 1);
   size_t source_at = SIZE_MAX;
-  if (md->source_file.n) {
+  hlo_source_frame_t src;
+  hlo_source_status_t from = hbm__hlo_instr_source(m, in, &src);
+  if ((from == HLO_SOURCE_METADATA || from == HLO_SOURCE_FRAME) && src.file.n) {
     source_at = scratch->len;
-    hbm_strbuf_append(scratch, md->source_file.p, md->source_file.n);
-    if (md->source_line > 0) {
+    hbm_strbuf_append(scratch, src.file.p, src.file.n);
+    if (src.line > 0) {
       char line[24];
-      hbm_strbuf_append(scratch, line, decimal(md->source_line, line));
+      hbm_strbuf_append(scratch, line, decimal(src.line, line));
     }
     hbm_strbuf_append(scratch, "", 1);
   }
@@ -183,19 +185,31 @@ static hbm_status_t build_profile(hbm_plan_t *plan) {
       st = hbm_last_status();
   }
   uint32_t *order = st == HBM_OK ? definition_order(as) : NULL;
+  /* A buffer whose memory is free between its values (heap_sim.c's segments) is one
+   * profile buffer per segment: the memory map then shows what XLA's heap reuses. */
+  size_t n_profile = as->n_buffers;
+  for (uint32_t i = 0; i < as->n_buffers; i++)
+    n_profile += as->buffers[i].n_segs ? as->buffers[i].n_segs - 1 : 0;
   plan->buffer_index = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->buffer_index);
-  plan->profile_hlo = malloc(((size_t)as->n_buffers + 1) * sizeof *plan->profile_hlo);
+  plan->profile_hlo = malloc((n_profile + 1) * sizeof *plan->profile_hlo);
+  plan->n_profile_buffers = n_profile;
   if (st == HBM_OK && (!order || !plan->buffer_index || !plan->profile_hlo))
     st = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
   if (st == HBM_OK) {
     hbm_strbuf_t scratch;
     hbm_strbuf_init(&scratch);
+    uint32_t at = 0;
     for (uint32_t k = 0; st == HBM_OK && k < as->n_buffers; k++) {
       const hlo_buffer_t *hb = &as->buffers[order[k]];
-      plan->buffer_index[order[k]] = k;
-      plan->profile_hlo[k] = order[k];
-      if (!add_profile_buffer(plan, hb, space_of[hb->color], &scratch))
-        st = hbm_last_status();
+      plan->buffer_index[order[k]] = at;
+      uint32_t n = hb->n_segs ? hb->n_segs : 1;
+      for (uint32_t j = 0; st == HBM_OK && j < n; j++) {
+        const uint32_t *seg = hb->n_segs ? &as->segs[2 * (hb->seg_at + j)] : NULL;
+        plan->profile_hlo[at++] = order[k];
+        if (!add_profile_buffer(plan, hb, space_of[hb->color], seg ? seg[0] : hb->start,
+                                seg ? seg[1] : hb->end, &scratch))
+          st = hbm_last_status();
+      }
     }
     hbm_strbuf_free(&scratch);
   }
@@ -349,9 +363,37 @@ static void add_warning(hbm_plan_t *plan, const char *text) {
   }
 }
 
+/* Instructions whose stack_frame_id the module's frame index does not have: shown without
+ * a source line (and said so), never followed. */
+static void frame_warning(hbm_plan_t *plan) {
+  const hlo_module_t *m = plan->module;
+  size_t bad = 0;
+  const hlo_instr_t *first = NULL;
+  for (uint32_t c = 0; c < m->n_comps; c++)
+    for (uint32_t i = 0; i < m->comps[c]->n_instrs; i++) {
+      const hlo_instr_t *in = m->comps[c]->instrs[i];
+      hlo_source_frame_t src;
+      if (in->meta->stack_frame_id && hbm__hlo_instr_source(m, in, &src) == HLO_SOURCE_BAD_FRAME &&
+          !bad++)
+        first = in;
+    }
+  if (!bad)
+    return;
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "%zu instruction%s name%s a stack frame the module's stack-frame index does not "
+           "have (the first: %.*s, stack_frame_id=%lld, of %u frames): shown without a "
+           "source line",
+           bad, bad == 1 ? "" : "s", bad == 1 ? "s" : "",
+           (int)(first->name.n < 80 ? first->name.n : 80), first->name.p,
+           (long long)first->meta->stack_frame_id, m->frames.n_frames);
+  add_warning(plan, buf);
+}
+
 /* What makes XLA's numbers for this module differ from ours by construction. */
 static void module_warnings(hbm_plan_t *plan) {
   const hlo_module_t *m = plan->module;
+  frame_warning(plan);
   if (!m->is_scheduled)
     add_warning(plan, "the module is not scheduled (no is_scheduled=true): HLO before XLA's "
                       "optimizations, planned in printed order without fusion; XLA's own "

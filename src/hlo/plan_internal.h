@@ -24,8 +24,9 @@ struct hbm_plan {
   char *path;
   hlo_module_t *module; /* HLO input only */
   hlo_assignment_t as;
-  uint32_t *buffer_index; /* hlo buffer → profile buffer index */
-  uint32_t *profile_hlo;  /* profile buffer index → hlo buffer */
+  uint32_t *buffer_index;   /* hlo buffer → profile buffer index */
+  uint32_t *profile_hlo;    /* profile buffer index → hlo buffer */
+  size_t n_profile_buffers; /* one per hlo buffer, one per segment of a gapped buffer */
   hbm_profile_t *profile;
   int space; /* the profile's space for opt.space_color */
   hbm_analysis_t *analysis;
