@@ -84,7 +84,7 @@ def jax_trace(args, deadline):
     compare = os.path.join(args.src, "tests", "xprof_compare.py")
     rc, out = run([args.python, compare, args.hbm, files[0]],
                   max(5, deadline - time.monotonic()), env)
-    found = re.search(r"(\d+) programs and allocators, (\d+) differences", out)
+    found = re.search(r"(\d+) programs and allocators compared, (\d+) unexplained", out)
     row["compared"] = int(found.group(1)) if found else 0
     row["differences"] = [line for line in out.splitlines() if line.startswith("DIFFERENT:")]
     row["status"] = "passed" if rc == 0 and found else "failed"
