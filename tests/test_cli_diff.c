@@ -111,8 +111,7 @@ static void check_pair(const char *a, const char *device_a, const char *b, const
 
 static void torch_context_lengths(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   check_pair(TORCH "128_training_memory_snapshot__0db7d8c.pickle", NULL,
              TORCH "256_training_memory_snapshot__8a4284c.pickle", NULL);
   check_pair(TORCH "128_inference_memory_snapshot__77da8fe.pickle", NULL,
@@ -129,8 +128,7 @@ static void torch_context_lengths(void **state) {
 
 static void xprof_programs(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   check_pair(XPROF "gemm__tw003.xplane.pb", "jit_dot(49)", XPROF "gemm__tw003.xplane.pb",
              "jit_dot(79)");
   check_pair(XPROF "gemm__tw003.xplane.pb", NULL, XPROF "attention__tw003.xplane.pb", NULL);
@@ -146,8 +144,7 @@ static void xprof_programs(void **state) {
  * not comparable. */
 static void different_kinds(void **state) {
   (void)state;
-  if (!th_have_shared())
-    skip();
+  th_need_shared();
   check_pair(XPROF "gemm__tw003.xplane.pb", "jit_dot(49)",
              TORCH "128_inference_memory_snapshot__77da8fe.pickle", NULL);
   json_t *d = run_json("diff --json '%s#jit_dot(49)' '%s'", XPROF "gemm__tw003.xplane.pb",

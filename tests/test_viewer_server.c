@@ -277,9 +277,7 @@ static void test_full_server_keeps_a_slot(void **state) {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < 2400) {
-    print_message("skipped: needs 2400 open files, the limit is %llu\n",
-                  (unsigned long long)lim.rlim_cur);
-    skip();
+    th_skip("needs 2400 open files, the limit is %llu", (unsigned long long)lim.rlim_cur);
   }
   int *fds = half_requests(port, HOLD);
   expect_answered_beside("/api/runs", HOLD, "connections that never finish");
