@@ -2,7 +2,7 @@
  *
  * How the layer fits together:
  *   options.c      the environment variables, in one table → hbm_config_t
- *   device*.c      physical memory of one accelerator (device.h): sim or CUDA
+ *   device/        physical memory of one accelerator (device/device.h): sim or CUDA
  *   arena.c        the best-fit-with-coalescing arena (TLSF: segregated free lists with
  *                  bitmaps) shared by the bfc, growth, async and expandable strategies
  *   bfc.c          the "bfc" (preallocated) and "growth" strategies
@@ -21,7 +21,7 @@
 #ifndef HBM_ALLOC_H
 #define HBM_ALLOC_H
 
-#include "alloc/device.h"
+#include "alloc/device/device.h"
 #include "alloc/lock.h"
 #include "base/base.h"
 #include "hbm.h"
