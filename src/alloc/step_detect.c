@@ -1,0 +1,246 @@
+/* step_detect.c — mode learn's first part: finding the step. Users do not annotate their
+ * code, so the step is found in the stream itself: every operation while learning is kept
+ * (an allocation's size, a free's pairing with its allocation), and the last W operations are
+ * hashed; when that hash was seen before, the distance to it is a candidate period, checked
+ * backwards operation by operation (sizes and order of allocations, frees where frees were).
+ * A period followed for CONFIRM operations in a row is a step found: the operations one period
+ * back are its template, and step_serve.c tries to plan it.
+ *
+ * A period inside a step (the layers of a network repeat too) is told apart by its
+ * lifetimes: the template's blocks must end within a period (a forward pass keeps its
+ * activations for the backward one; those periods plan almost nothing and are dropped). */
+#include "alloc/step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GRAM 8            /* operations hashed together to propose a period */
+#define CONFIRM 64        /* operations that must repeat before a period is a step */
+#define MIN_PERIOD 8      /* shorter repetitions are not steps */
+#define CANDIDATES 4      /* earlier occurrences of the hash tried per operation */
+#define MAX_OPS (1u << 26) /* history kept at most; learning starts again past it */
+
+static const uint64_t gram_mult = 0x9E3779B97F4A7C15ull;
+
+void hbm__step_history_free(hbm__step_history_t *h) {
+  free(h->size);
+  free(h->addr);
+  free(h->reserved);
+  free(h->pair);
+  free(h->gram_prev);
+  free(h->table);
+  hbm_u64map_free(&h->live);
+  memset(h, 0, sizeof *h);
+}
+
+void hbm__step_history_clear(hbm__step_history_t *h) {
+  h->n = 0;
+  h->period = h->matched = h->tried = 0;
+  h->gram = 0;
+  hbm_u64map_free(&h->live);
+  hbm_u64map_init(&h->live);
+  if (h->table)
+    memset(h->table, 0xff, ((size_t)h->table_mask + 1) * sizeof *h->table);
+}
+
+static bool grow(hbm__step_history_t *h) {
+  if (h->n < h->cap)
+    return true;
+  if (h->cap >= MAX_OPS)
+    return false;
+  uint32_t cap = h->cap ? 2 * h->cap : 4096;
+  uint64_t *size = realloc(h->size, cap * sizeof *size);
+  if (size)
+    h->size = size;
+  uint64_t *addr = size ? realloc(h->addr, cap * sizeof *addr) : NULL;
+  if (addr)
+    h->addr = addr;
+  uint64_t *reserved = addr ? realloc(h->reserved, cap * sizeof *reserved) : NULL;
+  if (reserved)
+    h->reserved = reserved;
+  uint32_t *pair = reserved ? realloc(h->pair, cap * sizeof *pair) : NULL;
+  if (pair)
+    h->pair = pair;
+  uint32_t *prev = pair ? realloc(h->gram_prev, cap * sizeof *prev) : NULL;
+  if (prev)
+    h->gram_prev = prev;
+  if (!prev)
+    return false;
+  h->cap = cap;
+  /* the hash table: at most half full of the operations kept */
+  if ((uint64_t)h->table_mask + 1 >= 2ull * cap)
+    return true;
+  free(h->table);
+  h->table_mask = 2 * cap - 1;
+  h->table = malloc(2ull * cap * sizeof *h->table);
+  if (!h->table)
+    return false;
+  memset(h->table, 0xff, 2ull * cap * sizeof *h->table);
+  for (uint32_t i = 0; i < h->n; i++) /* the chains are rebuilt as operations come */
+    h->gram_prev[i] = HBM__STEP_NONE;
+  return true;
+}
+
+/* The key two operations must share to repeat: the size of an allocation, 0 for a free. */
+static inline uint64_t key(const hbm__step_history_t *h, uint32_t i) { return h->size[i]; }
+
+/* How many operations back from i repeat those a period before (at most `limit`). */
+static uint32_t repeats_back(const hbm__step_history_t *h, uint32_t i, uint32_t period,
+                             uint32_t limit) {
+  uint32_t k = 0;
+  while (k < limit && i >= period + k && key(h, i - k) == key(h, i - k - period))
+    k++;
+  return k;
+}
+
+/* Follows the period whose hash matched, if it repeats far enough back. */
+static void propose(hbm__step_history_t *h, uint32_t i) {
+  uint32_t slot = (uint32_t)((h->gram * gram_mult) >> 32) & h->table_mask;
+  uint32_t j = h->table[slot];
+  h->gram_prev[i] = j;
+  h->table[slot] = i;
+  for (int c = 0; c < CANDIDATES && j != HBM__STEP_NONE && j < i; c++, j = h->gram_prev[j]) {
+    uint32_t period = i - j;
+    if (period < MIN_PERIOD)
+      continue;
+    uint32_t back = repeats_back(h, i, period, period);
+    if (back >= GRAM) {
+      h->period = period;
+      h->matched = back;
+      h->tried = 0;
+      return;
+    }
+  }
+}
+
+/* Called after each operation appended. */
+static void follow(hbm__step_history_t *h) {
+  uint32_t i = h->n - 1;
+  h->gram = h->gram * 31 + key(h, i) + 1;
+  if (i >= GRAM) /* the operation leaving the window */
+    h->gram -= (key(h, i - GRAM) + 1) * 852891037441ull; /* 31^GRAM */
+  if (h->period) {
+    if (i >= h->period && key(h, i) == key(h, i - h->period)) {
+      h->matched++;
+      return;
+    }
+    h->period = h->matched = h->tried = 0;
+  }
+  if (i + 1 >= GRAM)
+    propose(h, i);
+}
+
+bool hbm__step_history_alloc(hbm__step_history_t *h, uint64_t addr, uint64_t size,
+                             uint64_t reserved) {
+  if (!grow(h) || !hbm_u64map_put(&h->live, addr, h->n))
+    return false;
+  uint32_t i = h->n++;
+  h->size[i] = size ? size : 1;
+  h->addr[i] = addr;
+  h->reserved[i] = reserved;
+  h->pair[i] = HBM__STEP_NONE;
+  follow(h);
+  return true;
+}
+
+bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t reserved) {
+  if (!grow(h))
+    return false;
+  uint64_t a;
+  uint32_t i = h->n++;
+  h->size[i] = 0;
+  h->addr[i] = addr;
+  h->reserved[i] = reserved;
+  h->pair[i] = HBM__STEP_NONE;
+  if (hbm_u64map_remove(&h->live, addr, &a)) {
+    h->pair[i] = (uint32_t)a;
+    h->pair[a] = i;
+  }
+  follow(h);
+  return true;
+}
+
+bool hbm__step_detect(hbm__step_history_t *h, hbm__step_found_t *out) {
+  uint32_t p = h->period;
+  uint32_t confirm = p < CONFIRM ? 2 * p : CONFIRM;
+  if (!p || h->matched < confirm || h->n < p || (h->tried && h->matched < h->tried + p))
+    return false;
+  out->period = p;
+  out->boundary = h->n - (h->matched < h->n - p ? h->matched : h->n - p);
+  return true;
+}
+
+void hbm__step_detect_defer(hbm__step_history_t *h) { h->tried = h->matched; }
+
+/* ---- the template ---- */
+
+/* The allocations among operations [from, from + x) of the step beginning at `from`, for x in
+ * [0, 2 * period]: counted once, the step repeating past its end. */
+typedef struct ordinals {
+  uint32_t *before; /* before[x]: allocations among the first x operations of the step */
+  uint32_t n;       /* allocations in the step */
+} ordinals_t;
+
+static uint32_t ordinal_at(const ordinals_t *o, uint32_t x, uint32_t period) {
+  return x <= period ? o->before[x] : o->n + o->before[x - period];
+}
+
+/* The end of an item allocated at operation `a` of the history, in allocations of the step
+ * beginning at `from`: from its own free when it came, else from the block allocated a
+ * period earlier. False: not known (or longer than a step). */
+static bool item_end(const hbm__step_history_t *h, const ordinals_t *o, uint32_t from,
+                     uint32_t period, uint32_t a, uint32_t *end) {
+  uint32_t f = h->pair[a];
+  if (f == HBM__STEP_NONE) { /* still live: as the one a period before, if it repeats */
+    if (a < period)
+      return false;
+    uint32_t before = a - period, f0 = h->pair[before];
+    if (h->size[before] != h->size[a] || f0 == HBM__STEP_NONE || f0 - before >= period)
+      return false;
+    f = f0 + period; /* where it is due, in the future */
+    if (f < h->n)
+      return false; /* it should have been freed by now */
+  }
+  uint32_t x = f - from + 1; /* operations of the step up to the free, inclusive */
+  if (x > 2 * period)
+    return false;
+  *end = ordinal_at(o, x, period);
+  return true;
+}
+
+hbm_status_t hbm__step_template(const hbm__step_history_t *h, uint32_t period,
+                                hbm__step_item_t **items, uint32_t *n_items) {
+  uint32_t from = h->n - period;
+  ordinals_t o = {.before = malloc(((size_t)period + 1) * sizeof *o.before)};
+  if (!o.before)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory learning the step");
+  for (uint32_t x = 0; x < period; x++) {
+    o.before[x] = o.n;
+    o.n += h->size[from + x] != 0;
+  }
+  o.before[period] = o.n;
+  hbm__step_item_t *out = calloc(o.n + 1, sizeof *out);
+  if (!out) {
+    free(o.before);
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory learning the step");
+  }
+  uint32_t k = 0;
+  for (uint32_t x = 0; x < period; x++) {
+    uint32_t a = from + x;
+    if (!h->size[a])
+      continue;
+    hbm__step_item_t *it = &out[k];
+    it->size = h->size[a];
+    it->bytes = hbm__round_up(it->size, HBM__MIN_BLOCK);
+    it->start = k;
+    it->addr = h->addr[a];
+    it->fixed = h->pair[a] == HBM__STEP_NONE; /* live now, where it is */
+    it->planned = item_end(h, &o, from, period, a, &it->end) && it->end > it->start &&
+                  it->end - it->start <= o.n;
+    k++;
+  }
+  free(o.before);
+  *items = out;
+  *n_items = o.n;
+  return HBM_OK;
+}
