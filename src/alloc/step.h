@@ -30,6 +30,10 @@ typedef struct hbm__step_history {
   uint32_t period;     /* the period being followed, in operations (0: none) */
   uint32_t matched;    /* operations in a row equal to the one a period before */
   uint32_t tried;      /* `matched` when a plan of this period was last tried (0: never) */
+  /* bytes live as the history saw them, and their range since it began: a step worth a plan
+   * moves a good part of it (a loop inside the step, an optimizer's update of one tensor, moves
+   * little, and planning it would blind the search for the whole step) */
+  int64_t bytes, bytes_min, bytes_max;
 } hbm__step_history_t;
 
 /* What the detector found: operations [boundary - period, boundary) were the first step seen
@@ -45,7 +49,8 @@ void hbm__step_history_free(hbm__step_history_t *h);
  * starts again: the allocation itself is not affected). */
 bool hbm__step_history_alloc(hbm__step_history_t *h, uint64_t addr, uint64_t size,
                              uint64_t reserved);
-bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t reserved);
+bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t bytes,
+                               uint64_t reserved);
 /* After an operation: true when a step is confirmed and worth a try now. */
 bool hbm__step_detect(hbm__step_history_t *h, hbm__step_found_t *out);
 /* The plan was not made for the period found: try it again a period later. */

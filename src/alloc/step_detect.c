@@ -17,7 +17,8 @@
 #define GRAM 8            /* operations hashed together to propose a period */
 #define CONFIRM 64        /* operations that must repeat before a period is a step */
 #define MIN_PERIOD 8      /* shorter repetitions are not steps */
-#define CANDIDATES 4      /* earlier occurrences of the hash tried per operation */
+#define CANDIDATES 16     /* earlier occurrences of the hash tried per operation */
+#define BACK_LIMIT 1024   /* how far back a candidate is compared */
 #define MAX_OPS (1u << 26) /* history kept at most; learning starts again past it */
 
 static const uint64_t gram_mult = 0x9E3779B97F4A7C15ull;
@@ -37,10 +38,40 @@ void hbm__step_history_clear(hbm__step_history_t *h) {
   h->n = 0;
   h->period = h->matched = h->tried = 0;
   h->gram = 0;
+  h->bytes_min = h->bytes_max = h->bytes;
   hbm_u64map_free(&h->live);
   hbm_u64map_init(&h->live);
   if (h->table)
     memset(h->table, 0xff, ((size_t)h->table_mask + 1) * sizeof *h->table);
+}
+
+/* The key two operations must share to repeat: the size of an allocation, 0 for a free. */
+static inline uint64_t key(const hbm__step_history_t *h, uint32_t i) { return h->size[i]; }
+
+/* The hash of the W operations ending at i, from the one ending at i - 1. */
+static uint64_t roll(const hbm__step_history_t *h, uint64_t gram, uint32_t i) {
+  gram = gram * 31 + key(h, i) + 1;
+  if (i >= GRAM) /* the operation leaving the window */
+    gram -= (key(h, i - GRAM) + 1) * 852891037441ull; /* 31^GRAM */
+  return gram;
+}
+
+static uint32_t *slot_of(hbm__step_history_t *h, uint64_t gram) {
+  return &h->table[(uint32_t)((gram * gram_mult) >> 32) & h->table_mask];
+}
+
+/* A larger hash table holds every window of the history again, chains included. */
+static void rehash(hbm__step_history_t *h) {
+  uint64_t gram = 0;
+  for (uint32_t i = 0; i < h->n; i++) {
+    gram = roll(h, gram, i);
+    h->gram_prev[i] = HBM__STEP_NONE;
+    if (i + 1 < GRAM)
+      continue;
+    uint32_t *slot = slot_of(h, gram);
+    h->gram_prev[i] = *slot;
+    *slot = i;
+  }
 }
 
 static bool grow(hbm__step_history_t *h) {
@@ -76,13 +107,9 @@ static bool grow(hbm__step_history_t *h) {
   if (!h->table)
     return false;
   memset(h->table, 0xff, 2ull * cap * sizeof *h->table);
-  for (uint32_t i = 0; i < h->n; i++) /* the chains are rebuilt as operations come */
-    h->gram_prev[i] = HBM__STEP_NONE;
+  rehash(h);
   return true;
 }
-
-/* The key two operations must share to repeat: the size of an allocation, 0 for a free. */
-static inline uint64_t key(const hbm__step_history_t *h, uint32_t i) { return h->size[i]; }
 
 /* How many operations back from i repeat those a period before (at most `limit`). */
 static uint32_t repeats_back(const hbm__step_history_t *h, uint32_t i, uint32_t period,
@@ -93,32 +120,35 @@ static uint32_t repeats_back(const hbm__step_history_t *h, uint32_t i, uint32_t 
   return k;
 }
 
-/* Follows the period whose hash matched, if it repeats far enough back. */
+/* Follows, of the earlier occurrences of the last W operations' hash, the period that repeats
+ * farthest back (the longer on a tie: a step holds repeating layers, whose periods repeat
+ * as far back as the step's own while the step is young). */
 static void propose(hbm__step_history_t *h, uint32_t i) {
-  uint32_t slot = (uint32_t)((h->gram * gram_mult) >> 32) & h->table_mask;
-  uint32_t j = h->table[slot];
+  uint32_t *slot = slot_of(h, h->gram);
+  uint32_t j = *slot, best = 0, best_back = GRAM - 1;
   h->gram_prev[i] = j;
-  h->table[slot] = i;
+  *slot = i;
   for (int c = 0; c < CANDIDATES && j != HBM__STEP_NONE && j < i; c++, j = h->gram_prev[j]) {
     uint32_t period = i - j;
     if (period < MIN_PERIOD)
       continue;
-    uint32_t back = repeats_back(h, i, period, period);
-    if (back >= GRAM) {
-      h->period = period;
-      h->matched = back;
-      h->tried = 0;
-      return;
+    uint32_t back = repeats_back(h, i, period, period < BACK_LIMIT ? period : BACK_LIMIT);
+    if (back >= best_back) {
+      best = period;
+      best_back = back;
     }
+  }
+  if (best) {
+    h->period = best;
+    h->matched = best_back;
+    h->tried = 0;
   }
 }
 
 /* Called after each operation appended. */
 static void follow(hbm__step_history_t *h) {
   uint32_t i = h->n - 1;
-  h->gram = h->gram * 31 + key(h, i) + 1;
-  if (i >= GRAM) /* the operation leaving the window */
-    h->gram -= (key(h, i - GRAM) + 1) * 852891037441ull; /* 31^GRAM */
+  h->gram = roll(h, h->gram, i);
   if (h->period) {
     if (i >= h->period && key(h, i) == key(h, i - h->period)) {
       h->matched++;
@@ -135,6 +165,8 @@ bool hbm__step_history_alloc(hbm__step_history_t *h, uint64_t addr, uint64_t siz
   if (!grow(h) || !hbm_u64map_put(&h->live, addr, h->n))
     return false;
   uint32_t i = h->n++;
+  h->bytes += (int64_t)hbm__round_up(size, HBM__MIN_BLOCK);
+  h->bytes_max = h->bytes > h->bytes_max ? h->bytes : h->bytes_max;
   h->size[i] = size ? size : 1;
   h->addr[i] = addr;
   h->reserved[i] = reserved;
@@ -143,9 +175,12 @@ bool hbm__step_history_alloc(hbm__step_history_t *h, uint64_t addr, uint64_t siz
   return true;
 }
 
-bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t reserved) {
+bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t bytes,
+                               uint64_t reserved) {
   if (!grow(h))
     return false;
+  h->bytes -= (int64_t)bytes;
+  h->bytes_min = h->bytes < h->bytes_min ? h->bytes : h->bytes_min;
   uint64_t a;
   uint32_t i = h->n++;
   h->size[i] = 0;

@@ -302,12 +302,15 @@ static bool place_items(hbm__step_t *st, hbm__step_item_t *items, uint32_t n, ui
   return rc == HBM_OK;
 }
 
-/* Enough of the step can be planned: most of its allocations have known lifetimes. */
-static bool worth_planning(const hbm__step_item_t *items, uint32_t n) {
+/* Enough of the step can be planned (most of its allocations have known lifetimes), and what
+ * it has live at once is a good part of what the history saw move (hbm__step_history_t). */
+static bool worth_planning(const hbm__step_history_t *h, const hbm__step_item_t *items,
+                           uint32_t n) {
   uint32_t planned = 0;
   for (uint32_t k = 0; k < n; k++)
     planned += items[k].planned;
-  return n >= 2 && planned >= n - n / 10;
+  uint64_t moved = (uint64_t)(h->bytes_max - h->bytes_min);
+  return n >= 2 && planned >= n - n / 10 && 2 * hbm__step_live_bound(items, n) >= moved;
 }
 
 static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items,
@@ -385,7 +388,7 @@ static bool activate(hbm__step_t *st, const hbm__step_found_t *f) {
   }
   plan_t *p = NULL;
   uint64_t held = 0;
-  bool ok = worth_planning(items, n) && place_items(st, items, n, base, &span) &&
+  bool ok = worth_planning(&st->hist, items, n) && place_items(st, items, n, base, &span) &&
             (span = items_end(items, n)) / HBM__MIN_BLOCK < EMPTY_KEY &&
             (p = build_plan(items, n, base, span)) && claim_items(st, p, items, n, &held);
   if (ok) {
@@ -694,10 +697,10 @@ static uint64_t reserved_now(hbm__step_t *st) {
 }
 
 /* One operation while no plan serves: kept, and a step found is planned. */
-static void learn(hbm__step_t *st, uint64_t addr, uint64_t size) {
+static void learn(hbm__step_t *st, uint64_t addr, uint64_t size, uint64_t bytes) {
   uint64_t reserved = reserved_now(st);
   bool kept = size ? hbm__step_history_alloc(&st->hist, addr, size, reserved)
-                   : hbm__step_history_free_op(&st->hist, addr, reserved);
+                   : hbm__step_history_free_op(&st->hist, addr, bytes, reserved);
   if (!kept) {
     hbm__step_history_clear(&st->hist);
     return;
@@ -723,7 +726,7 @@ static hbm_status_t learn_alloc(hbm__strategy_t *s, uint64_t size, uint64_t alig
   if (st->active)
     st->active->step_other++;
   else
-    learn(st, out->addr, size);
+    learn(st, out->addr, size, 0);
   return HBM_OK;
 }
 
@@ -746,7 +749,7 @@ static void learn_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *
   if (st->active)
     st->active->step_other++;
   else
-    learn(st, b->addr, 0);
+    learn(st, b->addr, 0, b->allocated);
 }
 
 static void learn_stats(hbm__strategy_t *s, hbm__strategy_stats_t *out) {
