@@ -17,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BUCKETS 512 /* time buckets of the index of placed blocks */
-#define EXACT_MAX 8 /* steps with at most this many free blocks are solved exactly */
+#define EXACT_MAX 8       /* steps with at most this many free blocks are solved exactly */
+#define BUDGET_NS 1200000000
+#define SEARCH_ROUNDS 24/* more orders are tried while the solving took less than this */
 
 typedef struct span {
   uint64_t lo, hi;
@@ -30,12 +31,16 @@ typedef struct solver {
   const hbm__step_obstacle_t *obstacles;
   uint32_t n_obstacles;
   uint64_t limit;
-  uint32_t n_buckets;
-  uint32_t **bucket; /* placed items touching each time bucket */
-  uint32_t *bucket_n, *bucket_cap;
+  /* The placed items, indexed by time: a segment tree over [0, size) whose nodes list the items
+   * whose intervals cover them (each interval in O(log n) nodes), for the items live at a
+   * point; and placed[], for those starting inside an interval (item k starts at k). */
+  uint32_t size;
+  uint32_t **node;
+  uint32_t *node_n, *node_cap;
+  uint64_t *placed; /* bit per item */
   uint32_t *stamp; /* per item: the query that last saw it */
   uint32_t query;
-  span_t *occupied; /* scratch */
+  span_t *occupied, *sorted; /* scratch */
   uint64_t *offset; /* per item: its offset in the current attempt */
 } solver_t;
 
@@ -53,30 +58,16 @@ static int intervals(const hbm__step_item_t *it, uint32_t n, uint32_t lo[2], uin
   return 2;
 }
 
-static bool overlap_in_time(const hbm__step_item_t *a, const hbm__step_item_t *b, uint32_t n) {
-  uint32_t alo[2], ahi[2], blo[2], bhi[2];
-  int na = intervals(a, n, alo, ahi), nb = intervals(b, n, blo, bhi);
-  for (int i = 0; i < na; i++)
-    for (int j = 0; j < nb; j++)
-      if (alo[i] < bhi[j] && blo[j] < ahi[i])
-        return true;
-  return false;
-}
-
-static uint32_t bucket_of(const solver_t *s, uint32_t t) {
-  return (uint32_t)((uint64_t)t * s->n_buckets / s->n);
-}
-
-static bool add_to_bucket(solver_t *s, uint32_t b, uint32_t item) {
-  if (s->bucket_n[b] == s->bucket_cap[b]) {
-    uint32_t cap = s->bucket_cap[b] ? 2 * s->bucket_cap[b] : 16;
-    uint32_t *grown = realloc(s->bucket[b], cap * sizeof *grown);
+static bool add_to_node(solver_t *s, uint32_t v, uint32_t item) {
+  if (s->node_n[v] == s->node_cap[v]) {
+    uint32_t cap = s->node_cap[v] ? 2 * s->node_cap[v] : 4;
+    uint32_t *grown = realloc(s->node[v], cap * sizeof *grown);
     if (!grown)
       return false;
-    s->bucket[b] = grown;
-    s->bucket_cap[b] = cap;
+    s->node[v] = grown;
+    s->node_cap[v] = cap;
   }
-  s->bucket[b][s->bucket_n[b]++] = item;
+  s->node[v][s->node_n[v]++] = item;
   return true;
 }
 
@@ -84,37 +75,62 @@ static bool index_item(solver_t *s, uint32_t item) {
   uint32_t lo[2], hi[2];
   int k = intervals(&s->items[item], s->n, lo, hi);
   for (int i = 0; i < k; i++)
-    for (uint32_t b = bucket_of(s, lo[i]); b <= bucket_of(s, hi[i] - 1); b++)
-      if (!add_to_bucket(s, b, item))
+    for (uint32_t l = lo[i] + s->size, r = hi[i] + s->size; l < r; l >>= 1, r >>= 1) {
+      if ((l & 1) && !add_to_node(s, l++, item))
         return false;
+      if ((r & 1) && !add_to_node(s, --r, item))
+        return false;
+    }
+  s->placed[item / 64] |= 1ull << (item % 64);
   return true;
 }
 
-static int compare_span(const void *x, const void *y) {
-  const span_t *a = x, *b = y;
-  return a->lo < b->lo ? -1 : a->lo > b->lo;
+/* Sorts spans by their start, a byte at a time (least significant first): a query sorts up
+ * to thousands of spans, where a comparison sort was most of the solving time. */
+static void sort_spans(span_t *v, span_t *tmp, uint32_t m) {
+  uint64_t most = 0;
+  for (uint32_t i = 0; i < m; i++)
+    most |= v[i].lo;
+  for (unsigned shift = 0; shift < 64 && (most >> shift); shift += 8) {
+    uint32_t count[257] = {0};
+    for (uint32_t i = 0; i < m; i++)
+      count[((v[i].lo >> shift) & 255) + 1]++;
+    for (int b = 0; b < 256; b++)
+      count[b + 1] += count[b];
+    for (uint32_t i = 0; i < m; i++)
+      tmp[count[(v[i].lo >> shift) & 255]++] = v[i];
+    memcpy(v, tmp, m * sizeof *v);
+  }
 }
 
-/* The memory taken, while `item` is live, by the obstacles and the items placed so far. */
+static void see(solver_t *s, uint32_t other, uint32_t *m) {
+  if (s->stamp[other] == s->query)
+    return;
+  s->stamp[other] = s->query;
+  s->occupied[(*m)++] = (span_t){s->offset[other], s->offset[other] + s->items[other].bytes};
+}
+
+/* The memory taken, while `item` is live, by the obstacles and the items placed so far: for
+ * each of its intervals [lo, hi), the items live at lo and those starting inside. */
 static uint32_t occupied_during(solver_t *s, uint32_t item) {
   uint32_t m = 0, lo[2], hi[2];
-  const hbm__step_item_t *it = &s->items[item];
   for (uint32_t i = 0; i < s->n_obstacles; i++)
     s->occupied[m++] = (span_t){s->obstacles[i].offset,
                                 s->obstacles[i].offset + s->obstacles[i].bytes};
   s->query++;
-  int k = intervals(it, s->n, lo, hi);
-  for (int i = 0; i < k; i++)
-    for (uint32_t b = bucket_of(s, lo[i]); b <= bucket_of(s, hi[i] - 1); b++)
-      for (uint32_t j = 0; j < s->bucket_n[b]; j++) {
-        uint32_t other = s->bucket[b][j];
-        if (s->stamp[other] == s->query)
-          continue;
-        s->stamp[other] = s->query;
-        if (overlap_in_time(it, &s->items[other], s->n))
-          s->occupied[m++] = (span_t){s->offset[other], s->offset[other] + s->items[other].bytes};
+  int k = intervals(&s->items[item], s->n, lo, hi);
+  for (int i = 0; i < k; i++) {
+    for (uint32_t v = lo[i] + s->size; v >= 1; v >>= 1)
+      for (uint32_t j = 0; j < s->node_n[v]; j++)
+        see(s, s->node[v][j], &m);
+    for (uint32_t w = (lo[i] + 1) / 64; w * 64 < hi[i]; w++)
+      for (uint64_t bits = s->placed[w]; bits; bits &= bits - 1) {
+        uint32_t other = w * 64 + (uint32_t)__builtin_ctzll(bits);
+        if (other > lo[i] && other < hi[i])
+          see(s, other, &m);
       }
-  qsort(s->occupied, m, sizeof *s->occupied, compare_span);
+  }
+  sort_spans(s->occupied, s->sorted, m);
   return m;
 }
 
@@ -137,8 +153,8 @@ static uint64_t choose_offset(solver_t *s, uint32_t item, bool best_fit) {
 }
 
 static void reset(solver_t *s) {
-  for (uint32_t b = 0; b < s->n_buckets; b++)
-    s->bucket_n[b] = 0;
+  memset(s->node_n, 0, 2ull * s->size * sizeof *s->node_n);
+  memset(s->placed, 0, (s->n / 64 + 1) * sizeof *s->placed);
 }
 
 /* One greedy attempt in `order` (the fixed items first, where they are): the highest end of
@@ -227,6 +243,32 @@ static uint64_t exact(solver_t *s, uint32_t *order, uint32_t m, uint32_t k, uint
   return best_heap;
 }
 
+/* The search: the best order so far, a few of its blocks swapped with near neighbours, placed
+ * again; kept when lower. Until the time budget is spent (deterministic: a fixed seed). */
+static uint64_t search(solver_t *s, uint32_t *best_order, uint32_t *order, uint32_t m,
+                       uint64_t *best, uint64_t best_heap, int64_t t0) {
+  uint64_t seed = 0x2545F4914F6CDD1Dull;
+  for (int round = 0; round < SEARCH_ROUNDS && hbm__now_ns() - t0 < BUDGET_NS; round++) {
+    memcpy(order, best_order, (size_t)m * sizeof *order);
+    uint32_t swaps = m / 64 + 1;
+    for (uint32_t k = 0; k < swaps; k++) {
+      seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+      uint32_t i = (uint32_t)(seed % m), j = i + 1 + (uint32_t)((seed >> 32) % 8);
+      if (j < m) {
+        uint32_t t = order[i];
+        order[i] = order[j], order[j] = t;
+      }
+    }
+    uint64_t h = attempt(s, order, m, true);
+    if (h < best_heap) {
+      best_heap = h;
+      memcpy(best, s->offset, (size_t)s->n * sizeof *best);
+      memcpy(best_order, order, (size_t)m * sizeof *order);
+    }
+  }
+  return best_heap;
+}
+
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n) {
   int64_t *delta = calloc((size_t)n + 1, sizeof *delta);
   if (!delta)
@@ -251,25 +293,31 @@ uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n) {
 }
 
 static void solver_free(solver_t *s) {
-  for (uint32_t b = 0; b < s->n_buckets; b++)
-    free(s->bucket[b]);
-  free(s->bucket);
-  free(s->bucket_n);
-  free(s->bucket_cap);
+  for (uint32_t v = 0; s->node && v < 2 * s->size; v++)
+    free(s->node[v]);
+  free(s->node);
+  free(s->node_n);
+  free(s->node_cap);
+  free(s->placed);
   free(s->stamp);
   free(s->occupied);
+  free(s->sorted);
   free(s->offset);
 }
 
 static bool solver_init(solver_t *s) {
-  s->n_buckets = s->n < BUCKETS ? s->n : BUCKETS;
-  s->bucket = calloc(s->n_buckets, sizeof *s->bucket);
-  s->bucket_n = calloc(s->n_buckets, sizeof *s->bucket_n);
-  s->bucket_cap = calloc(s->n_buckets, sizeof *s->bucket_cap);
+  for (s->size = 1; s->size < s->n; s->size *= 2)
+    ;
+  s->node = calloc(2ull * s->size, sizeof *s->node);
+  s->node_n = calloc(2ull * s->size, sizeof *s->node_n);
+  s->node_cap = calloc(2ull * s->size, sizeof *s->node_cap);
+  s->placed = calloc(s->n / 64 + 1, sizeof *s->placed);
   s->stamp = calloc(s->n, sizeof *s->stamp);
   s->occupied = malloc(((size_t)s->n + s->n_obstacles + 1) * sizeof *s->occupied);
+  s->sorted = malloc(((size_t)s->n + s->n_obstacles + 1) * sizeof *s->sorted);
   s->offset = calloc(s->n, sizeof *s->offset);
-  return s->bucket && s->bucket_n && s->bucket_cap && s->stamp && s->occupied && s->offset;
+  return s->node && s->node_n && s->node_cap && s->placed && s->stamp && s->occupied &&
+         s->sorted && s->offset;
 }
 
 hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
@@ -280,27 +328,34 @@ hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
   solver_t s = {.items = items, .n = n, .obstacles = obstacles, .n_obstacles = n_obstacles,
                 .limit = limit};
   uint32_t *order = malloc((size_t)n * sizeof *order);
+  uint32_t *best_order = malloc((size_t)n * sizeof *best_order);
   keyed_t *scratch = malloc((size_t)n * sizeof *scratch);
   uint64_t *best = malloc((size_t)n * sizeof *best);
-  bool ok = order && scratch && best && solver_init(&s);
+  bool ok = order && best_order && scratch && best && solver_init(&s);
   uint64_t best_heap = UINT64_MAX;
-  for (int how = 0; ok && how < N_ORDERS; how++) {
-    uint32_t m;
+  int64_t t0 = hbm__now_ns();
+  uint32_t m = 0;
+  for (int how = 0; ok && how < N_ORDERS && (how == 0 || hbm__now_ns() - t0 < BUDGET_NS); how++) {
     make_order(&s, how, scratch, order, &m);
     uint64_t h = m <= EXACT_MAX ? exact(&s, order, m, 0, best, best_heap)
                                 : attempt(&s, order, m, true);
-    if (m > EXACT_MAX && h < best_heap)
+    if (m > EXACT_MAX && h < best_heap) {
       memcpy(best, s.offset, (size_t)n * sizeof *best);
+      memcpy(best_order, order, (size_t)m * sizeof *order);
+    }
     best_heap = h < best_heap ? h : best_heap;
     if (m <= EXACT_MAX)
       break; /* the exact search tried every order */
   }
+  if (ok && m > EXACT_MAX && best_heap != UINT64_MAX)
+    best_heap = search(&s, best_order, order, m, best, best_heap, t0);
   if (ok && best_heap != UINT64_MAX)
     for (uint32_t i = 0; i < n; i++)
       if (items[i].planned)
         items[i].offset = best[i];
   solver_free(&s);
   free(order);
+  free(best_order);
   free(scratch);
   free(best);
   if (!ok)
