@@ -742,17 +742,17 @@ typedef struct hbm_replay_result {
   double vm_calls_per_op_first;     /* the same in the first replay, from an empty device */
   uint64_t peak_reserved_all_bytes; /* peak reserved over the first and the timed replays */
   /* Mode learn, in the first replay: the step found and how much the plan served. */
-  uint64_t step_operations;       /* operations per step (0: no step found) */
-  int64_t first_step_end_event;   /* the event where the second step began (-1: none) */
-  uint64_t steady_reserved_bytes; /* the most reserved at any point from there on */
+  uint64_t step_operations;        /* operations per step (0: no step found) */
+  int64_t first_step_end_event;    /* the event where the second step began (-1: none) */
+  uint64_t steady_reserved_bytes;  /* the most reserved at any point from there on */
   uint64_t steady_peak_live_bytes; /* the most bytes live from there on */
-  double planned_fraction;        /* of the operations from there on, served from the plan */
+  double planned_fraction;         /* of the operations from there on, served from the plan */
   uint64_t planned_operations, fallback_operations; /* from there on */
-  uint64_t plan_bytes;            /* memory the last plan holds for the step */
-  uint64_t plan_bound_bytes;      /* the most bytes its step had live at once */
-  uint64_t plans, plans_retired;  /* plans made, and given up (step changed, memory short) */
-  double solve_ms;                /* time spent solving placements */
-  double planned_fraction_timed;  /* of the timed replays' operations, served from the plan */
+  uint64_t plan_bytes;                              /* memory the last plan holds for the step */
+  uint64_t plan_bound_bytes;                        /* the most bytes its step had live at once */
+  uint64_t plans, plans_retired; /* plans made, and given up (step changed, memory short) */
+  double solve_ms;               /* time spent solving placements */
+  double planned_fraction_timed; /* of the timed replays' operations, served from the plan */
 } hbm_replay_result_t;
 
 void hbm_replay_options_default(hbm_replay_options_t *opt);

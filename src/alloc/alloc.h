@@ -218,8 +218,7 @@ hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, h
 /* Every free chunk's part inside [lo, hi) becomes a used block (requested size = its size,
  * no tag), handed to fn in address order; fn's error stops the walk. */
 hbm_status_t hbm__arena_claim_free(hbm__arena_t *a, uint64_t lo, uint64_t hi,
-                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b),
-                                   void *ctx);
+                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx);
 uint64_t hbm__arena_largest_free(const hbm__arena_t *a);
 uint64_t hbm__arena_reserved(const hbm__arena_t *a);
 uint64_t hbm__arena_allocated(const hbm__arena_t *a);

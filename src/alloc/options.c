@@ -407,8 +407,9 @@ hbm_status_t hbm_config_validate(const hbm_config_t *cfg) {
     return hbm__error(HBM_ERR_INVALID,
                       "HBM_PLAN=step places memory itself (mode learn), but %s chose another "
                       "mode; unset one of them",
-                      cfg->expandable ? "HBM_EXPANDABLE=true"
-                                      : hbm_config_setting(cfg, HBM_CFG_ALLOCATOR, buf, sizeof buf));
+                      cfg->expandable
+                          ? "HBM_EXPANDABLE=true"
+                          : hbm_config_setting(cfg, HBM_CFG_ALLOCATOR, buf, sizeof buf));
   }
   return HBM_OK;
 }

@@ -22,8 +22,8 @@ typedef struct hbm__step_history {
   uint32_t *pair;     /* allocation: the free of it (NONE while live); free: its allocation
                          (NONE: allocated before the history began) */
   uint32_t n, cap;
-  hbm_u64map_t live;  /* address → allocation, for the blocks allocated in the history */
-  uint32_t *table;    /* hash of the last W operations → the latest operation that ended them */
+  hbm_u64map_t live; /* address → allocation, for the blocks allocated in the history */
+  uint32_t *table;   /* hash of the last W operations → the latest operation that ended them */
   uint32_t table_mask;
   uint32_t *gram_prev; /* per operation: the previous one whose last W had the same hash */
   uint64_t gram;       /* the hash of the last W operations */
@@ -60,13 +60,13 @@ void hbm__step_detect_defer(hbm__step_history_t *h);
  * step: the item is live over [start, end), end in (start, start + n] (past n: into the next
  * step, which repeats from 0). */
 typedef struct hbm__step_item {
-  uint64_t size;     /* requested bytes: a later request matches it when equal */
-  uint64_t bytes;    /* rounded to 256 */
+  uint64_t size;  /* requested bytes: a later request matches it when equal */
+  uint64_t bytes; /* rounded to 256 */
   uint32_t start, end;
-  bool planned;      /* false: left to the memory underneath (its lifetime is not known) */
-  bool fixed;        /* its block is live now at `addr` (the plan takes it over there) */
-  uint64_t addr;     /* the block live now, for fixed items and for those not planned */
-  uint64_t offset;   /* in the plan's span (the solver's answer) */
+  bool planned;    /* false: left to the memory underneath (its lifetime is not known) */
+  bool fixed;      /* its block is live now at `addr` (the plan takes it over there) */
+  uint64_t addr;   /* the block live now, for fixed items and for those not planned */
+  uint64_t offset; /* in the plan's span (the solver's answer) */
 } hbm__step_item_t;
 
 /* The step ending at the history's last operation: one item per allocation in it, in order
@@ -109,17 +109,17 @@ size_t hbm__step_live_count(hbm__step_t *st);
 
 /* What mode learn did (hbm replay, the report). */
 typedef struct hbm__step_stats {
-  uint64_t ops;            /* allocations and frees seen */
-  uint64_t first_step_end; /* the operation where the second step began (0: no step found) */
-  uint64_t period;         /* operations per step of the last plan (0: none) */
-  uint64_t planned_ops;    /* operations served from a plan (allocations and frees) */
-  uint64_t fallback_ops;   /* operations after the first step that the plan did not serve */
-  uint64_t plans;          /* plans made */
-  uint64_t retired;        /* plans given up (the step changed, or memory was short) */
-  uint64_t heap_bytes;     /* the last plan's span */
-  uint64_t bound_bytes;    /* the most bytes its step had live at once */
+  uint64_t ops;             /* allocations and frees seen */
+  uint64_t first_step_end;  /* the operation where the second step began (0: no step found) */
+  uint64_t period;          /* operations per step of the last plan (0: none) */
+  uint64_t planned_ops;     /* operations served from a plan (allocations and frees) */
+  uint64_t fallback_ops;    /* operations after the first step that the plan did not serve */
+  uint64_t plans;           /* plans made */
+  uint64_t retired;         /* plans given up (the step changed, or memory was short) */
+  uint64_t heap_bytes;      /* the last plan's span */
+  uint64_t bound_bytes;     /* the most bytes its step had live at once */
   uint64_t steady_reserved; /* most reserved at any point after the first step */
-  double solve_ms;         /* time spent solving */
+  double solve_ms;          /* time spent solving */
 } hbm__step_stats_t;
 
 void hbm__step_get_stats(hbm__strategy_t *s, hbm__step_stats_t *out);

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GRAM 8            /* operations hashed together to propose a period */
-#define CONFIRM 64        /* operations that must repeat before a period is a step */
-#define MIN_PERIOD 8      /* shorter repetitions are not steps */
-#define CANDIDATES 16     /* earlier occurrences of the hash tried per operation */
-#define BACK_LIMIT 1024   /* how far back a candidate is compared */
+#define GRAM 8             /* operations hashed together to propose a period */
+#define CONFIRM 64         /* operations that must repeat before a period is a step */
+#define MIN_PERIOD 8       /* shorter repetitions are not steps */
+#define CANDIDATES 16      /* earlier occurrences of the hash tried per operation */
+#define BACK_LIMIT 1024    /* how far back a candidate is compared */
 #define MAX_OPS (1u << 26) /* history kept at most; learning starts again past it */
 
 static const uint64_t gram_mult = 0x9E3779B97F4A7C15ull;
@@ -51,7 +51,7 @@ static inline uint64_t key(const hbm__step_history_t *h, uint32_t i) { return h-
 /* The hash of the W operations ending at i, from the one ending at i - 1. */
 static uint64_t roll(const hbm__step_history_t *h, uint64_t gram, uint32_t i) {
   gram = gram * 31 + key(h, i) + 1;
-  if (i >= GRAM) /* the operation leaving the window */
+  if (i >= GRAM)                                      /* the operation leaving the window */
     gram -= (key(h, i - GRAM) + 1) * 852891037441ull; /* 31^GRAM */
   return gram;
 }

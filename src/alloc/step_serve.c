@@ -60,21 +60,21 @@ typedef struct slot {
 
 typedef struct plan {
   uint64_t base, span;
-  uint32_t n;         /* allocations per step */
-  entry_t *entries;   /* n + 1 (the last only ends the due lists) */
-  uint32_t *due;      /* entries by deadline */
-  uint8_t *state;     /* per entry: STATE_* */
-  slot_t *table;      /* address → live entry */
+  uint32_t n;       /* allocations per step */
+  entry_t *entries; /* n + 1 (the last only ends the due lists) */
+  uint32_t *due;    /* entries by deadline */
+  uint8_t *state;   /* per entry: STATE_* */
+  slot_t *table;    /* address → live entry */
   uint32_t mask;
   unsigned shift;
-  uint32_t cursor;    /* the entry the next allocation should be */
-  uint32_t overdue;   /* entries live past their deadline */
+  uint32_t cursor;  /* the entry the next allocation should be */
+  uint32_t overdue; /* entries live past their deadline */
   uint32_t *overdue_list;
-  uint32_t live;      /* blocks the plan served that are live */
+  uint32_t live; /* blocks the plan served that are live */
   hbm__block_t *holders;
   size_t n_holders, cap_holders;
-  hbm_u64map_t adopted; /* address → entry, blocks taken over and not yet freed */
-  uint64_t step;        /* steps begun under this plan */
+  hbm_u64map_t adopted;              /* address → entry, blocks taken over and not yet freed */
+  uint64_t step;                     /* steps begun under this plan */
   uint64_t step_planned, step_other; /* operations of the step under way */
   uint32_t miss_run;
   bool retiring;
@@ -184,8 +184,7 @@ static bool build_due(plan_t *p, const hbm__step_item_t *items) {
   return true;
 }
 
-static plan_t *build_plan(const hbm__step_item_t *items, uint32_t n, uint64_t base,
-                          uint64_t span) {
+static plan_t *build_plan(const hbm__step_item_t *items, uint32_t n, uint64_t base, uint64_t span) {
   plan_t *p = calloc(1, sizeof *p);
   if (!p)
     return NULL;
@@ -368,13 +367,18 @@ static bool claim_items(hbm__step_t *st, plan_t *p, const hbm__step_item_t *item
   return ok;
 }
 
-/* The end of the highest planned item. */
-static uint64_t items_end(const hbm__step_item_t *items, uint32_t n) {
-  uint64_t end = 0;
+/* The end of the highest planned item, or UINT64_MAX when the plan would leave the memory
+ * underneath less than the step's largest block above it: then a step that changes could not
+ * be served beside the plan, and retiring it may leave its live blocks where the default mode
+ * would not have put them. Where memory is that short the default mode's placement serves. */
+static uint64_t items_end(const hbm__step_item_t *items, uint32_t n, uint64_t limit) {
+  uint64_t end = 0, largest = 0;
   for (uint32_t k = 0; k < n; k++)
-    if (items[k].planned && items[k].offset + items[k].bytes > end)
-      end = items[k].offset + items[k].bytes;
-  return end;
+    if (items[k].planned) {
+      end = items[k].offset + items[k].bytes > end ? items[k].offset + items[k].bytes : end;
+      largest = items[k].bytes > largest ? items[k].bytes : largest;
+    }
+  return end + largest <= limit ? end : UINT64_MAX;
 }
 
 /* Plans the step found, takes its span and starts serving from it; false when it could not. */
@@ -389,13 +393,12 @@ static bool activate(hbm__step_t *st, const hbm__step_found_t *f) {
   plan_t *p = NULL;
   uint64_t held = 0;
   bool ok = worth_planning(&st->hist, items, n) && place_items(st, items, n, base, &span) &&
-            (span = items_end(items, n)) / HBM__MIN_BLOCK < EMPTY_KEY &&
+            (span = items_end(items, n, st->base.env.limit)) / HBM__MIN_BLOCK < EMPTY_KEY &&
             (p = build_plan(items, n, base, span)) && claim_items(st, p, items, n, &held);
   if (ok) {
     start_plan(st, p, items, f);
     st->stats.heap_bytes = held;
-  }
-  else if (p) {
+  } else if (p) {
     release_holders(st, p);
     plan_free(p);
   }
@@ -510,8 +513,8 @@ static void end_step(hbm__step_t *st, plan_t *p) {
   p->step++;
   uint64_t all = p->step_planned + p->step_other;
   marker("hbm plan: step %llu: %llu of %llu operations served from the plan, %llu fell back",
-         (unsigned long long)p->step, (unsigned long long)p->step_planned,
-         (unsigned long long)all, (unsigned long long)p->step_other);
+         (unsigned long long)p->step, (unsigned long long)p->step_planned, (unsigned long long)all,
+         (unsigned long long)p->step_other);
   bool changed = all && 2 * p->step_planned < all;
   p->step_planned = p->step_other = 0;
   if (changed)
@@ -683,7 +686,8 @@ size_t hbm__step_records(hbm__step_t *st, hbm__record_t *out, size_t cap) {
       if ((p->state[k] & (STATE_LIVE | STATE_ADOPTED)) != STATE_LIVE)
         continue;
       const entry_t *e = &p->entries[k];
-      out[n++] = (hbm__record_t){.block = {p->base + e->offset, entry_bytes(e), k}, .size = e->size};
+      out[n++] =
+          (hbm__record_t){.block = {p->base + e->offset, entry_bytes(e), k}, .size = e->size};
     }
   return n;
 }

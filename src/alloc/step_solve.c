@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXACT_MAX 8       /* steps with at most this many free blocks are solved exactly */
+#define EXACT_MAX 8 /* steps with at most this many free blocks are solved exactly */
 #define BUDGET_NS 1200000000
-#define SEARCH_ROUNDS 24/* more orders are tried while the solving took less than this */
+#define SEARCH_ROUNDS 24 /* more orders are tried while the solving took less than this */
 
 typedef struct span {
   uint64_t lo, hi;
@@ -38,10 +38,10 @@ typedef struct solver {
   uint32_t **node;
   uint32_t *node_n, *node_cap;
   uint64_t *placed; /* bit per item */
-  uint32_t *stamp; /* per item: the query that last saw it */
+  uint32_t *stamp;  /* per item: the query that last saw it */
   uint32_t query;
   span_t *occupied, *sorted; /* scratch */
-  uint64_t *offset; /* per item: its offset in the current attempt */
+  uint64_t *offset;          /* per item: its offset in the current attempt */
 } solver_t;
 
 /* The item's time as one or two intervals of [0, n). */
@@ -115,8 +115,8 @@ static void see(solver_t *s, uint32_t other, uint32_t *m) {
 static uint32_t occupied_during(solver_t *s, uint32_t item) {
   uint32_t m = 0, lo[2], hi[2];
   for (uint32_t i = 0; i < s->n_obstacles; i++)
-    s->occupied[m++] = (span_t){s->obstacles[i].offset,
-                                s->obstacles[i].offset + s->obstacles[i].bytes};
+    s->occupied[m++] =
+        (span_t){s->obstacles[i].offset, s->obstacles[i].offset + s->obstacles[i].bytes};
   s->query++;
   int k = intervals(&s->items[item], s->n, lo, hi);
   for (int i = 0; i < k; i++) {
@@ -316,8 +316,8 @@ static bool solver_init(solver_t *s) {
   s->occupied = malloc(((size_t)s->n + s->n_obstacles + 1) * sizeof *s->occupied);
   s->sorted = malloc(((size_t)s->n + s->n_obstacles + 1) * sizeof *s->sorted);
   s->offset = calloc(s->n, sizeof *s->offset);
-  return s->node && s->node_n && s->node_cap && s->placed && s->stamp && s->occupied &&
-         s->sorted && s->offset;
+  return s->node && s->node_n && s->node_cap && s->placed && s->stamp && s->occupied && s->sorted &&
+         s->offset;
 }
 
 hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
@@ -325,8 +325,8 @@ hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
                              uint64_t limit, uint64_t *heap) {
   if (n == 0)
     return hbm__error(HBM_ERR_INVALID, "an empty step");
-  solver_t s = {.items = items, .n = n, .obstacles = obstacles, .n_obstacles = n_obstacles,
-                .limit = limit};
+  solver_t s = {
+      .items = items, .n = n, .obstacles = obstacles, .n_obstacles = n_obstacles, .limit = limit};
   uint32_t *order = malloc((size_t)n * sizeof *order);
   uint32_t *best_order = malloc((size_t)n * sizeof *best_order);
   keyed_t *scratch = malloc((size_t)n * sizeof *scratch);
@@ -337,8 +337,8 @@ hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
   uint32_t m = 0;
   for (int how = 0; ok && how < N_ORDERS && (how == 0 || hbm__now_ns() - t0 < BUDGET_NS); how++) {
     make_order(&s, how, scratch, order, &m);
-    uint64_t h = m <= EXACT_MAX ? exact(&s, order, m, 0, best, best_heap)
-                                : attempt(&s, order, m, true);
+    uint64_t h =
+        m <= EXACT_MAX ? exact(&s, order, m, 0, best, best_heap) : attempt(&s, order, m, true);
     if (m > EXACT_MAX && h < best_heap) {
       memcpy(best, s.offset, (size_t)n * sizeof *best);
       memcpy(best_order, order, (size_t)m * sizeof *order);

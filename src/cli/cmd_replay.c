@@ -183,7 +183,8 @@ static void print_plan(const hbm_replay_result_t *r) {
          "back to the allocator)\n",
          100.0 * r->planned_fraction, (unsigned long long)r->fallback_operations);
   printf("  steady reserved      %s, %.4fx the peak live from the second step on (%s)\n",
-         bytes(r->steady_reserved_bytes, a), ratio(r->steady_reserved_bytes, r->steady_peak_live_bytes),
+         bytes(r->steady_reserved_bytes, a),
+         ratio(r->steady_reserved_bytes, r->steady_peak_live_bytes),
          bytes(r->steady_peak_live_bytes, b));
   if (r->timed_replays)
     printf("  timed replays        %.2f%% of their operations served from the plan\n",
@@ -244,8 +245,8 @@ static json_t *plan_json(const hbm_replay_result_t *r) {
                    (json_int_t)r->planned_operations, "fallback_operations",
                    (json_int_t)r->fallback_operations, "plan_bytes", (json_int_t)r->plan_bytes,
                    "plan_bound_bytes", (json_int_t)r->plan_bound_bytes, "plans",
-                   (json_int_t)r->plans, "plans_retired", (json_int_t)r->plans_retired,
-                   "solve_ms", r->solve_ms, "planned_fraction_timed", r->planned_fraction_timed);
+                   (json_int_t)r->plans, "plans_retired", (json_int_t)r->plans_retired, "solve_ms",
+                   r->solve_ms, "planned_fraction_timed", r->planned_fraction_timed);
 }
 
 static json_t *first_failure_json(const hbm_replay_result_t *r) {
