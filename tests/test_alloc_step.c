@@ -63,10 +63,10 @@ static void emit(gen_t *g, hbm_log_action_t action, uint64_t pointer, uint64_t s
     assert_non_null(g->log.events);
   }
   g->log.events[g->log.n_events] = (hbm_log_event_t){.action = action,
-                                                      .pointer = pointer,
-                                                      .size = size,
-                                                      .time_ns = (int64_t)g->log.n_events,
-                                                      .line = (int64_t)g->log.n_events + 2};
+                                                     .pointer = pointer,
+                                                     .size = size,
+                                                     .time_ns = (int64_t)g->log.n_events,
+                                                     .line = (int64_t)g->log.n_events + 2};
   g->log.n_events++;
 }
 
@@ -165,8 +165,8 @@ static void divergent_steps_never_fail(void **state) {
     hbm_replay_result_t bfc = replay(&log, HBM_MODE_BFC, min);
     hbm_replay_result_t learn = replay(&log, HBM_MODE_LEARN, min);
     if (bfc.failed_allocations || learn.failed_allocations)
-      fail_msg("%s, on %llu bytes: bfc failed %llu, learn %llu", names[k],
-               (unsigned long long)min, (unsigned long long)bfc.failed_allocations,
+      fail_msg("%s, on %llu bytes: bfc failed %llu, learn %llu", names[k], (unsigned long long)min,
+               (unsigned long long)bfc.failed_allocations,
                (unsigned long long)learn.failed_allocations);
     hbm_replay_result_t roomy = replay(&log, HBM_MODE_LEARN, 1024 * MiB);
     assert_int_equal(roomy.failed_allocations, 0);
@@ -205,8 +205,8 @@ static void replay_command_reports_the_plan(void **state) {
   if (!strstr(out, "step                 72 operations") || !strstr(out, "fell back"))
     fail_msg("no plan in:\n%s", out);
   free(out);
-  snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json",
-           HBM_BIN, path);
+  snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json", HBM_BIN,
+           path);
   assert_int_equal(th_run(cmd, &out), 0);
   const char *keys[] = {"\"peak_live_bytes\"", "\"steady_reserved_bytes\"", "\"planned_fraction\"",
                         "\"ns_per_op\""};
@@ -324,7 +324,8 @@ static void plan_variable_is_parsed(void **state) {
   assert_int_equal(hbm_config_mode(&cfg), HBM_MODE_LEARN);
   assert_int_equal(hbm_config_validate(&cfg), HBM_OK);
   assert_int_equal(hbm_config_set(&cfg, "HBM_PLAN", "sometimes", HBM_ORIGIN_ENV), HBM_ERR_INVALID);
-  assert_non_null(strstr(hbm_last_error(), "HBM_PLAN=sometimes: invalid value; expected step or none"));
+  assert_non_null(
+      strstr(hbm_last_error(), "HBM_PLAN=sometimes: invalid value; expected step or none"));
   assert_int_equal(hbm_config_set(&cfg, "HBM_EXPANDABLE", "1", HBM_ORIGIN_ENV), HBM_OK);
   assert_int_equal(hbm_config_validate(&cfg), HBM_ERR_INVALID);
   assert_non_null(strstr(hbm_last_error(), "HBM_PLAN=step"));

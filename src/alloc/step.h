@@ -30,6 +30,7 @@ typedef struct hbm__step_history {
   uint32_t period;     /* the period being followed, in operations (0: none) */
   uint32_t matched;    /* operations in a row equal to the one a period before */
   uint32_t tried;      /* `matched` when a plan of this period was last tried (0: never) */
+  uint32_t tries;      /* plans tried and not made since learning began */
   /* bytes live as the history saw them, and their range since it began: a step worth a plan
    * moves a good part of it (a loop inside the step, an optimizer's update of one tensor, moves
    * little, and planning it would blind the search for the whole step) */

@@ -36,7 +36,7 @@ void hbm__step_history_free(hbm__step_history_t *h) {
 
 void hbm__step_history_clear(hbm__step_history_t *h) {
   h->n = 0;
-  h->period = h->matched = h->tried = 0;
+  h->period = h->matched = h->tried = h->tries = 0;
   h->gram = 0;
   h->bytes_min = h->bytes_max = h->bytes;
   hbm_u64map_free(&h->live);
@@ -198,14 +198,19 @@ bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t b
 bool hbm__step_detect(hbm__step_history_t *h, hbm__step_found_t *out) {
   uint32_t p = h->period;
   uint32_t confirm = p < CONFIRM ? 2 * p : CONFIRM;
-  if (!p || h->matched < confirm || h->n < p || (h->tried && h->matched < h->tried + p))
+  /* after a failed try, the next waits a period, then two, four... (a plan costs a solve) */
+  uint64_t wait = (uint64_t)p << (h->tries < 16 ? h->tries : 16);
+  if (!p || h->matched < confirm || h->n < p || (h->tried && h->matched < h->tried + wait))
     return false;
   out->period = p;
   out->boundary = h->n - (h->matched < h->n - p ? h->matched : h->n - p);
   return true;
 }
 
-void hbm__step_detect_defer(hbm__step_history_t *h) { h->tried = h->matched; }
+void hbm__step_detect_defer(hbm__step_history_t *h) {
+  h->tried = h->matched;
+  h->tries++;
+}
 
 /* ---- the template ---- */
 

@@ -303,17 +303,17 @@ static bool place_items(hbm__step_t *st, hbm__step_item_t *items, uint32_t n, ui
 
 /* Enough of the step can be planned (most of its allocations have known lifetimes), and what
  * it has live at once is a good part of what the history saw move (hbm__step_history_t). */
-static bool worth_planning(const hbm__step_history_t *h, const hbm__step_item_t *items,
-                           uint32_t n) {
+static bool worth_planning(const hbm__step_history_t *h, const hbm__step_item_t *items, uint32_t n,
+                           uint64_t limit) {
   uint32_t planned = 0;
   for (uint32_t k = 0; k < n; k++)
     planned += items[k].planned;
-  uint64_t moved = (uint64_t)(h->bytes_max - h->bytes_min);
-  return n >= 2 && planned >= n - n / 10 && 2 * hbm__step_live_bound(items, n) >= moved;
+  uint64_t moved = (uint64_t)(h->bytes_max - h->bytes_min), bound = hbm__step_live_bound(items, n);
+  return n >= 2 && planned >= n - n / 10 && 2 * bound >= moved && bound < limit;
 }
 
 static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items,
-                       const hbm__step_found_t *f) {
+                       const hbm__step_found_t *f, uint64_t held) {
   for (uint32_t k = 0; k < p->n; k++)
     if (items[k].planned && items[k].fixed) {
       p->state[k] = STATE_LIVE | STATE_ADOPTED;
@@ -326,59 +326,85 @@ static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items
       s->steady_reserved =
           st->hist.reserved[i] > s->steady_reserved ? st->hist.reserved[i] : s->steady_reserved;
   }
+  uint64_t first = 0; /* what the first step (before the plan) reserved at most */
+  for (uint32_t i = f->boundary >= f->period ? f->boundary - f->period : 0; i < f->boundary; i++)
+    first = st->hist.reserved[i] > first ? st->hist.reserved[i] : first;
   s->plans++;
   s->period = f->period;
-  s->heap_bytes = p->span;
+  s->heap_bytes = held;
   s->bound_bytes = hbm__step_live_bound(items, p->n);
   st->active = p;
   note_reserved(st);
   marker("hbm plan: step of %u operations (%u allocations) found in the stream; plan %llu bytes "
-         "for a step live peak of %llu bytes; first step ended at operation %llu",
-         f->period, p->n, (unsigned long long)p->span, (unsigned long long)s->bound_bytes,
-         (unsigned long long)s->first_step_end);
+         "for a step live peak of %llu bytes; the first step reserved %llu bytes",
+         f->period, p->n, (unsigned long long)held, (unsigned long long)s->bound_bytes,
+         (unsigned long long)first);
   hbm__step_history_clear(&st->hist);
 }
 
-/* Takes, of the range, every stretch some planned item uses (the items' bytes merged): the
- * solver packs the free items from the bottom, while the blocks taken over stay where bfc put
- * them, small ones low and large ones high. *bytes: what it took. */
+/* The stretches of the range the planned items use (their bytes merged, in order): the solver
+ * packs the free items from the bottom, while the blocks taken over stay where bfc put them,
+ * small ones low and large ones high. *n_out of them (malloc'd). */
+static range_t *used_ranges(const hbm__step_item_t *items, uint32_t n, size_t *n_out) {
+  range_t *r = malloc(((size_t)n + 1) * sizeof *r);
+  size_t m = 0, k = 0;
+  for (uint32_t i = 0; r && i < n; i++)
+    if (items[i].planned)
+      r[m++] = (range_t){items[i].offset, items[i].offset + items[i].bytes};
+  if (!r)
+    return NULL;
+  qsort(r, m, sizeof *r, compare_range);
+  for (size_t i = 0; i < m;) {
+    range_t merged = r[i];
+    for (i++; i < m && r[i].lo <= merged.hi; i++)
+      merged.hi = r[i].hi > merged.hi ? r[i].hi : merged.hi;
+    r[k++] = merged;
+  }
+  *n_out = k;
+  return r;
+}
+
+/* The plan leaves the memory underneath a hole for the step's largest block (else a step that
+ * changes could not be served beside it, and retiring it may leave its live blocks where the
+ * default mode would not have put them: where memory is that short, bfc's placement serves). */
+static bool leaves_room(const range_t *r, size_t m, uint64_t limit, uint64_t largest) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (r[i].lo >= at + largest)
+      return true;
+    at = r[i].hi;
+  }
+  return limit >= at + largest;
+}
+
+/* Takes the stretches the plan uses; *bytes: their sum. */
 static bool claim_items(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items, uint32_t n,
                         uint64_t *bytes) {
-  range_t *r = malloc(((size_t)n + 1) * sizeof *r);
   size_t m = 0;
-  for (uint32_t k = 0; r && k < n; k++)
-    if (items[k].planned)
-      r[m++] = (range_t){items[k].offset, items[k].offset + items[k].bytes};
-  if (!r)
-    return false;
-  qsort(r, m, sizeof *r, compare_range);
+  uint64_t largest = 0;
+  range_t *r = used_ranges(items, n, &m);
+  for (uint32_t k = 0; k < n; k++)
+    largest = items[k].planned && items[k].bytes > largest ? items[k].bytes : largest;
+  bool ok = r && leaves_room(r, m, st->base.env.limit, largest);
   hbm__failure_t why;
   memset(&why, 0, sizeof why);
-  bool ok = true;
   *bytes = 0;
-  for (size_t i = 0; i < m && ok;) {
-    uint64_t lo = r[i].lo, hi = r[i].hi;
-    for (i++; i < m && r[i].lo <= hi; i++)
-      hi = r[i].hi > hi ? r[i].hi : hi;
-    *bytes += hi - lo;
-    ok = hbm__expandable_claim(st->mem, p->base + lo, p->base + hi, take_holder, p, &why) == HBM_OK;
+  for (size_t i = 0; i < m && ok; i++) {
+    *bytes += r[i].hi - r[i].lo;
+    ok = hbm__expandable_claim(st->mem, p->base + r[i].lo, p->base + r[i].hi, take_holder, p,
+                               &why) == HBM_OK;
   }
   free(r);
   return ok;
 }
 
-/* The end of the highest planned item, or UINT64_MAX when the plan would leave the memory
- * underneath less than the step's largest block above it: then a step that changes could not
- * be served beside the plan, and retiring it may leave its live blocks where the default mode
- * would not have put them. Where memory is that short the default mode's placement serves. */
-static uint64_t items_end(const hbm__step_item_t *items, uint32_t n, uint64_t limit) {
-  uint64_t end = 0, largest = 0;
+/* The end of the highest planned item. */
+static uint64_t items_end(const hbm__step_item_t *items, uint32_t n) {
+  uint64_t end = 0;
   for (uint32_t k = 0; k < n; k++)
-    if (items[k].planned) {
-      end = items[k].offset + items[k].bytes > end ? items[k].offset + items[k].bytes : end;
-      largest = items[k].bytes > largest ? items[k].bytes : largest;
-    }
-  return end + largest <= limit ? end : UINT64_MAX;
+    if (items[k].planned && items[k].offset + items[k].bytes > end)
+      end = items[k].offset + items[k].bytes;
+  return end;
 }
 
 /* Plans the step found, takes its span and starts serving from it; false when it could not. */
@@ -392,13 +418,13 @@ static bool activate(hbm__step_t *st, const hbm__step_found_t *f) {
   }
   plan_t *p = NULL;
   uint64_t held = 0;
-  bool ok = worth_planning(&st->hist, items, n) && place_items(st, items, n, base, &span) &&
-            (span = items_end(items, n, st->base.env.limit)) / HBM__MIN_BLOCK < EMPTY_KEY &&
+  bool ok = worth_planning(&st->hist, items, n, st->base.env.limit) &&
+            place_items(st, items, n, base, &span) &&
+            (span = items_end(items, n)) / HBM__MIN_BLOCK < EMPTY_KEY &&
             (p = build_plan(items, n, base, span)) && claim_items(st, p, items, n, &held);
-  if (ok) {
-    start_plan(st, p, items, f);
-    st->stats.heap_bytes = held;
-  } else if (p) {
+  if (ok)
+    start_plan(st, p, items, f, held);
+  else if (p) {
     release_holders(st, p);
     plan_free(p);
   }
