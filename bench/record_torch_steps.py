@@ -1,54 +1,60 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """record_torch_steps.py — records real multi-step training logs for mode learn's benchmark
 (BENCHMARKS.md, "Mode learn"): PyTorch on the CPU (Debian's python3-torch and
 python3-torchvision: `apt-get install python3-torch python3-torchvision`) trains a model for a
-few steps under torch.profiler with profile_memory=True, which reports every tensor storage's
-allocation and free with its address and size; they are written as an RMM CSV log
-(Thread,Time,Action,Pointer,Size,Stream), the format of ../shared/traces/.
+few steps; every tensor storage it allocates and frees is recorded, and written as an RMM CSV
+log (Thread,Time,Action,Pointer,Size,Stream), the format of ../shared/traces/.
 
-Usage: python3 bench/record_torch_steps.py OUT_DIR [--steps N] [--models a,b,...]
+How: PyTorch's CPU allocator takes every storage from posix_memalign with 64-byte alignment and
+gives it back with free; bench/torch_alloc_hook.c, built here with cc and preloaded (the script
+runs itself again under LD_PRELOAD), writes those calls while recording is on. (Debian's build
+has no Kineto, so torch.profiler reports no memory events.) Time is the event's order (1 µs
+apart): the allocator's replay needs only the order.
+
+Usage: /usr/bin/python3 bench/record_torch_steps.py OUT_DIR [--steps N] [--models a,b,...]
 Models: torchvision names (resnet18, mobilenet_v3_small, ...), and `transformer` (a small
-encoder with an LM head, written here). Random weights and data; batch and sizes small enough
-for a 2-core machine. One warm-up step is run before recording, so the optimizer's state exists.
-The logs are generated data: keep them out of git (OUT_DIR under build/ or /tmp).
+encoder with an LM head, written here). Random weights and data (224×224 images, batch 8;
+the transformer: 4 sequences of 256 tokens), sized for a 2-core machine. One warm-up step runs before recording, so the optimizer's state exists. The
+logs are generated data: keep them out of git (OUT_DIR under build/ or /tmp).
 """
 import argparse
-import json
+import ctypes
 import os
+import subprocess
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(name, torch, torchvision):
     """The model, an input batch and its targets."""
     if name == "transformer":
-        vocab, ctx, dim = 2000, 64, 128
+        vocab, ctx, dim = 8000, 256, 256
         layer = torch.nn.TransformerEncoderLayer(dim, 4, 4 * dim, batch_first=True)
         model = torch.nn.Sequential()
         model.add_module("embed", torch.nn.Embedding(vocab, dim))
         model.add_module("encoder", torch.nn.TransformerEncoder(layer, 2))
         model.add_module("head", torch.nn.Linear(dim, vocab))
-        x = torch.randint(0, vocab, (8, ctx))
-        y = torch.randint(0, vocab, (8 * ctx,))
+        x = torch.randint(0, vocab, (4, ctx))
+        y = torch.randint(0, vocab, (4 * ctx,))
         return model, x, y, lambda out: out.reshape(-1, vocab)
     model = getattr(torchvision.models, name)(num_classes=100)
-    x = torch.randn(4, 3, 128, 128)
-    y = torch.randint(0, 100, (4,))
+    x = torch.randn(8, 3, 224, 224)
+    y = torch.randint(0, 100, (8,))
     return model, x, y, lambda out: out
 
 
-def memory_events(trace_path):
-    """(time µs, address, bytes) of every [memory] event in a chrome trace, in time order."""
-    with open(trace_path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+def hook_events(log_path):
+    """(index, address, bytes) per line of the hook's log: bytes > 0 allocated, < 0 freed."""
     out = []
-    for i, e in enumerate(events):
-        args = e.get("args") or {}
-        if e.get("name") != "[memory]" or "Addr" not in args or "Bytes" not in args:
-            continue
-        out.append((float(e.get("ts", 0)), i, int(args["Addr"]), int(args["Bytes"])))
-    out.sort()
+    with open(log_path) as f:
+        for i, line in enumerate(f):
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "a":
+                out.append((float(i), i, int(parts[1], 16), int(parts[2])))
+            elif len(parts) == 2 and parts[0] == "f":
+                out.append((float(i), i, int(parts[1], 16), -1))
     return out
 
 
@@ -70,7 +76,7 @@ def write_rmm(events, path):
     return rows
 
 
-def record(name, steps, out_dir, torch, torchvision):
+def record(name, steps, out_dir, torch, torchvision, hook):
     torch.manual_seed(0)
     model, x, y, shape = build(name, torch, torchvision)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -83,18 +89,15 @@ def record(name, steps, out_dir, torch, torchvision):
         optimizer.step()
 
     step()  # the optimizer's state, before recording
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
-        for _ in range(steps):
-            step()
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(trace)
-        events = memory_events(trace)
+    hook.hbm_torch_record(1)
+    for _ in range(steps):
+        step()
+    hook.hbm_torch_record(0)
+    events = hook_events(os.environ["HBM_TORCH_HOOK_LOG"])
     path = os.path.join(out_dir, f"{name}-train-{steps}steps-cpu.csv")
     rows = write_rmm(events, path)
     if rows == 0:
-        sys.exit(f"record_torch_steps: {name}: the profiler reported no memory events")
+        sys.exit(f"record_torch_steps: {name}: no tensor storage was recorded")
     print(f"{path}: {rows} events")
 
 
@@ -104,6 +107,8 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--models", default="resnet18,mobilenet_v3_small,transformer")
     args = parser.parse_args()
+    if "HBM_TORCH_HOOK_LOG" not in os.environ:
+        preload_hook()
     try:
         import torch
         import torchvision
@@ -112,7 +117,23 @@ def main():
     torch.set_num_threads(1)  # one thread: the allocations come in one order
     os.makedirs(args.out_dir, exist_ok=True)
     for name in args.models.split(","):
-        record(name, args.steps, args.out_dir, torch, torchvision)
+        with open(os.environ["HBM_TORCH_HOOK_LOG"], "w"):
+            pass  # each model's log starts empty
+        record(name, args.steps, args.out_dir, torch, torchvision, ctypes.CDLL(None))
+
+
+def preload_hook():
+    """Runs this script again with the hook preloaded (built into a temporary directory)."""
+    tmp = tempfile.mkdtemp(prefix="hbm-torch-hook-")
+    lib = os.path.join(tmp, "hook.so")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", lib,
+                    os.path.join(HERE, "torch_alloc_hook.c"), "-ldl", "-lpthread"], check=True)
+    env = dict(os.environ, LD_PRELOAD=lib, HBM_TORCH_HOOK_LOG=os.path.join(tmp, "hook.log"))
+    rc = subprocess.run([sys.executable] + sys.argv, env=env).returncode
+    for f in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, f))
+    os.rmdir(tmp)
+    sys.exit(rc)
 
 
 if __name__ == "__main__":

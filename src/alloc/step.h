@@ -65,8 +65,9 @@ typedef struct hbm__step_item {
   uint64_t bytes; /* rounded to 256 */
   uint32_t start, end;
   bool planned;    /* false: left to the memory underneath (its lifetime is not known) */
-  bool fixed;      /* its block is live now at `addr` (the plan takes it over there) */
-  uint64_t addr;   /* the block live now, for fixed items and for those not planned */
+  bool live_now;   /* the block of the step before is live now, at `addr` */
+  bool fixed;      /* the solver keeps it at `offset` */
+  uint64_t addr;   /* the block live now (live_now) */
   uint64_t offset; /* in the plan's span (the solver's answer) */
 } hbm__step_item_t;
 
@@ -78,9 +79,11 @@ hbm_status_t hbm__step_template(const hbm__step_history_t *h, uint32_t period,
 
 /* ---- step_solve.c: placement of one step ---- */
 
-/* Memory the plan must leave alone for the whole step: a block whose end is not known. */
+/* Memory the plan must leave alone: a live block, until the allocation `until` of the first
+ * step planned (UINT32_MAX: the whole step, its end not known). */
 typedef struct hbm__step_obstacle {
   uint64_t offset, bytes;
+  uint32_t until;
 } hbm__step_obstacle_t;
 
 /* Places the planned items of a step (fixed ones where they are) around the obstacles, in

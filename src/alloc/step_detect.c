@@ -274,7 +274,7 @@ hbm_status_t hbm__step_template(const hbm__step_history_t *h, uint32_t period,
     it->bytes = hbm__round_up(it->size, HBM__MIN_BLOCK);
     it->start = k;
     it->addr = h->addr[a];
-    it->fixed = h->pair[a] == HBM__STEP_NONE; /* live now, where it is */
+    it->live_now = h->pair[a] == HBM__STEP_NONE;
     it->planned = item_end(h, &o, from, period, a, &it->end) && it->end > it->start &&
                   it->end - it->start <= o.n;
     k++;

@@ -24,10 +24,11 @@
  * when they are freed, and learning starts again.
  *
  * Blocks live when the plan starts that belong to the step (the previous step's blocks still
- * in use) are taken over where they are: the solver keeps them at their address (fixed
- * items), so the plan never needs their bytes twice; when such a block is freed its memory
- * joins the plan's span. Live blocks whose end is not known are obstacles the plan leaves
- * alone. */
+ * in use) are taken over where they are: their entries are planned as any other, and the
+ * solver leaves their bytes alone until their free is due (so the plan never needs their
+ * bytes twice, and places nothing near the large ones bfc put at the top); when such a block
+ * inside the plan's span is freed, its memory joins the span. Live blocks whose end is not
+ * known are obstacles the plan leaves alone. */
 #include "alloc/step.h"
 #include "profile/recorder.h"
 
@@ -70,7 +71,8 @@ typedef struct plan {
   uint32_t cursor;  /* the entry the next allocation should be */
   uint32_t overdue; /* entries live past their deadline */
   uint32_t *overdue_list;
-  uint32_t live; /* blocks the plan served that are live */
+  uint32_t live;        /* blocks the plan served that are live */
+  uint64_t *adopted_at; /* per entry: the offset of its block taken over, while live */
   hbm__block_t *holders;
   size_t n_holders, cap_holders;
   hbm_u64map_t adopted;              /* address → entry, blocks taken over and not yet freed */
@@ -130,6 +132,7 @@ static void plan_free(plan_t *p) {
   free(p->state);
   free(p->table);
   free(p->overdue_list);
+  free(p->adopted_at);
   free(p->holders);
   hbm_u64map_free(&p->adopted);
   free(p);
@@ -195,7 +198,8 @@ static plan_t *build_plan(const hbm__step_item_t *items, uint32_t n, uint64_t ba
   p->entries = calloc((size_t)n + 1, sizeof *p->entries);
   p->state = calloc(n, 1);
   p->overdue_list = malloc((size_t)n * sizeof *p->overdue_list);
-  if (!p->entries || !p->state || !p->overdue_list) {
+  p->adopted_at = malloc((size_t)n * sizeof *p->adopted_at);
+  if (!p->entries || !p->state || !p->overdue_list || !p->adopted_at) {
     plan_free(p);
     return NULL;
   }
@@ -252,17 +256,17 @@ typedef struct walk_ctx {
   bool failed;
 } walk_ctx_t;
 
-/* Every used chunk of the memory underneath: a block of the step live now keeps its place
- * (fixed); anything else is an obstacle. */
+/* Every used chunk of the memory underneath is an obstacle: a block of the step before, live
+ * now, until its free is due (its entry is planned as any other); anything else for the whole
+ * step. */
 static int see_chunk(const hbm__chunk_info_t *c, void *ctx) {
   walk_ctx_t *w = ctx;
   uint64_t k;
+  uint32_t until = UINT32_MAX;
   if (!c->in_use)
     return 0;
-  if (hbm_u64map_remove(&w->fixed, c->addr, &k) && w->items[k].bytes == c->size) {
-    w->items[k].offset = c->addr - w->base;
-    return 0;
-  }
+  if (hbm_u64map_remove(&w->fixed, c->addr, &k) && w->items[k].bytes == c->size)
+    until = w->items[k].end - w->n; /* it ends a step after it began */
   if (w->n_obstacles == w->cap) {
     hbm__step_obstacle_t *grown =
         hbm__grow_array(w->obstacles, &w->cap, w->n_obstacles + 1, sizeof *grown, 64);
@@ -272,7 +276,7 @@ static int see_chunk(const hbm__chunk_info_t *c, void *ctx) {
     }
     w->obstacles = grown;
   }
-  w->obstacles[w->n_obstacles++] = (hbm__step_obstacle_t){c->addr - w->base, c->size};
+  w->obstacles[w->n_obstacles++] = (hbm__step_obstacle_t){c->addr - w->base, c->size, until};
   return 0;
 }
 
@@ -283,7 +287,7 @@ static bool place_items(hbm__step_t *st, hbm__step_item_t *items, uint32_t n, ui
   walk_ctx_t w = {.items = items, .n = n, .base = base};
   hbm_u64map_init(&w.fixed);
   for (uint32_t k = 0; k < n; k++)
-    if (items[k].planned && items[k].fixed && !hbm_u64map_put(&w.fixed, items[k].addr, k))
+    if (items[k].planned && items[k].live_now && !hbm_u64map_put(&w.fixed, items[k].addr, k))
       w.failed = true;
   if (!w.failed)
     st->mem->ops->walk(st->mem, see_chunk, &w);
@@ -315,8 +319,9 @@ static bool worth_planning(const hbm__step_history_t *h, const hbm__step_item_t 
 static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items,
                        const hbm__step_found_t *f, uint64_t held) {
   for (uint32_t k = 0; k < p->n; k++)
-    if (items[k].planned && items[k].fixed) {
+    if (items[k].planned && items[k].live_now) {
       p->state[k] = STATE_LIVE | STATE_ADOPTED;
+      p->adopted_at[k] = items[k].addr - p->base;
       hbm_u64map_put(&p->adopted, items[k].addr, k);
     }
   hbm__step_stats_t *s = &st->stats;
@@ -523,12 +528,13 @@ static void no_longer_overdue(plan_t *p, uint32_t j) {
     }
 }
 
-/* Entry c's bytes overlap no overdue block. */
+/* Entry c's bytes overlap no overdue block (a block taken over lies where it was). */
 static bool fits(const plan_t *p, uint32_t c) {
   uint64_t lo = p->entries[c].offset, hi = lo + entry_bytes(&p->entries[c]);
   for (uint32_t i = 0; i < p->overdue; i++) {
-    const entry_t *o = &p->entries[p->overdue_list[i]];
-    if (o->offset < hi && lo < o->offset + entry_bytes(o))
+    uint32_t j = p->overdue_list[i];
+    uint64_t at = p->state[j] & STATE_ADOPTED ? p->adopted_at[j] : p->entries[j].offset;
+    if (at < hi && lo < at + entry_bytes(&p->entries[j]))
       return false;
   }
   return true;
@@ -771,7 +777,7 @@ static void learn_free(hbm__strategy_t *s, const hbm__block_t *b, hbm_stream_t *
       no_longer_overdue(p, (uint32_t)k);
     p->state[k] = 0;
     p->step_other++;
-    if (add_holder(p, b))
+    if (b->addr - p->base < p->span && add_holder(p, b)) /* the plan may place blocks there */
       return;
   }
   st->mem->ops->free(st->mem, b, stream, ordered);

@@ -11,7 +11,8 @@
  *
  * Time is a circle (the step repeats): a block live across the step's end is two intervals
  * at one offset. Blocks live now (fixed) keep their address; obstacles (blocks whose end is
- * unknown) take their bytes for the whole step. */
+ * unknown) take their bytes for the whole step, blocks of the step before that are still live
+ * (their end known) until their free is due. */
 #include "alloc/step.h"
 
 #include <stdlib.h>
@@ -114,11 +115,12 @@ static void see(solver_t *s, uint32_t other, uint32_t *m) {
  * each of its intervals [lo, hi), the items live at lo and those starting inside. */
 static uint32_t occupied_during(solver_t *s, uint32_t item) {
   uint32_t m = 0, lo[2], hi[2];
-  for (uint32_t i = 0; i < s->n_obstacles; i++)
-    s->occupied[m++] =
-        (span_t){s->obstacles[i].offset, s->obstacles[i].offset + s->obstacles[i].bytes};
-  s->query++;
   int k = intervals(&s->items[item], s->n, lo, hi);
+  for (uint32_t i = 0; i < s->n_obstacles; i++) /* an obstacle is there from the start */
+    if (lo[0] < s->obstacles[i].until || k == 2)
+      s->occupied[m++] =
+          (span_t){s->obstacles[i].offset, s->obstacles[i].offset + s->obstacles[i].bytes};
+  s->query++;
   for (int i = 0; i < k; i++) {
     for (uint32_t v = lo[i] + s->size; v >= 1; v >>= 1)
       for (uint32_t j = 0; j < s->node_n[v]; j++)
