@@ -250,23 +250,31 @@ typedef struct walk_ctx {
   hbm__step_item_t *items;
   uint32_t n;
   hbm_u64map_t fixed; /* address → item, the step's blocks live now */
+  uint64_t bound;     /* the most bytes the step has live at once */
   uint64_t base;
   hbm__step_obstacle_t *obstacles;
   size_t n_obstacles, cap;
   bool failed;
 } walk_ctx_t;
 
-/* Every used chunk of the memory underneath is an obstacle: a block of the step before, live
- * now, until its free is due (its entry is planned as any other); anything else for the whole
- * step. */
+/* Every used chunk of the memory underneath: a block of the step before, live now, low in the
+ * range (where the plan will lie) keeps its place (fixed: its entry stays there); higher up
+ * (bfc puts large blocks at the top) it is an obstacle until its free is due, its entry planned
+ * as any other; anything else is an obstacle for the whole step. */
 static int see_chunk(const hbm__chunk_info_t *c, void *ctx) {
   walk_ctx_t *w = ctx;
   uint64_t k;
   uint32_t until = UINT32_MAX;
   if (!c->in_use)
     return 0;
-  if (hbm_u64map_remove(&w->fixed, c->addr, &k) && w->items[k].bytes == c->size)
+  if (hbm_u64map_remove(&w->fixed, c->addr, &k) && w->items[k].bytes == c->size) {
+    if (c->addr - w->base + c->size <= w->bound) {
+      w->items[k].fixed = true;
+      w->items[k].offset = c->addr - w->base;
+      return 0;
+    }
     until = w->items[k].end - w->n; /* it ends a step after it began */
+  }
   if (w->n_obstacles == w->cap) {
     hbm__step_obstacle_t *grown =
         hbm__grow_array(w->obstacles, &w->cap, w->n_obstacles + 1, sizeof *grown, 64);
@@ -284,7 +292,7 @@ static int see_chunk(const hbm__chunk_info_t *c, void *ctx) {
  * fit or is not worth it. */
 static bool place_items(hbm__step_t *st, hbm__step_item_t *items, uint32_t n, uint64_t base,
                         uint64_t *span) {
-  walk_ctx_t w = {.items = items, .n = n, .base = base};
+  walk_ctx_t w = {.items = items, .n = n, .base = base, .bound = hbm__step_live_bound(items, n)};
   hbm_u64map_init(&w.fixed);
   for (uint32_t k = 0; k < n; k++)
     if (items[k].planned && items[k].live_now && !hbm_u64map_put(&w.fixed, items[k].addr, k))
