@@ -74,29 +74,26 @@ static void rehash(hbm__step_history_t *h) {
   }
 }
 
+/* *p resized to cap elements; false (and *p as it was) when host memory ran out. */
+static bool resize(void **p, uint32_t cap, size_t elem) {
+  void *grown = realloc(*p, cap * elem);
+  if (grown)
+    *p = grown;
+  return grown != NULL;
+}
+
 static bool grow(hbm__step_history_t *h) {
   if (h->n < h->cap)
     return true;
   if (h->cap >= MAX_OPS)
     return false;
   uint32_t cap = h->cap ? 2 * h->cap : 4096;
-  uint64_t *size = realloc(h->size, cap * sizeof *size);
-  if (size)
-    h->size = size;
-  uint64_t *addr = size ? realloc(h->addr, cap * sizeof *addr) : NULL;
-  if (addr)
-    h->addr = addr;
-  uint64_t *reserved = addr ? realloc(h->reserved, cap * sizeof *reserved) : NULL;
-  if (reserved)
-    h->reserved = reserved;
-  uint32_t *pair = reserved ? realloc(h->pair, cap * sizeof *pair) : NULL;
-  if (pair)
-    h->pair = pair;
-  uint32_t *prev = pair ? realloc(h->gram_prev, cap * sizeof *prev) : NULL;
-  if (prev)
-    h->gram_prev = prev;
-  if (!prev)
-    return false;
+  if (!resize((void **)&h->size, cap, sizeof *h->size) ||
+      !resize((void **)&h->addr, cap, sizeof *h->addr) ||
+      !resize((void **)&h->reserved, cap, sizeof *h->reserved) ||
+      !resize((void **)&h->pair, cap, sizeof *h->pair) ||
+      !resize((void **)&h->gram_prev, cap, sizeof *h->gram_prev))
+    return false; /* the arrays already resized keep their contents: cap is not raised */
   h->cap = cap;
   /* the hash table: at most half full of the operations kept */
   if ((uint64_t)h->table_mask + 1 >= 2ull * cap)
