@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/step.h" /* the strategy's account, for the markers' test */
 #include "alloc_helpers.h"
 #include "hbm.h"
 #include "helpers.h"
@@ -293,6 +294,36 @@ static void threads_share_a_learn_device(void **state) {
   hbm_close(dev);
 }
 
+/* The program's own step markers (hbm_profiler_step_begin, with or without a profile): a loop
+ * of 6 pairs (36 operations a step, so the stream would need 72 repeated ones, 2 periods, to
+ * confirm) marked at every step is planned from the third step's first operation, the marker
+ * having shown two alike steps. By hand, of the 4 steps after the first (144 operations): the
+ * 36 of the second step and the third's first (op 72, allocating act[0], which the plan takes
+ * over, live) were not planned, nor that block's free: 38; 106 served. */
+static void step_markers_start_the_plan(void **state) {
+  (void)state;
+  hbm_device_t *dev = th_open_sim("tstep", HBM_MODE_LEARN, 1024 * MiB, 1.0);
+  for (int s = 0; s < STEPS; s++) {
+    hbm_profiler_step_begin(s);
+    void *act[6];
+    for (int i = 0; i < 6; i++) {
+      act[i] = hbm_alloc(dev, act_size(i), 0);
+      assert_int_equal(hbm_free(dev, hbm_alloc(dev, tmp_size(i), 0)), HBM_OK);
+    }
+    for (int i = 5; i >= 0; i--) {
+      assert_int_equal(hbm_free(dev, hbm_alloc(dev, grad_size(i), 0)), HBM_OK);
+      assert_int_equal(hbm_free(dev, act[i]), HBM_OK);
+    }
+  }
+  hbm__step_stats_t st;
+  hbm__step_get_stats(hbm__device_strategy(dev), &st);
+  assert_int_equal(st.period, 36);
+  assert_int_equal(st.first_step_end, 36);
+  assert_int_equal(st.ops, STEPS * 36);
+  assert_int_equal(st.planned_ops, 106);
+  hbm_close(dev);
+}
+
 /* A profile captured in mode learn says what the plan did (markers `hbm plan: ...`). */
 static void profile_records_the_plan(void **state) {
   (void)state;
@@ -342,6 +373,7 @@ int main(void) {
       cmocka_unit_test(plan_blocks_are_found_by_address),
       cmocka_unit_test(threads_share_a_learn_device),
       cmocka_unit_test(profile_records_the_plan),
+      cmocka_unit_test(step_markers_start_the_plan),
       cmocka_unit_test(plan_variable_is_parsed),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);

@@ -35,6 +35,8 @@ typedef struct hbm__step_history {
    * moves a good part of it (a loop inside the step, an optimizer's update of one tensor, moves
    * little, and planning it would blind the search for the whole step) */
   int64_t bytes, bytes_min, bytes_max;
+  uint32_t marks[3]; /* the operations where the program's last steps began
+                        (hbm_profiler_step_begin), oldest first; NONE: none */
 } hbm__step_history_t;
 
 /* What the detector found: operations [boundary - period, boundary) were the first step seen
@@ -52,6 +54,8 @@ bool hbm__step_history_alloc(hbm__step_history_t *h, uint64_t addr, uint64_t siz
                              uint64_t reserved);
 bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t bytes,
                                uint64_t reserved);
+/* The program said a step begins before the last operation (hbm_profiler_step_begin). */
+void hbm__step_history_mark(hbm__step_history_t *h);
 /* After an operation: true when a step is confirmed and worth a try now. */
 bool hbm__step_detect(hbm__step_history_t *h, hbm__step_found_t *out);
 /* The plan was not made for the period found: try it again a period later. */

@@ -37,6 +37,7 @@ void hbm__step_history_free(hbm__step_history_t *h) {
 void hbm__step_history_clear(hbm__step_history_t *h) {
   h->n = 0;
   h->period = h->matched = h->tried = h->tries = 0;
+  h->marks[0] = h->marks[1] = h->marks[2] = HBM__STEP_NONE;
   h->gram = 0;
   h->bytes_min = h->bytes_max = h->bytes;
   hbm_u64map_free(&h->live);
@@ -192,7 +193,33 @@ bool hbm__step_history_free_op(hbm__step_history_t *h, uint64_t addr, uint64_t b
   return true;
 }
 
+void hbm__step_history_mark(hbm__step_history_t *h) {
+  h->marks[0] = h->marks[1];
+  h->marks[1] = h->marks[2];
+  h->marks[2] = h->n ? h->n - 1 : HBM__STEP_NONE;
+}
+
+/* The program's own step boundaries: when its last two marked steps were alike operation for
+ * operation (the operation that began the third too), the step is found at once, from the
+ * third step's first operation on, without waiting for the stream to repeat 64 of them. */
+static bool marked_step(hbm__step_history_t *h, hbm__step_found_t *out) {
+  uint32_t m0 = h->marks[0], m1 = h->marks[1], m2 = h->marks[2];
+  if (m0 == HBM__STEP_NONE || m1 == HBM__STEP_NONE || m2 != h->n - 1 || m1 <= m0 ||
+      m2 - m1 != m1 - m0 || m1 - m0 < MIN_PERIOD || h->tried)
+    return false;
+  uint32_t p = m1 - m0;
+  if (repeats_back(h, m2, p, p + 1) != p + 1)
+    return false;
+  h->period = p;
+  h->matched = h->n - m1;
+  out->period = p;
+  out->boundary = m1;
+  return true;
+}
+
 bool hbm__step_detect(hbm__step_history_t *h, hbm__step_found_t *out) {
+  if (marked_step(h, out))
+    return true;
   uint32_t p = h->period;
   uint32_t confirm = p < CONFIRM ? 2 * p : CONFIRM;
   /* after a failed try, the next waits a period, then two, four... (a plan costs a solve) */

@@ -87,6 +87,7 @@ struct hbm__step {
   hbm__strategy_t *mem; /* the tight expandable strategy */
   plan_t *active, *retiring;
   hbm__step_history_t hist;
+  uint64_t marks; /* hbm_profiler_step_begin calls seen */
   hbm__step_stats_t stats;
 };
 
@@ -749,6 +750,11 @@ static void learn(hbm__step_t *st, uint64_t addr, uint64_t size, uint64_t bytes)
     hbm__step_history_clear(&st->hist);
     return;
   }
+  uint64_t marks = atomic_load_explicit(&hbm__rec_step_marks, memory_order_relaxed);
+  if (marks != st->marks) { /* a step began before this operation */
+    st->marks = marks;
+    hbm__step_history_mark(&st->hist);
+  }
   hbm__step_found_t f;
   if (!st->retiring && hbm__step_detect(&st->hist, &f) && !activate(st, &f))
     hbm__step_detect_defer(&st->hist);
@@ -847,6 +853,8 @@ hbm_status_t hbm__learn_create(const hbm__strategy_env_t *env, hbm__strategy_t *
     return rc;
   }
   hbm_u64map_init(&st->hist.live);
+  hbm__step_history_clear(&st->hist);
+  st->marks = atomic_load_explicit(&hbm__rec_step_marks, memory_order_relaxed);
   st->base.ops = &learn_ops;
   st->base.env = *env;
   st->base.step = st;
