@@ -7,7 +7,7 @@
  *
  * The step (A = 12): forward, for i = 0..11, allocate act[i] (i + 1 MiB + 4 KiB·i), then a
  * temporary tmp[i] (64 KiB·(i + 1) + 256) and free it; backward, for i = 11..0, allocate
- * grad[i] (32 KiB·(i + 1) + 512), free it, free act[i]. 6 operations per i: 72 per step, 24
+ * grad[i] (32 KiB·(i + 1) + 512), free it, free act[i]. 6 operations per i: 72 per step, 36
  * allocations. Every size differs, so nothing inside a step repeats.
  *   - The detector hashes 8 operations: at the 8th operation of step 2 the hash of step 1's
  *     first 8 proposes period 72, which repeats 8 back; each operation adds one, and at 64
@@ -344,6 +344,15 @@ static void profile_records_the_plan(void **state) {
   }
   assert_int_equal(found, 1);
   assert_true(steps >= 2);
+  char *text = NULL; /* and `hbm report` shows it */
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  assert_int_equal(hbm_report_text(p, -1, 80, out), HBM_OK);
+  fclose(out);
+  if (!strstr(text, "step plan (mode learn)") || !strstr(text, "72 operations (36 allocations)") ||
+      !strstr(text, "operations from the plan"))
+    fail_msg("no step plan in the report:\n%s", text);
+  free(text);
   hbm_profile_free(p);
 }
 
