@@ -22,6 +22,13 @@
  *                                               replays, prints the median ns/op)
  *        bench_replay --ns-arena LOG           (the same for hbm's arena alone: no device,
  *                                               lock, statistics or checks of arguments)
+ *        bench_replay --ns-learn LOG           (--ns in mode learn: the steps served from a plan)
+ *        bench_replay --learn LOG...           (mode learn against the default mode: the step
+ *                                               found, the share served from the plan, what
+ *                                               is reserved, min memory; exit 1 on a target missed)
+ *        bench_replay --side-by-side-learn CMD ROUNDS LOG...
+ *            --side-by-side with mode learn (--ns-learn) against CMD, the default mode beside
+ *            them; exits 1 if mode learn is slower than CMD on any log
  *        bench_replay --side-by-side CMD ROUNDS LOG...
  *            hbm against another allocator's replay program CMD (run as `CMD LOG`, printing
  *            its median ns/op the same way), with hbm's arena alone beside them: a fresh
@@ -273,20 +280,23 @@ static int expandable_only(char **logs, int n) {
 
 /* --ns LOG: this process replays one log on a fresh device, once untimed and 5 times timed,
  * and prints the median ns/op (what --side-by-side runs, one fresh process per replay). */
-static int time_one_log(const char *path) {
+static int time_one_log(const char *path, hbm_mode_t mode) {
   hbm_alloc_log_t log;
   hbm_replay_result_t r;
   if (hbm_alloc_log_read(path, 0, &log) != HBM_OK) {
     fprintf(stderr, "bench_replay: %s\n", hbm_last_error());
     return 1;
   }
-  int st = replay(&log, HBM_MODE_BFC, 5, 0, &r);
+  int st = replay(&log, mode, 5, 0, &r);
   hbm_alloc_log_free(&log);
   if (st != 0 || r.failed_allocations || r.timed_replays == 0 || r.events == 0) {
     fprintf(stderr, "bench_replay: %s: nothing was timed\n", path);
     return 1;
   }
   printf("%.3f\n", r.ns_per_op);
+  if (mode == HBM_MODE_LEARN) /* what was timed: the share of it the plan served */
+    fprintf(stderr, "%s: %.4f of the timed operations served from the plan\n", path,
+            r.planned_fraction_timed);
   hbm_replay_result_free(&r);
   return 0;
 }
@@ -381,7 +391,7 @@ static bool run_timer(const char *command, const char *path, double *ns) {
  * process per log, `rounds` rounds, the order of the three rotated every round; medians.
  * Exit status 1 unless every log was timed by all three and hbm was at or below CMD on
  * every log. */
-static int side_by_side(const char *command, int rounds, char **logs, int n) {
+static int side_by_side(const char *command, int rounds, char **logs, int n, bool learn) {
   double(*ns)[3][1000] = calloc((size_t)n, sizeof *ns);
   if (!ns)
     return 1;
@@ -392,8 +402,8 @@ static int side_by_side(const char *command, int rounds, char **logs, int n) {
     return 1;
   }
   self[len] = '\0';
-  snprintf(hbm_cmd, sizeof hbm_cmd, "'%s' --ns", self);
-  snprintf(arena_cmd, sizeof arena_cmd, "'%s' --ns-arena", self);
+  snprintf(hbm_cmd, sizeof hbm_cmd, "'%s' %s", self, learn ? "--ns-learn" : "--ns");
+  snprintf(arena_cmd, sizeof arena_cmd, "'%s' %s", self, learn ? "--ns" : "--ns-arena");
   const char *cmds[3] = {hbm_cmd, command, arena_cmd};
   bool ok = n > 0;
   for (int r = 0; r < rounds && ok; r++)
@@ -404,8 +414,12 @@ static int side_by_side(const char *command, int rounds, char **logs, int n) {
         if (!ok)
           fprintf(stderr, "bench_replay: %s on %s measured nothing\n", cmds[which], logs[i]);
       }
-  printf("| log | hbm ns/op | offset allocator ns/op | hbm / offset | hbm's arena alone ns/op | "
-         "arena alone / offset |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  if (learn)
+    printf("| log | hbm mode learn ns/op | offset allocator ns/op | learn / offset | hbm default "
+           "mode ns/op | default / offset |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  else
+    printf("| log | hbm ns/op | offset allocator ns/op | hbm / offset | hbm's arena alone ns/op | "
+           "arena alone / offset |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
   double worst = 0;
   for (int i = 0; ok && i < n; i++) {
     char name[256];
@@ -418,21 +432,105 @@ static int side_by_side(const char *command, int rounds, char **logs, int n) {
   free(ns);
   if (!ok)
     return 1;
-  printf("\nWorst hbm / offset allocator: %.2f (target <= 1.00, %d rounds, order rotated): %s\n",
-         worst, rounds, worst <= 1.0 ? "met" : "**not met**");
+  printf("\nWorst hbm%s / offset allocator: %.2f (target <= 1.00, %d rounds, order rotated): %s\n",
+         learn ? " mode learn" : "", worst, rounds, worst <= 1.0 ? "met" : "**not met**");
   return worst <= 1.0 ? 0 : 1;
+}
+
+/* ---- mode learn (--learn) ---- */
+
+/* One log in mode learn beside the default mode: the first replay's plan, min memory of both.
+ * Returns false when it measured nothing. */
+static bool learn_row(const char *path, bool *met) {
+  char name[256];
+  hbm_alloc_log_t log;
+  if (hbm_alloc_log_read(path, 0, &log) != HBM_OK) {
+    fprintf(stderr, "bench_replay: %s\n", hbm_last_error());
+    return false;
+  }
+  hbm_replay_result_t l, b;
+  bool ok = replay(&log, HBM_MODE_LEARN, -1, 1, &l) == 0;
+  if (ok && replay(&log, HBM_MODE_BFC, -1, 1, &b) != 0) {
+    hbm_replay_result_free(&l);
+    ok = false;
+  }
+  hbm_alloc_log_free(&log);
+  if (!ok || !l.events || !l.peak_live_bytes || !b.min_memory_bytes || !l.min_memory_bytes) {
+    fprintf(stderr, "bench_replay: %s: measured nothing\n", path);
+    return false;
+  }
+  double peak = (double)l.peak_live_bytes;
+  bool stepped = l.first_step_end_event >= 0;
+  double steady = stepped ? (double)l.steady_reserved_bytes / (double)l.steady_peak_live_bytes : 0;
+  bool fraction_ok = !stepped || l.planned_fraction >= 0.95, steady_ok = !stepped || steady <= 1.01;
+  bool min_ok = l.min_memory_bytes <= b.min_memory_bytes && !l.failed_allocations;
+  *met = *met && fraction_ok && steady_ok && min_ok;
+  char step[64] = "none", first[32] = "—", frac[32] = "—", st[32] = "—", plan[32] = "—";
+  if (stepped) {
+    snprintf(step, sizeof step, "%llu ops", (unsigned long long)l.step_operations);
+    snprintf(first, sizeof first, "%lld", (long long)l.first_step_end_event);
+    snprintf(frac, sizeof frac, "%s%.2f%%%s", fraction_ok ? "" : "**", 100.0 * l.planned_fraction,
+             fraction_ok ? "" : "**");
+    snprintf(st, sizeof st, "%s%.4f%s", steady_ok ? "" : "**", steady, steady_ok ? "" : "**");
+    snprintf(plan, sizeof plan, "%.4f", (double)l.plan_bytes / (double)l.plan_bound_bytes);
+  }
+  printf("| %s | %llu | %.0f | %s | %s | %s | %llu | %s | %s | %.0f | %.4f | %s%.4f%s | %llu |\n",
+         base_name(path, name, sizeof name), (unsigned long long)l.events, peak / MiB, step, first,
+         frac, (unsigned long long)l.fallback_operations, st, plan, l.solve_ms,
+         (double)b.min_memory_bytes / peak, min_ok ? "" : "**", (double)l.min_memory_bytes / peak,
+         min_ok ? "" : "**", (unsigned long long)l.failed_allocations);
+  hbm_replay_result_free(&l);
+  hbm_replay_result_free(&b);
+  return true;
+}
+
+/* --learn LOG...: the table of BENCHMARKS.md's "Mode learn"; exit 1 when a log measured nothing
+ * or missed a target (>= 95% of the operations after the first step served from the plan,
+ * reserved <= 1.01x the peak live meanwhile, min memory no worse than the default mode's). */
+static int learn_table(char **logs, int n) {
+  if (n == 0) {
+    fprintf(stderr, "usage: bench_replay --learn LOG...\n");
+    return 2;
+  }
+  printf("| log | events | peak live MiB | step found | second step from event | served from "
+         "the plan after the first step | fell back | steady reserved / peak live | plan / step "
+         "bound | solve ms | bfc min memory | learn min memory | failed |\n");
+  printf(
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "|\n");
+  bool met = true, measured = true;
+  for (int i = 0; i < n; i++)
+    measured = learn_row(logs[i], &met) && measured;
+  printf("\nTargets (every log with a step: >= 95%% served, steady reserved <= 1.01x; every log: "
+         "min memory <= bfc's, no failure): %s\n",
+         !measured ? "**a log measured nothing**"
+         : met     ? "met"
+                   : "**not met**");
+  return measured && met ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--ns"))
-    return time_one_log(argv[2]);
+    return time_one_log(argv[2], HBM_MODE_BFC);
+  if (argc == 3 && !strcmp(argv[1], "--ns-learn"))
+    return time_one_log(argv[2], HBM_MODE_LEARN);
+  if (argc > 1 && !strcmp(argv[1], "--learn")) {
+    bench_print_machine();
+    return learn_table(argv + 2, argc - 2);
+  }
+  if (argc > 4 && !strcmp(argv[1], "--side-by-side-learn")) {
+    int rounds = atoi(argv[3]);
+    if (rounds < 1 || rounds > 1000)
+      return 2;
+    return side_by_side(argv[2], rounds, argv + 4, argc - 4, true);
+  }
   if (argc == 3 && !strcmp(argv[1], "--ns-arena"))
     return time_arena_alone(argv[2]);
   if (argc > 4 && !strcmp(argv[1], "--side-by-side")) {
     int rounds = atoi(argv[3]);
     if (rounds < 1 || rounds > 1000)
       return 2;
-    return side_by_side(argv[2], rounds, argv + 4, argc - 4);
+    return side_by_side(argv[2], rounds, argv + 4, argc - 4, false);
   }
   if (argc > 1 && !strcmp(argv[1], "--expandable")) {
     bench_print_machine();

@@ -91,6 +91,8 @@ typedef enum hbm_mode {
   HBM_MODE_PLATFORM = 2,   /* exact sizes from the device, returned at once */
   HBM_MODE_ASYNC = 3,      /* stream-ordered growing pool (cudaMallocAsync semantics) */
   HBM_MODE_EXPANDABLE = 4, /* one virtual range, physical granules mapped on demand */
+  HBM_MODE_LEARN = 5,      /* HBM_PLAN=step: the repeating step found, planned offline, served
+                              from the plan; the rest as bfc places it, mapped on demand */
   HBM_MODE_COUNT
 } hbm_mode_t;
 
@@ -114,6 +116,7 @@ typedef enum hbm_config_field {
   HBM_CFG_SIM_MEMORY,
   HBM_CFG_SIM_NAME,
   HBM_CFG_PROFILE_DIR,
+  HBM_CFG_PLAN,
   HBM_CFG_COUNT
 } hbm_config_field_t;
 
@@ -129,6 +132,7 @@ typedef struct hbm_config {
   uint64_t sim_memory;            /* HBM_SIM_MEMORY, default 16GiB */
   char sim_name[64];              /* HBM_SIM_NAME, default "sim0" */
   char profile_dir[1024];         /* HBM_PROFILE_DIR, default "" (no profiling) */
+  int plan_step;                  /* HBM_PLAN=step (mode learn), default 0 (HBM_PLAN=none) */
   hbm_origin_t origin[HBM_CFG_COUNT];
   /* Which variable set each field when its origin is HBM_ORIGIN_ENV (or FLAG): an index
    * + 1 into hbm_config_variables(), 0 when none. Tells XLA_PYTHON_CLIENT_ALLOCATOR from
@@ -143,7 +147,7 @@ void hbm_config_default(hbm_config_t *cfg);
 hbm_status_t hbm_config_from_env(hbm_config_t *cfg);
 /* The effective mode of a configuration. */
 hbm_mode_t hbm_config_mode(const hbm_config_t *cfg);
-/* "bfc", "growth", "platform", "async", "expandable". */
+/* "bfc", "growth", "platform", "async", "expandable", "learn". */
 const char *hbm_mode_name(hbm_mode_t mode);
 /* Parses a mode name as above; HBM_ERR_INVALID otherwise. */
 hbm_status_t hbm_mode_parse(const char *name, hbm_mode_t *out);
@@ -797,6 +801,18 @@ typedef struct hbm_replay_result {
   double vm_calls_per_op;
   double vm_calls_per_op_first;     /* the same in the first replay, from an empty device */
   uint64_t peak_reserved_all_bytes; /* peak reserved over the first and the timed replays */
+  /* Mode learn, in the first replay: the step found and how much the plan served. */
+  uint64_t step_operations;        /* operations per step (0: no step found) */
+  int64_t first_step_end_event;    /* the event where the second step began (-1: none) */
+  uint64_t steady_reserved_bytes;  /* the most reserved at any point from there on */
+  uint64_t steady_peak_live_bytes; /* the most bytes live from there on */
+  double planned_fraction;         /* of the operations from there on, served from the plan */
+  uint64_t planned_operations, fallback_operations; /* from there on */
+  uint64_t plan_bytes;                              /* memory the last plan holds for the step */
+  uint64_t plan_bound_bytes;                        /* the most bytes its step had live at once */
+  uint64_t plans, plans_retired; /* plans made, and given up (step changed, memory short) */
+  double solve_ms;               /* time spent solving placements */
+  double planned_fraction_timed; /* of the timed replays' operations, served from the plan */
 } hbm_replay_result_t;
 
 void hbm_replay_options_default(hbm_replay_options_t *opt);

@@ -10,7 +10,8 @@
 # replay, 5 timed), a fresh process per allocator per log, 9 rounds, order rotated (bench/
 # bench_replay.c --side-by-side), with hbm's arena alone (--ns-arena) timed beside them. The
 # project ships no such program (BENCHMARKS.md says how the offset allocator's was built,
-# outside the repository).
+# outside the repository). `learn_table` and `side_by_side_learn` are mode learn's (the second
+# also needs HBM_BENCH_OFFSET_REPLAY).
 # Every benchmark prints the machine's facts (cores, CPU, clocksource, TSC flags, load
 # average); the script fails when any benchmark fails or measured nothing.
 set -uo pipefail
@@ -84,6 +85,26 @@ if wanted side_by_side; then
     echo; echo "## side_by_side"; echo
     echo "(not run: needs HBM_BENCH_OFFSET_REPLAY and ../shared/traces/*.csv)"
     ((${#only[@]})) && failed=1 # asked for by name: not run is a failure
+  fi
+fi
+
+# Mode learn (BENCHMARKS.md "Mode learn"): its table over the logs, and (with the other
+# allocator) its time side by side, the default mode beside them.
+if wanted learn_table; then
+  if ((${#traces[@]})); then
+    run learn_table "$dir/bench/bench_replay" --learn "${traces[@]}"
+  else
+    echo; echo "## learn_table"; echo; echo "(skipped: no ../shared/traces/*.csv)"
+  fi
+fi
+if wanted side_by_side_learn; then
+  if [[ -n ${HBM_BENCH_OFFSET_REPLAY:-} ]] && ((${#traces[@]})); then
+    run side_by_side_learn "$dir/bench/bench_replay" --side-by-side-learn \
+      "$HBM_BENCH_OFFSET_REPLAY" 9 "${traces[@]}"
+  else
+    echo; echo "## side_by_side_learn"; echo
+    echo "(not run: needs HBM_BENCH_OFFSET_REPLAY and ../shared/traces/*.csv)"
+    ((${#only[@]})) && failed=1
   fi
 fi
 

@@ -2,7 +2,7 @@
  *
  * How the layer fits together:
  *   options.c      the environment variables, in one table → hbm_config_t
- *   device*.c      physical memory of one accelerator (device.h): sim or CUDA
+ *   device/        physical memory of one accelerator (device/device.h): sim or CUDA
  *   arena.c        the best-fit-with-coalescing arena (TLSF: segregated free lists with
  *                  bitmaps) shared by the bfc, growth, async and expandable strategies
  *   bfc.c          the "bfc" (preallocated) and "growth" strategies
@@ -21,7 +21,7 @@
 #ifndef HBM_ALLOC_H
 #define HBM_ALLOC_H
 
-#include "alloc/device.h"
+#include "alloc/device/device.h"
 #include "alloc/lock.h"
 #include "base/base.h"
 #include "hbm.h"
@@ -140,6 +140,9 @@ struct hbm__strategy {
    * then calls hbm__arena_alloc / hbm__arena_release itself, and ops->alloc only when the
    * arena cannot serve a request (to preallocate, grow, or say why not). */
   hbm__arena_t *arena;
+  /* Set by mode learn (step_serve.c), whose plan serves blocks it finds by address itself:
+   * the front asks it first (hbm__step_alloc / hbm__step_free), then takes the general path. */
+  struct hbm__step *step;
 };
 
 /* Constructors, one per mode. They take nothing from the device yet. */
@@ -148,6 +151,25 @@ hbm_status_t hbm__bfc_create(const hbm__strategy_env_t *env, bool preallocate,
 hbm_status_t hbm__platform_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
 hbm_status_t hbm__async_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
 hbm_status_t hbm__expandable_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+/* Mode learn (step_serve.c). */
+hbm_status_t hbm__learn_create(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+
+/* Mode learn's memory (expandable.c, step_serve.c): the expandable strategy with its range
+ * the limit itself (placement as bfc's) and a cache of at most 1/128 of what is in use. */
+hbm_status_t hbm__expandable_create_tight(const hbm__strategy_env_t *env, hbm__strategy_t **out);
+hbm__arena_t *hbm__expandable_arena(hbm__strategy_t *s);
+/* The range's base, 0 before the first allocation or claim reserved it. */
+uint64_t hbm__expandable_base(hbm__strategy_t *s);
+/* Every free part of [lo, hi) becomes a used block with its granules mapped, handed to fn
+ * (which keeps it: release it with hbm__expandable_release). The range is reserved first if
+ * it is not. HBM_ERR_NO_MEMORY with *why when the mapping passes the limit. */
+hbm_status_t hbm__expandable_claim(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
+                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx,
+                                   hbm__failure_t *why);
+/* hbm__arena_split for a block of this strategy, its granules counted for both pieces. */
+hbm_status_t hbm__expandable_split(hbm__strategy_t *s, hbm__block_t *b, uint64_t keep,
+                                   hbm__block_t *rest);
+void hbm__expandable_release(hbm__strategy_t *s, const hbm__block_t *b);
 
 /* ---- the best-fit-with-coalescing arena (arena.c), shared by the bfc, growth, async and
  * expandable strategies: host-side chunks over regions of device addresses. Not locked. ---- */
@@ -193,6 +215,10 @@ void hbm__arena_set_user(hbm__arena_t *a, uint32_t handle, uint64_t requested, u
 /* Cuts a used block in two: b keeps its first `keep` bytes (a multiple of 256), *rest gets
  * the others, also in use. */
 hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest);
+/* Every free chunk's part inside [lo, hi) becomes a used block (requested size = its size,
+ * no tag), handed to fn in address order; fn's error stops the walk. */
+hbm_status_t hbm__arena_claim_free(hbm__arena_t *a, uint64_t lo, uint64_t hi,
+                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx);
 uint64_t hbm__arena_largest_free(const hbm__arena_t *a);
 uint64_t hbm__arena_reserved(const hbm__arena_t *a);
 uint64_t hbm__arena_allocated(const hbm__arena_t *a);

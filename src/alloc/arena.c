@@ -714,6 +714,40 @@ void hbm__arena_set_tag(hbm__arena_t *a, uint32_t handle, uint32_t tag) {
   a->chunks[handle].tag = tag;
 }
 
+/* Mode learn's plan takes the free memory of its span this way (step_serve.c): every free
+ * chunk's part inside [lo, hi) becomes a used block, handed to fn; a walk in address order
+ * (rare: once per plan). */
+hbm_status_t hbm__arena_claim_free(hbm__arena_t *a, uint64_t lo, uint64_t hi,
+                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b),
+                                   void *ctx) {
+  for (uint32_t k = 0; k < a->n_live_regions; k++) {
+    const region_t *region = &a->regions[a->by_base[k]];
+    for (uint32_t i = a->chunks[region->head].next; i != region->tail;) {
+      const chunk_t *c = &a->chunks[i];
+      uint64_t start = c->addr > lo ? c->addr : lo, end = c->addr + size_of(c);
+      end = end < hi ? end : hi;
+      if (!is_free(c) || start >= end) {
+        i = c->next;
+        continue;
+      }
+      if (!reserve_records(a, 2) || (a->indexed && !index_reserve(a, 1)))
+        return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for arena chunks");
+      uint32_t u = carve(a, i, class_of_chunk(c), start, end - start);
+      a->chunks[u].slack = 0;
+      a->chunks[u].tag = 0;
+      index_block(a, u, start);
+      a->allocated += end - start;
+      a->room = 0; /* it took records */
+      hbm__block_t b = {.addr = start, .allocated = end - start, .handle = u};
+      hbm_status_t st = fn(ctx, &b);
+      if (st != HBM_OK)
+        return st;
+      i = a->chunks[u].next;
+    }
+  }
+  return HBM_OK;
+}
+
 hbm_status_t hbm__arena_split(hbm__arena_t *a, hbm__block_t *b, uint64_t keep, hbm__block_t *rest) {
   uint32_t i = (uint32_t)b->handle;
   if (keep == 0 || keep % UNIT || keep >= a->chunks[i].size)

@@ -46,7 +46,13 @@
  * 180-380 ns per operation on three of them (each pass touches more granules than the peak
  * holds), the 48 MiB above it and the extra 16 MiB given back at once 40-120 ns.
  * hbm_trim() unmaps the cache, and so does any allocation that would otherwise pass the
- * limit (only whole free runs can go: the limit counts the rest as held). */
+ * limit (only whole free runs can go: the limit counts the rest as held).
+ *
+ * Mode learn (step_serve.c) uses this strategy as its memory underneath, made "tight": the
+ * range is the limit itself, so the arena places blocks exactly as bfc's preallocated region
+ * would (same region size, same rules), and the cache holds at most 1/128 of the granules in
+ * use (what is reserved then follows what is live); the plan takes its span of the range
+ * with hbm__expandable_claim. */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
@@ -109,6 +115,7 @@ typedef struct expandable {
   uint64_t queue_head, queue_len;
   uint64_t cached;   /* bytes of free mapped runs: what the cache can give back */
   uint64_t *evicted; /* scratch: runs being unmapped together */
+  bool tight;        /* mode learn's memory: range = limit, cache <= 1/128 of what is in use */
 } expandable_t;
 
 static expandable_t *exp_of(hbm__strategy_t *s) { return (expandable_t *)s; }
@@ -131,7 +138,8 @@ static hbm_status_t reserve_range(expandable_t *e, hbm__failure_t *why) {
   uint64_t limit = hbm__round_up_sat(e->base.env.limit, e->gran);
   hbm_status_t st = HBM_ERR_NO_MEMORY;
   void *base = NULL;
-  for (size_t i = 0; i < HBM_ARRAY_LEN(range_factors) && st != HBM_OK; i++) {
+  for (size_t i = e->tight ? HBM_ARRAY_LEN(range_factors) - 1 : 0;
+       i < HBM_ARRAY_LEN(range_factors) && st != HBM_OK; i++) {
     if (limit > UINT64_MAX / range_factors[i])
       continue;
     e->range_size = limit * range_factors[i];
@@ -150,8 +158,9 @@ static hbm_status_t reserve_range(expandable_t *e, hbm__failure_t *why) {
   st = e->granules && e->queue && e->evicted
            ? HBM_OK
            : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory for the expandable allocator");
-  if (st == HBM_OK)
-    st = hbm__arena_add_region(e->arena, (uint64_t)(uintptr_t)base, e->range_size, 0);
+  if (st == HBM_OK) /* tight: the region is the limit, byte for byte, as bfc's */
+    st = hbm__arena_add_region(e->arena, (uint64_t)(uintptr_t)base,
+                               e->tight ? e->base.env.limit : e->range_size, 0);
   if (st != HBM_OK) {
     hbm__device_va_release(d, base, e->range_size);
     why->kind = HBM__FAIL_HOST;
@@ -304,6 +313,8 @@ static hbm_status_t map_run(expandable_t *e, uint64_t g, uint64_t n, hbm__failur
 
 /* What the cache may hold above the peak of granules in use (whole granules). */
 static uint64_t over_peak(const expandable_t *e) {
+  if (e->tight)
+    return 0;
   uint64_t room = e->peak_in_use / 8 < OVER_PEAK ? e->peak_in_use / 8 : OVER_PEAK;
   return room / e->gran * e->gran;
 }
@@ -335,7 +346,10 @@ static hbm_status_t over_limit(expandable_t *e, hbm__failure_t *why) {
  * needed). On failure nothing this call mapped stays mapped. */
 static hbm_status_t map_granules(expandable_t *e, uint64_t first, uint64_t last,
                                  hbm__failure_t *why) {
-  uint64_t limit = e->base.env.limit, need = unmapped_in(e, first, last) * e->gran;
+  /* tight: the arena's region is the limit, so what is placed respects it; its last granule
+   * may be a part one, mapped whole */
+  uint64_t limit = e->tight ? hbm__round_up_sat(e->base.env.limit, e->gran) : e->base.env.limit;
+  uint64_t need = unmapped_in(e, first, last) * e->gran;
   /* New granules would take mapped memory past OVER_PEAK above the peak in use: the cache
    * gives back what lies above it first (and EVICT_EXTRA more). Giving back may take
    * granules of this block, which then count in `need`: hence the loop. */
@@ -403,6 +417,12 @@ static void use_granules(expandable_t *e, uint64_t first, uint64_t last) {
 /* Gives back cached runs freed more than RECENT_OPS operations ago, oldest first, while the
  * cache holds more than CACHE_BYTES. */
 static void expire_cache(expandable_t *e) {
+  if (e->tight) { /* at most 1/128 of what is in use, recent or not */
+    uint64_t keep = e->in_use / 128 / e->gran * e->gran;
+    if (e->cached > keep)
+      shrink_cache(e, keep);
+    return;
+  }
   uint64_t n = 0;
   while (e->cached > CACHE_BYTES && e->queue_len) {
     queued_t q = e->queue[e->queue_head];
@@ -544,4 +564,69 @@ hbm_status_t hbm__expandable_create(const hbm__strategy_env_t *env, hbm__strateg
   e->gran = env->device->granularity;
   *out = &e->base;
   return HBM_OK;
+}
+
+/* ---- mode learn's memory (step_serve.c) ---- */
+
+hbm_status_t hbm__expandable_create_tight(const hbm__strategy_env_t *env, hbm__strategy_t **out) {
+  hbm_status_t st = hbm__expandable_create(env, out);
+  if (st == HBM_OK)
+    exp_of(*out)->tight = true;
+  return st;
+}
+
+hbm__arena_t *hbm__expandable_arena(hbm__strategy_t *s) { return exp_of(s)->arena; }
+
+uint64_t hbm__expandable_base(hbm__strategy_t *s) { return exp_of(s)->range; }
+
+typedef struct claim_ctx {
+  expandable_t *e;
+  hbm_status_t (*fn)(void *ctx, const hbm__block_t *b);
+  void *ctx;
+  hbm__failure_t *why;
+} claim_ctx_t;
+
+/* A claimed block of the arena gets its granules mapped, as an allocation would. */
+static hbm_status_t back_claimed(void *ctx, const hbm__block_t *b) {
+  claim_ctx_t *c = ctx;
+  uint64_t first, last;
+  granules_of(c->e, b, &first, &last);
+  hbm_status_t st = map_granules(c->e, first, last, c->why);
+  if (st != HBM_OK) {
+    hbm__arena_release(c->e->arena, b);
+    return st;
+  }
+  use_granules(c->e, first, last);
+  return c->fn(c->ctx, b);
+}
+
+hbm_status_t hbm__expandable_claim(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
+                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx,
+                                   hbm__failure_t *why) {
+  expandable_t *e = exp_of(s);
+  hbm_status_t st = e->range ? HBM_OK : reserve_range(e, why);
+  if (st != HBM_OK)
+    return st;
+  claim_ctx_t c = {e, fn, ctx, why};
+  return hbm__arena_claim_free(e->arena, lo, hi, back_claimed, &c);
+}
+
+/* The block's granules were counted once each; its two pieces share the granule where they
+ * meet, which now has one user more. */
+hbm_status_t hbm__expandable_split(hbm__strategy_t *s, hbm__block_t *b, uint64_t keep,
+                                   hbm__block_t *rest) {
+  expandable_t *e = exp_of(s);
+  hbm_status_t st = hbm__arena_split(e->arena, b, keep, rest);
+  if (st != HBM_OK)
+    return st;
+  uint64_t first, last, rest_first, rest_last;
+  granules_of(e, b, &first, &last);
+  granules_of(e, rest, &rest_first, &rest_last);
+  if (rest_first <= last)
+    use_granules(e, rest_first, last);
+  return HBM_OK;
+}
+
+void hbm__expandable_release(hbm__strategy_t *s, const hbm__block_t *b) {
+  exp_free(s, b, NULL, false);
 }

@@ -9,6 +9,7 @@
  * An allocation that cannot be served goes to oom.c for its diagnosis. */
 #include "alloc/alloc.h"
 #include "alloc/live.h"
+#include "alloc/step.h"
 #include "profile/recorder.h"
 
 #include <stdatomic.h>
@@ -106,6 +107,9 @@ static hbm_status_t create_strategy(hbm_device_t *dev) {
   case HBM_MODE_EXPANDABLE: /* without virtual memory: growth by regions, as the note says */
     return dev->phys->ops->va_reserve ? hbm__expandable_create(&env, &dev->strategy)
                                       : hbm__bfc_create(&env, false, &dev->strategy);
+  case HBM_MODE_LEARN: /* without virtual memory: bfc, as the note says */
+    return dev->phys->ops->va_reserve ? hbm__learn_create(&env, &dev->strategy)
+                                      : hbm__bfc_create(&env, true, &dev->strategy);
   case HBM_MODE_COUNT: break;
   }
   return hbm__error(HBM_ERR_INVALID, "unknown mode %d", (int)dev->mode);
@@ -347,6 +351,25 @@ static __attribute__((noinline)) void *record_fast_alloc(hbm_device_t *dev, uint
   return (void *)(uintptr_t)addr;
 }
 
+/* Mode learn's hook (step_serve.c): its plan first, under the lock as everything else (the
+ * owner's biased entry, or the mutex once threads share the device); what the plan does not
+ * serve takes the general path, where the strategy learns and places it. */
+static __attribute__((noinline)) void *step_alloc(hbm_device_t *dev, size_t size) {
+  uint64_t addr;
+  if (HBM_UNLIKELY(size == 0))
+    return general_alloc(dev, size, HBM__MIN_BLOCK, NULL, NULL);
+  hbm__devlock_lock(&dev->lock);
+  if (HBM_UNLIKELY(!hbm__step_alloc(dev->strategy->step, size, &addr))) {
+    hbm__devlock_unlock(&dev->lock);
+    return general_alloc(dev, size, HBM__MIN_BLOCK, NULL, NULL);
+  }
+  count_alloc(dev, size);
+  if (recording(dev))
+    hbm__rec_alloc_stable(dev->rec_id, addr, size, hbm__round_up(size, HBM__MIN_BLOCK), NULL);
+  hbm__devlock_unlock(&dev->lock);
+  return (void *)(uintptr_t)addr;
+}
+
 /* The fast path, which serves most calls of most programs: untagged, on no stream, aligned to
  * at most 256 bytes, on a device whose strategy sub-allocates from its arena. Used by one
  * thread (its lock biased to that thread, lock.h; so there are no thread caches either), it
@@ -365,7 +388,8 @@ void *hbm__alloc(hbm_device_t *dev, size_t size, size_t alignment, hbm_stream_t 
     return general_alloc(dev, size, alignment, stream, tag);
   hbm__arena_t *arena = dev->strategy->arena;
   if (HBM_UNLIKELY(!arena))
-    return general_alloc(dev, size, alignment, NULL, NULL);
+    return dev->strategy->step ? step_alloc(dev, size)
+                               : general_alloc(dev, size, alignment, NULL, NULL);
   /* Shared first: threads that share a device take their caches (tcache.c), and must not
    * see the owner write the lock's `busy` flag on every call (they read its line on theirs). */
   if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock))) {
@@ -437,6 +461,10 @@ static inline forgotten_t forget_block(hbm_device_t *dev, uint64_t addr, hbm_str
     return hbm__arena_release_at(s->arena, addr, size, tag) ? DEVICE_BLOCK : NOT_LIVE;
   }
   hbm__record_t *r = hbm__live_find(&dev->live, addr);
+  if (!r && s->step && hbm__step_free(s->step, addr, size)) { /* mode learn's plan */
+    *tag = 0;
+    return DEVICE_BLOCK;
+  }
   if (!r)
     return NOT_LIVE;
   *size = r->size;
@@ -471,6 +499,22 @@ static __attribute__((noinline)) hbm_status_t general_free(hbm_device_t *dev, vo
   return HBM_OK;
 }
 
+/* Mode learn's hook for frees (as step_alloc). */
+static __attribute__((noinline)) hbm_status_t step_free(hbm_device_t *dev, void *ptr,
+                                                        bool ordered) {
+  uint64_t addr = (uint64_t)(uintptr_t)ptr, size;
+  hbm__devlock_lock(&dev->lock);
+  if (HBM_UNLIKELY(!hbm__step_free(dev->strategy->step, addr, &size))) {
+    hbm__devlock_unlock(&dev->lock);
+    return general_free(dev, ptr, NULL, ordered);
+  }
+  count_free(dev, size);
+  if (recording(dev))
+    hbm__rec_free(dev->rec_id, addr);
+  hbm__devlock_unlock(&dev->lock);
+  return HBM_OK;
+}
+
 /* Records a free the fast path made, then leaves the lock (as record_fast_alloc). */
 static __attribute__((noinline)) hbm_status_t record_fast_free(hbm_device_t *dev, uint64_t addr) {
   hbm__rec_free(dev->rec_id, addr);
@@ -486,7 +530,8 @@ static inline hbm_status_t free_block(hbm_device_t *dev, void *ptr, hbm_stream_t
     return HBM_OK;
   hbm__arena_t *arena = HBM_LIKELY(dev && !stream) ? dev->strategy->arena : NULL;
   if (HBM_UNLIKELY(!arena))
-    return general_free(dev, ptr, stream, ordered);
+    return dev && !stream && dev->strategy->step ? step_free(dev, ptr, ordered)
+                                                 : general_free(dev, ptr, stream, ordered);
   if (HBM_UNLIKELY(hbm__devlock_shared(&dev->lock))) {
     if (!hbm__rec_active() && hbm__tcache_free(dev, (uint64_t)(uintptr_t)ptr))
       return HBM_OK;
@@ -532,7 +577,7 @@ static bool find_block(hbm_device_t *dev, uint64_t addr, hbm__record_t *out) {
   const hbm__record_t *r = hbm__live_find(&dev->live, addr);
   if (r)
     *out = *r;
-  return r != NULL;
+  return r != NULL || (dev->strategy->step && hbm__step_find(dev->strategy->step, addr, out));
 }
 
 size_t hbm_block_size(hbm_device_t *dev, const void *ptr) {
@@ -676,7 +721,9 @@ static hbm__record_t *live_records(hbm_device_t *dev, size_t *n) {
   hbm__arena_t *arena = dev->strategy->arena;
   hbm__tcache_totals_t cached;
   hbm__tcache_totals(dev, &cached);
-  size_t cap = arena ? dev->num_live + cached.live : dev->live.count;
+  hbm__step_t *step = dev->strategy->step;
+  size_t cap = arena ? dev->num_live + cached.live
+                     : dev->live.count + (step ? hbm__step_live_count(step) : 0);
   hbm__record_t *out = malloc((cap + 1) * sizeof *out);
   if (!out)
     return NULL;
@@ -689,6 +736,8 @@ static hbm__record_t *live_records(hbm_device_t *dev, size_t *n) {
   for (uint64_t i = 0; dev->live.slots && i <= dev->live.mask; i++)
     if (dev->live.slots[i].block.addr)
       out[(*n)++] = dev->live.slots[i];
+  if (step) /* mode learn's plan keeps its own blocks */
+    *n += hbm__step_records(step, out + *n, cap - *n);
   return out;
 }
 

@@ -56,6 +56,10 @@ static const hbm_variable_t variables[] = {
      "and unmapped when free (works with the default allocator)"},
     {"HBM_PROFILE_DIR", HBM_CFG_PROFILE_DIR, "a directory path (at most 1023 bytes)", "",
      "capture a profile of every device to DIR/plugins/profile/<run>/ (XProf layout)"},
+    {"HBM_PLAN", HBM_CFG_PLAN, "step or none", "none",
+     "step: mode learn: find the program's repeating step in its allocations, plan the step's "
+     "placement offline, serve later steps from the plan (the rest as bfc places it, physical "
+     "memory mapped on demand); none: the other variables choose the mode"},
 };
 
 enum {
@@ -70,6 +74,7 @@ enum {
   VAR_SIM_NAME,
   VAR_EXPANDABLE,
   VAR_PROFILE_DIR,
+  VAR_PLAN,
   VAR_COUNT
 };
 _Static_assert(VAR_COUNT == HBM_ARRAY_LEN(variables), "one enum entry per variable");
@@ -278,6 +283,14 @@ static hbm_status_t parse_profile_dir(hbm_config_t *cfg, int var, const char *v,
   return HBM_OK;
 }
 
+static hbm_status_t parse_plan(hbm_config_t *cfg, int var, const char *v, hbm_origin_t o) {
+  if (strcasecmp(v, "step") && strcasecmp(v, "none"))
+    return refuse(var, v);
+  cfg->plan_step = !strcasecmp(v, "step");
+  set_origin(cfg, var, o);
+  return HBM_OK;
+}
+
 static const parser_fn parsers[VAR_COUNT] = {
     [VAR_PREALLOCATE] = parse_preallocate,
     [VAR_MEM_FRACTION] = parse_mem_fraction,
@@ -290,6 +303,7 @@ static const parser_fn parsers[VAR_COUNT] = {
     [VAR_SIM_NAME] = parse_sim_name,
     [VAR_EXPANDABLE] = parse_expandable,
     [VAR_PROFILE_DIR] = parse_profile_dir,
+    [VAR_PLAN] = parse_plan,
 };
 
 /* Restores a variable's field to its default (an empty value). */
@@ -310,6 +324,7 @@ static void reset_variable(hbm_config_t *cfg, int var) {
   case HBM_CFG_SIM_MEMORY: cfg->sim_memory = defaults.sim_memory; break;
   case HBM_CFG_SIM_NAME: memcpy(cfg->sim_name, defaults.sim_name, sizeof cfg->sim_name); break;
   case HBM_CFG_PROFILE_DIR: cfg->profile_dir[0] = '\0'; break;
+  case HBM_CFG_PLAN: cfg->plan_step = defaults.plan_step; break;
   case HBM_CFG_COUNT: break;
   }
   set_origin(cfg, var, HBM_ORIGIN_DEFAULT);
@@ -387,6 +402,15 @@ hbm_status_t hbm_config_validate(const hbm_config_t *cfg) {
                       hbm_config_setting(cfg, HBM_CFG_ALLOCATOR, buf, sizeof buf),
                       cfg->allocator == HBM_ALLOCATOR_PLATFORM ? "platform" : "the async pool");
   }
+  if (cfg->plan_step && (cfg->expandable || cfg->allocator != HBM_ALLOCATOR_BFC)) {
+    char buf[96];
+    return hbm__error(HBM_ERR_INVALID,
+                      "HBM_PLAN=step places memory itself (mode learn), but %s chose another "
+                      "mode; unset one of them",
+                      cfg->expandable
+                          ? "HBM_EXPANDABLE=true"
+                          : hbm_config_setting(cfg, HBM_CFG_ALLOCATOR, buf, sizeof buf));
+  }
   return HBM_OK;
 }
 
@@ -405,6 +429,8 @@ hbm_status_t hbm_config_from_env(hbm_config_t *cfg) {
 }
 
 hbm_mode_t hbm_config_mode(const hbm_config_t *cfg) {
+  if (cfg->plan_step)
+    return HBM_MODE_LEARN;
   if (cfg->expandable)
     return HBM_MODE_EXPANDABLE;
   switch (cfg->allocator) {
@@ -415,8 +441,8 @@ hbm_mode_t hbm_config_mode(const hbm_config_t *cfg) {
   return cfg->preallocate ? HBM_MODE_BFC : HBM_MODE_GROWTH;
 }
 
-static const char *const mode_names[HBM_MODE_COUNT] = {"bfc", "growth", "platform", "async",
-                                                       "expandable"};
+static const char *const mode_names[HBM_MODE_COUNT] = {"bfc",   "growth",     "platform",
+                                                       "async", "expandable", "learn"};
 
 const char *hbm_mode_name(hbm_mode_t mode) {
   return (unsigned)mode < HBM_MODE_COUNT ? mode_names[mode] : "unknown";
@@ -430,19 +456,21 @@ hbm_status_t hbm_mode_parse(const char *name, hbm_mode_t *out) {
     }
   }
   return hbm__error(HBM_ERR_INVALID,
-                    "mode '%s': expected bfc, growth, platform, async or "
-                    "expandable",
+                    "mode '%s': expected bfc, growth, platform, async, expandable or "
+                    "learn",
                     name ? name : "(null)");
 }
 
 void hbm_config_set_mode(hbm_config_t *cfg, hbm_mode_t mode, hbm_origin_t origin) {
   cfg->expandable = mode == HBM_MODE_EXPANDABLE;
+  cfg->plan_step = mode == HBM_MODE_LEARN;
   cfg->allocator = mode == HBM_MODE_PLATFORM ? HBM_ALLOCATOR_PLATFORM
                    : mode == HBM_MODE_ASYNC  ? HBM_ALLOCATOR_ASYNC
                                              : HBM_ALLOCATOR_BFC;
   if (mode == HBM_MODE_BFC || mode == HBM_MODE_GROWTH)
     cfg->preallocate = mode == HBM_MODE_BFC;
-  const hbm_config_field_t fields[] = {HBM_CFG_ALLOCATOR, HBM_CFG_PREALLOCATE, HBM_CFG_EXPANDABLE};
+  const hbm_config_field_t fields[] = {HBM_CFG_ALLOCATOR, HBM_CFG_PREALLOCATE, HBM_CFG_EXPANDABLE,
+                                       HBM_CFG_PLAN};
   for (size_t i = 0; i < HBM_ARRAY_LEN(fields); i++) {
     cfg->origin[fields[i]] = origin;
     cfg->origin_var[fields[i]] = 0;
@@ -524,6 +552,7 @@ const char *hbm_config_setting(const hbm_config_t *cfg, hbm_config_field_t field
   case HBM_CFG_SIM_MEMORY: format_exact_size(cfg->sim_memory, value, sizeof value); break;
   case HBM_CFG_SIM_NAME: snprintf(value, sizeof value, "%.63s", cfg->sim_name); break;
   case HBM_CFG_PROFILE_DIR: snprintf(value, sizeof value, "%.1023s", cfg->profile_dir); break;
+  case HBM_CFG_PLAN: snprintf(value, sizeof value, "%s", cfg->plan_step ? "step" : "none"); break;
   default: snprintf(value, sizeof value, "?"); break;
   }
   snprintf(buf, cap, "%s=%s", name, value);
@@ -550,6 +579,7 @@ void hbm__config_mark_code_origins(hbm_config_t *cfg) {
       [HBM_CFG_SIM_MEMORY] = cfg->sim_memory != d.sim_memory,
       [HBM_CFG_SIM_NAME] = strncmp(cfg->sim_name, d.sim_name, sizeof d.sim_name) != 0,
       [HBM_CFG_PROFILE_DIR] = cfg->profile_dir[0] != '\0',
+      [HBM_CFG_PLAN] = !cfg->plan_step != !d.plan_step,
   };
   for (int f = 0; f < HBM_CFG_COUNT; f++) {
     if (differs[f] && cfg->origin[f] == HBM_ORIGIN_DEFAULT) {

@@ -12,6 +12,7 @@
  * The peak live bytes come from the profile model (hbm_alloc_log_to_profile + hbm_analyze),
  * the same computation `hbm report` prints, so the two can never disagree. */
 #include "alloc/alloc.h"
+#include "alloc/step.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -359,6 +360,43 @@ static hbm_status_t check_options(const hbm_replay_options_t *opt) {
   return HBM_OK;
 }
 
+/* The most bytes live from operation `from` of the replay on (requested sizes). */
+static uint64_t peak_live_from(const replay_t *rp, uint64_t from) {
+  uint64_t *sizes = calloc(rp->n_slots + 1, sizeof *sizes), live = 0, peak = 0;
+  for (size_t i = 0; sizes && i < rp->n_ops; i++) {
+    const replay_op_t *op = &rp->ops[i];
+    live = op->size ? live + op->size : live - sizes[op->slot];
+    sizes[op->slot] = op->size;
+    if (i >= from && live > peak)
+      peak = live;
+  }
+  free(sizes);
+  return peak;
+}
+
+/* Mode learn's account of the first replay: the step, what the plan served from the second
+ * step on, what was reserved meanwhile. */
+static void take_plan(const replay_t *rp, hbm_device_t *dev, hbm_replay_result_t *out) {
+  hbm__step_stats_t s;
+  hbm__step_get_stats(hbm__device_strategy(dev), &s);
+  out->first_step_end_event = -1;
+  out->step_operations = s.period;
+  out->plans = s.plans;
+  out->plans_retired = s.retired;
+  out->plan_bytes = s.heap_bytes;
+  out->plan_bound_bytes = s.bound_bytes;
+  out->solve_ms = s.solve_ms;
+  if (!s.first_step_end || s.first_step_end >= rp->n_ops)
+    return;
+  uint64_t after = s.ops - s.first_step_end;
+  out->first_step_end_event = rp->ops[s.first_step_end].event;
+  out->steady_reserved_bytes = s.steady_reserved;
+  out->steady_peak_live_bytes = peak_live_from(rp, s.first_step_end);
+  out->planned_operations = s.planned_ops;
+  out->fallback_operations = after - s.planned_ops;
+  out->planned_fraction = after ? (double)s.planned_ops / (double)after : 0;
+}
+
 static hbm_status_t replay_and_time(replay_t *rp, hbm_replay_result_t *out) {
   const hbm_replay_options_t *opt = rp->opt;
   hbm_device_t *dev = open_replay_device(opt->mode, out->memory_bytes);
@@ -371,9 +409,17 @@ static hbm_status_t replay_and_time(replay_t *rp, hbm_replay_result_t *out) {
   out->vm_calls_per_op_first = rp->n_ops ? (double)calls / (double)rp->n_ops : 0;
   take_outcome(rp, &o, out);
   progress(rp, "replay", 1.0);
+  hbm__step_stats_t before, after;
+  hbm__step_get_stats(hbm__device_strategy(dev), &before);
+  if (opt->mode == HBM_MODE_LEARN && st == HBM_OK && !o.failed)
+    take_plan(rp, dev, out);
   int repeat = opt->repeat == 0 ? DEFAULT_REPEAT : opt->repeat;
   if (st == HBM_OK && repeat > 0)
     time_replays(rp, dev, repeat, out);
+  hbm__step_get_stats(hbm__device_strategy(dev), &after);
+  if (after.ops > before.ops)
+    out->planned_fraction_timed =
+        (double)(after.planned_ops - before.planned_ops) / (double)(after.ops - before.ops);
   hbm_close(dev);
   return st;
 }
@@ -388,7 +434,7 @@ hbm_status_t hbm_replay_run(const hbm_alloc_log_t *log, const hbm_replay_options
   if (!log || !out)
     return hbm__error(HBM_ERR_INVALID, "hbm_replay_run: NULL argument");
   memset(out, 0, sizeof *out);
-  out->first_failure_event = out->first_failure_line = -1;
+  out->first_failure_event = out->first_failure_line = out->first_step_end_event = -1;
   out->mode = opt->mode;
   hbm_status_t st = check_options(opt);
   if (st != HBM_OK)

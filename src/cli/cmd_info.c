@@ -35,6 +35,9 @@ static const char *mode_basis(const device_probe_t *d, hbm_mode_t mode) {
   case HBM_MODE_EXPANDABLE:
     return d->virtual_memory ? "granules mapped on demand"
                              : "growth by regions (no virtual memory)";
+  case HBM_MODE_LEARN:
+    return d->virtual_memory ? "granules mapped on demand; the step served from its plan"
+                             : "one region taken at the first allocation (no virtual memory)";
   case HBM_MODE_COUNT: break;
   }
   return "";

@@ -36,7 +36,8 @@ static void print_usage(FILE *out) {
           "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream), or the trace\n"
           "of a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot), through the\n"
           "allocator on a private simulated device whose memory is never touched.\n\n"
-          "  --mode MODE    bfc (default), growth, platform, async or expandable\n"
+          "  --mode MODE    bfc (default), growth, platform, async, expandable or learn\n"
+          "                 (learn: the repeating step found and served from a plan)\n"
           "  --memory SIZE  device memory, all of it usable (default: 16GiB, or twice the\n"
           "                 log's peak when that is more)\n"
           "  --min-memory   also find the smallest memory (1 MiB resolution) on which the\n"
@@ -163,6 +164,33 @@ static void print_pytorch(const options_t *o, const hbm_replay_result_t *r) {
          t->trace_events, t->before_trace, t->n_devices > 1 ? " (one of several devices)" : "");
 }
 
+/* Mode learn: the step found, what the plan served from the second step on. */
+static void print_plan(const hbm_replay_result_t *r) {
+  char a[32], b[32];
+  if (!r->step_operations || r->first_step_end_event < 0) {
+    printf("  step                 none found: every allocation placed as bfc places it\n");
+    return;
+  }
+  printf("  step                 %llu operations, found in the stream; the second began at "
+         "event %lld\n",
+         (unsigned long long)r->step_operations, (long long)r->first_step_end_event);
+  printf("  plan                 %s for a step whose blocks peak at %s (%.4fx), solved in %.1f "
+         "ms; %llu plan%s made, %llu retired\n",
+         bytes(r->plan_bytes, a), bytes(r->plan_bound_bytes, b),
+         ratio(r->plan_bytes, r->plan_bound_bytes), r->solve_ms, (unsigned long long)r->plans,
+         r->plans == 1 ? "" : "s", (unsigned long long)r->plans_retired);
+  printf("  served from the plan %.2f%% of the operations from the second step on (%llu fell "
+         "back to the allocator)\n",
+         100.0 * r->planned_fraction, (unsigned long long)r->fallback_operations);
+  printf("  steady reserved      %s, %.4fx the peak live from the second step on (%s)\n",
+         bytes(r->steady_reserved_bytes, a),
+         ratio(r->steady_reserved_bytes, r->steady_peak_live_bytes),
+         bytes(r->steady_peak_live_bytes, b));
+  if (r->timed_replays)
+    printf("  timed replays        %.2f%% of their operations served from the plan\n",
+           100.0 * r->planned_fraction_timed);
+}
+
 static void print_text(const options_t *o, const hbm_alloc_log_t *log,
                        const hbm_replay_result_t *r) {
   char a[32], b[32];
@@ -202,10 +230,23 @@ static void print_text(const options_t *o, const hbm_alloc_log_t *log,
            o->torch ? "" : " of the log", bytes(r->first_failure_size, b));
     print_indented(r->first_failure_message ? r->first_failure_message : "", "    ");
   }
+  if (r->mode == HBM_MODE_LEARN)
+    print_plan(r);
   if (r->timed_replays)
     printf("  time per operation   %.1f ns (median of %d replays after a warm-up; %.1f to "
            "%.1f)\n",
            r->ns_per_op, r->timed_replays, r->ns_per_op_min, r->ns_per_op_max);
+}
+
+static json_t *plan_json(const hbm_replay_result_t *r) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "step_operations",
+                   (json_int_t)r->step_operations, "first_step_end_event",
+                   (json_int_t)r->first_step_end_event, "planned_operations",
+                   (json_int_t)r->planned_operations, "fallback_operations",
+                   (json_int_t)r->fallback_operations, "plan_bytes", (json_int_t)r->plan_bytes,
+                   "plan_bound_bytes", (json_int_t)r->plan_bound_bytes, "plans",
+                   (json_int_t)r->plans, "plans_retired", (json_int_t)r->plans_retired, "solve_ms",
+                   r->solve_ms, "planned_fraction_timed", r->planned_fraction_timed);
 }
 
 static json_t *first_failure_json(const hbm_replay_result_t *r) {
@@ -239,6 +280,14 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
   json_object_set_new(root, "first_failure", first_failure_json(r));
   json_object_set_new(root, "ns_per_op", r->timed_replays ? json_real(r->ns_per_op) : json_null());
   json_object_set_new(root, "timed_replays", json_integer(r->timed_replays));
+  if (r->mode == HBM_MODE_LEARN) {
+    json_object_set_new(root, "steady_reserved_bytes",
+                        json_integer((json_int_t)r->steady_reserved_bytes));
+    json_object_set_new(root, "steady_peak_live_bytes",
+                        json_integer((json_int_t)r->steady_peak_live_bytes));
+    json_object_set_new(root, "planned_fraction", json_real(r->planned_fraction));
+    json_object_set_new(root, "plan", plan_json(r));
+  }
   if (o->torch)
     json_object_set_new(root, "pytorch",
                         json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "device", o->pytorch.device,

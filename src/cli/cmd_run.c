@@ -49,7 +49,7 @@ typedef struct run_options {
 
 static void print_usage(FILE *out) {
   fprintf(out,
-          "usage: hbm run [--mode bfc|growth|platform|async|expandable] [--logdir DIR]\n"
+          "usage: hbm run [--mode bfc|growth|platform|async|expandable|learn] [--logdir DIR]\n"
           "               [--memory-fraction F] [--best-effort] -- CMD ARGS...\n\n"
           "Runs CMD with hbm's allocator under it (LD_PRELOAD=" PRELOAD_NAME "): the CUDA\n"
           "driver's and runtime's allocations are placed by hbm in its mode, within F of the\n"

@@ -876,7 +876,10 @@ hbm_status_t hbm_profiler_marker(const char *text) {
   return add_marker(HBM_MARKER_TEXT, 0, text ? text : "");
 }
 
+atomic_uint_fast64_t hbm__rec_step_marks;
+
 hbm_status_t hbm_profiler_step_begin(int64_t step) {
+  atomic_fetch_add_explicit(&hbm__rec_step_marks, 1, memory_order_relaxed);
   char text[48];
   snprintf(text, sizeof text, "step %lld", (long long)step);
   return add_marker(HBM_MARKER_STEP_BEGIN, step, text);

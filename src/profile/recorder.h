@@ -27,6 +27,10 @@ static inline unsigned hbm__rec_capture(void) {
   return atomic_load_explicit(&hbm__rec_capturing, memory_order_acquire);
 }
 
+/* hbm_profiler_step_begin calls so far, captured or not: mode learn (src/alloc/step_serve.c)
+ * takes them as the program's own step boundaries. */
+extern atomic_uint_fast64_t hbm__rec_step_marks;
+
 /* Registers a device (called by hbm_open); returns an id for the other hooks (>= 0), or -1.
  * name: "sim0", "cuda:0"; mode: hbm_mode_name(); limit: the allocator's limit in bytes.
  * describe() lets the recorder, when a capture starts later, list the device's live blocks

@@ -441,6 +441,41 @@ static void write_markers(FILE *out, const hbm_profile_t *p) {
   }
 }
 
+/* Mode learn's plan (src/alloc/step_serve.c records it as markers "hbm plan: ..."): the step
+ * found, how much of each step the plan served, the memory it saved. */
+static void write_step_plan(FILE *out, const hbm_profile_t *p) {
+  unsigned long long ops = 0, alloc = 0, plan = 0, bound = 0, first = 0, steps = 0, served = 0,
+                     all = 0, n, of, back, step;
+  for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
+    const char *t = hbm_profile_marker(p, i)->text;
+    if (!t || strncmp(t, "hbm plan: ", 10))
+      continue;
+    if (sscanf(t,
+               "hbm plan: step of %llu operations (%llu allocations) found in the stream; plan "
+               "%llu bytes for a step live peak of %llu bytes; the first step reserved %llu",
+               &ops, &alloc, &plan, &bound, &first) == 5)
+      fprintf(out,
+              "\nstep plan (mode learn)\n  step found     %llu operations (%llu allocations), "
+              "from the stream\n",
+              ops, alloc);
+    else if (sscanf(t, "hbm plan: step %llu: %llu of %llu operations served from the plan, %llu",
+                    &step, &n, &of, &back) == 4)
+      steps++, served += n, all += of;
+  }
+  if (!ops)
+    return;
+  char a[32], b[32], c[32], d[32];
+  fprintf(out,
+          "  plan           %s for a step whose blocks peak at %s; the first step, before it, "
+          "reserved %s (%s%s saved)\n",
+          bytes_text(plan, a, sizeof a), bytes_text(bound, b, sizeof b), bytes_text(first, c, 32),
+          first >= plan ? "" : "-", bytes_text(first >= plan ? first - plan : plan - first, d, 32));
+  fprintf(out,
+          "  served         %llu steps, %llu of %llu operations from the plan (%.2f%%), %llu "
+          "fell back\n",
+          steps, served, all, all ? 100.0 * (double)served / (double)all : 0.0, all - served);
+}
+
 static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int space, int width) {
   hbm_analysis_t *a = hbm_analyze(p, space);
   if (!a)
@@ -496,6 +531,8 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
     }
   if (s == HBM_OK && shown == 0)
     fprintf(out, "\nno buffers: nothing was allocated in this profile\n");
+  if (s == HBM_OK)
+    write_step_plan(out, p);
   if (s == HBM_OK)
     write_markers(out, p);
   if (s == HBM_OK && ferror(out))

@@ -1,6 +1,6 @@
 /* device.c — choosing a device backend (HBM_DEVICE=auto|sim|cuda) and the thin wrappers the
  * strategies call, which keep count of what this device object holds. See device.h. */
-#include "alloc/device.h"
+#include "alloc/device/device.h"
 #include "base/base.h"
 
 #include <stdio.h>

@@ -14,8 +14,8 @@
  * device's memory comes from NVML (libnvidia-ml.so.1, optional); what nobody accounts for
  * is reported as unknown. Each device object loads the driver for itself (dlopen counts
  * references). */
-#include "alloc/cuda_api.h"
-#include "alloc/device.h"
+#include "alloc/device/cuda_api.h"
+#include "alloc/device/device.h"
 #include "base/base.h"
 
 #include <dlfcn.h>

@@ -9,7 +9,7 @@
  * the process start time guards against a recycled pid. The last user to leave removes the
  * object; a `gone` flag set under the mutex tells a process that opened it just before that
  * to start over with a fresh one. */
-#include "alloc/device.h"
+#include "alloc/device/device.h"
 #include "base/base.h"
 
 #include <errno.h>

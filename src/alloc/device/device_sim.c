@@ -385,7 +385,12 @@ hbm_status_t hbm__sim_open(const hbm_config_t *cfg, hbm__device_t **out) {
     snprintf(ledger, sizeof ledger, "%s.pid%d", cfg->sim_name, (int)getpid());
   else
     snprintf(ledger, sizeof ledger, "%s", cfg->sim_name);
-  hbm_status_t st = hbm__ledger_open(ledger, cfg->sim_memory, &s->ledger);
+  /* Physical memory comes in whole granules, as a GPU's does (whose memory is a multiple of
+   * them): a device of HBM_SIM_MEMORY bytes holds the granule that its last bytes begin, so a
+   * range as large as the device can be mapped whole (mode learn's). Regions and the other
+   * modes' limits still count the bytes themselves. */
+  hbm_status_t st =
+      hbm__ledger_open(ledger, hbm__round_up_sat(cfg->sim_memory, SIM_GRANULARITY), &s->ledger);
   if (st != HBM_OK) {
     free(s);
     return st;
