@@ -2,7 +2,7 @@
  * hbm's modes on the CUDA backend, and beside them straight on the driver, with cuMemAlloc /
  * cuMemFree and with cuMemAllocAsync / cuMemFreeAsync (the device's default pool, its
  * release threshold raised so that it keeps what it took, as frameworks set it). The driver
- * is loaded with dlopen("libcuda.so.1"), as src/alloc/device_cuda.c does, so the program
+ * is loaded with dlopen("libcuda.so.1"), as src/alloc/device/device_cuda.c does, so the program
  * builds everywhere and runs on the driver double too (tests/fakecuda).
  *
  * Per log and allocator: the time per operation (an allocation or a free; one untimed replay,
@@ -22,7 +22,7 @@
  * listed as not run, a replay running at its end stops there, and the timed replays are as
  * many as fit in the pair's share of it. Exit status: 0 when every pair ran and measured
  * something, 1 otherwise, 2 on usage errors, 3 when there is no GPU. */
-#include "alloc/cuda_api.h"
+#include "alloc/device/cuda_api.h"
 #include "hbm.h"
 #include "log_slots.h"
 

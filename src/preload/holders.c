@@ -1,5 +1,5 @@
 /* holders.c — who else holds a GPU's memory under `hbm run`: the processes the driver's
- * management library (NVML, loaded at run time when present, src/alloc/device_cuda.c) names,
+ * management library (NVML, loaded at run time when present, src/alloc/device/device_cuda.c) names,
  * with their bytes, written into the profile as a marker when hbm first serves the GPU and
  * again at exit. `hbm run`'s summary and `hbm report` show them; without NVML, or where NVML
  * does not say (containers), the marker says what is unaccounted for instead. */
