@@ -50,7 +50,7 @@ static void write_rank(const char *dir, int rank, const char *const *ops, const 
   }
   assert_int_equal(hbm_profile_finish(p), HBM_OK);
   char path[4200];
-  snprintf(path, sizeof path, "%s/rank%d.hbmtrace", dir, rank);
+  assert_true(snprintf(path, sizeof path, "%s/rank%d.hbmtrace", dir, rank) < (int)sizeof path);
   assert_int_equal(hbm_profile_save(p, path), HBM_OK);
   hbm_profile_free(p);
 }

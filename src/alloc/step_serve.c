@@ -612,7 +612,11 @@ static __attribute__((noinline)) bool alloc_slow(hbm__step_t *st, plan_t *p, uin
     *addr = p->base + e->offset;
   }
   advance(st, p);
-  return served || missed(st, p);
+  if (served)
+    return true;
+  if (st->active != p) /* the step ended and retired the plan: p may be freed */
+    return false;
+  return missed(st, p);
 }
 
 FRONT_INLINE bool hbm__step_alloc(hbm__step_t *st, uint64_t size, uint64_t *addr) {
