@@ -154,8 +154,8 @@ static HbmXplane__XLine *allocator_line(xf_arena_t *a, HbmXplane__XSpace *s, siz
   HbmXplane__XPlane *cpu = xf_plane(a, s, "/host:CPU", 1, 8);
   xf_event_meta(a, cpu, EV_ALLOC, "MemoryAllocation", 0);
   xf_event_meta(a, cpu, EV_FREE, "MemoryDeallocation", 0);
-  const char *names[] = {"allocator_name",  "addr",          "requested_bytes",
-                         "allocation_bytes", "bytes_allocated", "bytes_reserved"};
+  const char *names[] = {"allocator_name",  "addr",          "requested_bytes", "allocation_bytes",
+                         "bytes_allocated", "bytes_reserved"};
   for (int i = 0; i < 6; i++)
     xf_stat_meta(a, cpu, S_ALLOCATOR + i, names[i]);
   return xf_line(a, cpu, 0, cap);
@@ -189,8 +189,7 @@ static void allocator_peak_saturates(void **state) {
     snprintf(name, sizeof name, "alloc_%d", i);
     memory_event(&a, l, EV_ALLOC, (int64_t)i * 1000, name, 0x1000, 1000, 1000, 0);
   }
-  memory_event(&a, l, EV_ALLOC, (int64_t)N * 1000, "hostile", 0x1000, 4096, UINT64_MAX - 10,
-               100);
+  memory_event(&a, l, EV_ALLOC, (int64_t)N * 1000, "hostile", 0x1000, 4096, UINT64_MAX - 10, 100);
   hbm_profile_t *p = load_space(&a, s, "allocators.xplane.pb");
   assert_int_equal(hbm_profile_space_count(p), N);
   assert_true(hbm_profile_find_space(p, "hostile", "allocator") >= 0);
