@@ -301,12 +301,9 @@ static void bad_paths(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(cpu_text_finds_its_module),
-      cmocka_unit_test(one_file_of_the_dump),
-      cmocka_unit_test(no_module_is_guessed),
-      cmocka_unit_test(gpu_peak_buffers_by_op_name),
-      cmocka_unit_test(tpu_labels_by_instruction),
-      cmocka_unit_test(bad_paths),
+      cmocka_unit_test(cpu_text_finds_its_module), cmocka_unit_test(one_file_of_the_dump),
+      cmocka_unit_test(no_module_is_guessed),      cmocka_unit_test(gpu_peak_buffers_by_op_name),
+      cmocka_unit_test(tpu_labels_by_instruction), cmocka_unit_test(bad_paths),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

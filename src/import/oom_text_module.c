@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MAX_MODULES 4096     /* a dump directory's modules read at most */
+#define MAX_MODULES 4096       /* a dump directory's modules read at most */
 #define MAX_LIVE_VALUES 100000 /* buffers taken from one live-range file at most */
 
 typedef struct dump_module {
@@ -46,18 +46,17 @@ typedef struct module_set {
 
 /* ---- finding the modules ---- */
 
-static const char *const sibling_suffixes[] = {
-    "-buffer-assignment-values.txt", "-buffer-assignment.txt", "-live-range.txt",
-    "-memory-usage-report.txt"};
+static const char *const sibling_suffixes[] = {"-buffer-assignment-values.txt",
+                                               "-buffer-assignment.txt", "-live-range.txt",
+                                               "-memory-usage-report.txt"};
 
 static bool add_module(module_set_t *s, const char *hlo_path) {
   if (s->n == MAX_MODULES) {
     s->skipped++;
     return true;
   }
-  dump_module_t *grown = s->n == s->cap ? hbm__grow_array(s->mods, &s->cap, s->n + 1,
-                                                         sizeof *s->mods, 16)
-                                        : s->mods;
+  dump_module_t *grown =
+      s->n == s->cap ? hbm__grow_array(s->mods, &s->cap, s->n + 1, sizeof *s->mods, 16) : s->mods;
   if (!grown)
     return false;
   s->mods = grown;
@@ -280,7 +279,6 @@ static void find_candidates(module_set_t *s, const hbm_oom_buffer_t *b, candidat
   }
 }
 
-
 static void set_source(hbm_oom_buffer_t *b, const hlo_source_frame_t *f) {
   free(b->source_file);
   b->source_file = slice_dup(f->file);
@@ -475,8 +473,9 @@ static void explain_failed_allocation(module_set_t *s, uint64_t requested) {
     return;
   }
   if (n_hits > 1) {
-    hbm__oom_note(t, "%zu modules of %s have an allocation of %llu bytes: which one failed is "
-                     "not told",
+    hbm__oom_note(t,
+                  "%zu modules of %s have an allocation of %llu bytes: which one failed is "
+                  "not told",
                   n_hits, s->path, (unsigned long long)requested);
     return;
   }
@@ -491,8 +490,9 @@ static void explain_failed_allocation(module_set_t *s, uint64_t requested) {
                     (unsigned long long)requested, a.index, a.kind, (int)m->name.n, m->name.p,
                     hit->hlo_path);
   if (added)
-    hbm_strbuf_printf(&sb, "; the %zu buffers below are those XLA's dump shows live at its peak "
-                           "(time %lld, %s-live-range.txt)",
+    hbm_strbuf_printf(&sb,
+                      "; the %zu buffers below are those XLA's dump shows live at its peak "
+                      "(time %lld, %s-live-range.txt)",
                       added, time, hit->prefix);
   else
     hbm_strbuf_puts(&sb, "; its live ranges are not in the dump (no -live-range.txt beside it)");
