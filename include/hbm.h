@@ -469,6 +469,7 @@ typedef enum hbm_oom_kind {
   HBM_OOM_XLA_TPU = 1,    /* Allocation (size=...) would exceed / Ran out of memory in ... */
   HBM_OOM_PYTORCH = 2,    /* CUDA out of memory. Tried to allocate ... */
   HBM_OOM_TENSORFLOW = 3, /* OOM when allocating tensor with shape[...] ... */
+  HBM_OOM_XLA_CPU = 4,    /* RESOURCE_EXHAUSTED: Out of memory allocating N bytes. (host) */
   HBM_OOM_KIND_COUNT
 } hbm_oom_kind_t;
 
@@ -517,9 +518,12 @@ typedef struct hbm_oom_buffer {
   int64_t source_line; /* 0 when absent */
   char *label;         /* XLA label / tag */
   char *shape;
-  char *allocation_type; /* TPU "Allocation type", "Entry Parameter" for parameters */
-  char *group;           /* the operator path hbm groups by (the layer) */
-  int parameter;         /* "Entry Parameter Subshape" / allocation type parameter */
+  char *allocation_type;  /* TPU "Allocation type", "Entry Parameter" for parameters */
+  char *group;            /* the operator path hbm groups by (the layer) */
+  int parameter;          /* "Entry Parameter Subshape" / allocation type parameter */
+  char *instruction;      /* the HLO instruction that defines it: from the text (TPU's XLA
+                             label) or from the module (hbm_oom_text_add_module); NULL unknown */
+  int source_from_module; /* 1: source_file/line come from the module, not from the text */
 } hbm_oom_buffer_t;
 
 typedef struct hbm_oom_process {
@@ -549,6 +553,11 @@ typedef struct hbm_oom_text {
    * written (lines of text, NULL when none). */
   int unreadable[HBM_OOMF_COUNT];
   char *notes;
+  /* hbm_oom_text_add_module: the module the text was matched with ("jit_f"), its file, and
+   * what was found there (a sentence); NULL when none. */
+  char *module;
+  char *module_file;
+  char *module_finding;
 } hbm_oom_text_t;
 
 /* Finds the first out-of-memory error in `data` and parses what is around it. Returns NULL
@@ -566,6 +575,15 @@ const char *hbm_oom_field_name(hbm_oom_field_t field);
 hbm_status_t hbm_oom_text_explain(const hbm_oom_text_t *t, FILE *out);
 /* The parsed numbers, cause and buffers as JSON. */
 hbm_status_t hbm_oom_text_json(const hbm_oom_text_t *t, FILE *out);
+/* Adds what the program's compiled module tells about t (`hbm explain --module PATH`). PATH
+ * is an XLA dump directory (XLA_FLAGS=--xla_dump_to), one of its files, or a module's HLO text
+ * (compiled.as_text()). A listed buffer without a source line gets one when the instructions
+ * that may define it (its instruction name, else its op_name, opcode and shape) all have the
+ * same line, from their metadata or the module's stack frames; a text that lists no buffers
+ * but names the bytes that failed gets the buffers XLA's dump shows live at the peak of the
+ * one module with an allocation of exactly that size. Nothing is guessed: what cannot be told
+ * is said in t->notes. Errors: PATH unreadable, or no module in it. */
+hbm_status_t hbm_oom_text_add_module(hbm_oom_text_t *t, const char *path);
 /* The peak buffers as a plan profile (one step: the peak) with the OOM as its event; a text
  * that lists no buffers gives its totals instead (XLA's parameter / output / temp rows, TPU's
  * usage rows, what PyTorch allocated, the BFC allocator's InUse), one buffer each. */

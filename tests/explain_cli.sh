@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # explain_cli.sh — `hbm explain` as a user runs it: a file, standard input, --json, a text
-# with no OOM (exit 1 and a clear message), a bad flag (exit 2), and --logdir giving a profile
-# that `hbm report` reads. Arguments: the hbm binary, the source dir, the build dir.
+# with no OOM (exit 1 and a clear message), a bad flag (exit 2), --logdir giving a profile
+# that `hbm report` reads, and --module with XLA's dump (a source line from its stack frames;
+# a path with no module: exit 1). Arguments: the hbm binary, the source dir, the build dir.
 set -euo pipefail
 hbm="$1"
 src="$2"
@@ -49,4 +50,16 @@ grep -q "buffers live at the peak, largest first (3)" <<<"$out" || fail "report 
 # and hbm report reads the pasted text itself
 out="$("$hbm" report "$data/xla_tpu_compile_hbm.txt")" || fail "report of the text: exit $?"
 grep -q "Llama/layers_0/" <<<"$out" || fail "report of the text"
+# --module: JAX 0.10's CPU text names only the bytes; the dump gives the module, the buffers
+# at its peak and the line of the program that sorts (oom_cpu.py line 4).
+out="$("$hbm" explain "$data/xla_cpu_oom.txt" --module "$data/xla_cpu_dump")" || fail "--module: exit $?"
+grep -q "allocation 30 (preallocated-temp) of module jit_f" <<<"$out" || fail "--module: no module line"
+grep -q "jit(f)/jit(sort)/sort  (/tmp/hbm-explain/oom_cpu.py:4, from the module)" <<<"$out" ||
+  fail "--module: no source line: $out"
+set +e
+msg="$("$hbm" explain "$data/xla_cpu_oom.txt" --module "$tmp" 2>&1)"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || fail "--module without a module: exit $rc, expected 1"
+grep -q "no module in it" <<<"$msg" || fail "--module without a module: message '$msg'"
 echo "explain_cli: ok"

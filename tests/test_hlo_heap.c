@@ -1,6 +1,7 @@
 /* test_hlo_heap.c — the heap simulator (XLA's GlobalDecreasingSizeBestFitHeap): offsets
  * worked out by hand (largest first, smallest gap that fits, the gap up to the top of the
- * heap, alignment), and on random inputs: buffers live at the same time never share bytes,
+ * heap, alignment; XLA's choice of the smaller of its spatial and temporal orders), and on
+ * random inputs: buffers live at the same time never share bytes,
  * offsets are aligned, the heap holds at least the live peak, results are deterministic, and
  * every offset is the one a plain quadratic implementation of the algorithm gives (the fast
  * one must never change a plan). */
@@ -92,6 +93,46 @@ static void shared_chunks_place_together(void **state) {
   expect_offsets(iv, 4, 1, offsets, 140);
 }
 
+/* XLA keeps the smaller of its two orders' heaps (ChooseBestHeapAlgorithm). By hand:
+ *   a [4,5) 50, b [1,5) 20, c [0,2) 60, d [4,5) 20.
+ * Spatial (size first): c at 0; a at 0 (c is gone by then); b over c and a, at 60; d over
+ * a (0-50) and b (60-80): the 10-byte gap is too small, on top at 80: heap 100.
+ * Temporal (longest-lived first): b at 0; c over b at 20; a over b at 20 (the gap up to the
+ * top, 60 bytes, holds it); d over b and a (20-70): the gap up to the top is 10, on top at
+ * 70: heap 90, the one kept. */
+static void the_smaller_of_both_orders(void **state) {
+  (void)state;
+  const hlo_interval_t four[] = {
+      {4, 5, 50, 0, 0}, {1, 5, 20, 0, 0}, {0, 2, 60, 0, 0}, {4, 5, 20, 0, 0}};
+  hlo_interval_t iv[4];
+  memcpy(iv, four, sizeof iv);
+  const uint64_t spatial[] = {0, 60, 0, 80};
+  expect_offsets(iv, 4, 1, spatial, 100);
+  memcpy(iv, four, sizeof iv);
+  uint64_t heap;
+  assert_int_equal(hbm__hlo_best_fit_order(iv, 4, 1, NULL, HLO_HEAP_TEMPORAL, &heap), HBM_OK);
+  assert_true(heap == 90);
+  memcpy(iv, four, sizeof iv);
+  assert_int_equal(hbm__hlo_best_fit_events(iv, 4, 1, NULL, &heap), HBM_OK);
+  const uint64_t temporal[] = {20, 0, 20, 70};
+  for (size_t i = 0; i < 4; i++)
+    assert_true(iv[i].offset == temporal[i]);
+  assert_true(heap == 90);
+  /* The spatial plan is kept where the temporal one is larger: chain_by_hand's intervals,
+   * longest first: a at 0, d (over a) at 4096, c (over a, d) at 4160, b (over a and c; the
+   * 64 bytes between them too few) on top at 12352: 16448 against the spatial 16384. */
+  hlo_interval_t chain[] = {{2, 6, 4096, 0, 0}, {3, 5, 4096, 0, 0}, {4, 7, 8192, 0, 0},
+                            {5, 9, 64, 0, 0},   {6, 8, 256, 0, 0},  {7, 9, 64, 0, 0}};
+  hlo_interval_t copy[6];
+  memcpy(copy, chain, sizeof chain);
+  assert_int_equal(hbm__hlo_best_fit_order(copy, 6, 1, NULL, HLO_HEAP_TEMPORAL, &heap), HBM_OK);
+  assert_true(heap == 16448);
+  assert_int_equal(hbm__hlo_best_fit_events(chain, 6, 1, NULL, &heap), HBM_OK);
+  const uint64_t chain_spatial[] = {8192, 12288, 0, 12288, 8192, 8448};
+  for (size_t i = 0; i < 6; i++)
+    assert_true(chain[i].offset == chain_spatial[i]);
+}
+
 static uint64_t next_random(uint64_t *s) {
   *s ^= *s << 13;
   *s ^= *s >> 7;
@@ -172,6 +213,15 @@ static int ref_order(const void *x, const void *y) {
   return a->first < b->first ? -1 : a->first > b->first;
 }
 
+static int ref_order_temporal(const void *x, const void *y) {
+  const ref_group_t *a = x, *b = y;
+  if (a->span != b->span)
+    return a->span > b->span ? -1 : 1;
+  if (a->size != b->size)
+    return a->size > b->size ? -1 : 1;
+  return a->first < b->first ? -1 : a->first > b->first;
+}
+
 static int by_offset(const void *x, const void *y) {
   const uint64_t *a = x, *b = y; /* {offset, end} */
   return a[0] < b[0] ? -1 : a[0] > b[0];
@@ -203,16 +253,18 @@ static size_t ref_groups(const hlo_interval_t *iv, size_t n, ref_group_t *g, uin
   return n_groups;
 }
 
-/* For each group, largest first: every placed interval overlapping a member in time, sorted
- * by offset; the smallest gap between them (aligned ends) that holds the group, counting the
- * gap up to the heap's top, ties to the lowest; else above them all. */
-static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment) {
+/* For each group, largest first (longest-lived first in the temporal order): every placed
+ * interval overlapping a member in time, sorted by offset; the smallest gap between them
+ * (aligned ends) that holds the group, counting the gap up to the heap's top, ties to the
+ * lowest; else above them all. */
+static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                   hlo_heap_order_t how) {
   ref_group_t *g = calloc(n + 1, sizeof *g);
   uint32_t *members = calloc(n + 1, sizeof *members);
   bool *placed = calloc(n + 1, sizeof *placed);
   uint64_t *found = calloc(2 * n + 2, sizeof *found);
   size_t n_groups = ref_groups(iv, n, g, members);
-  qsort(g, n_groups, sizeof *g, ref_order);
+  qsort(g, n_groups, sizeof *g, how == HLO_HEAP_TEMPORAL ? ref_order_temporal : ref_order);
   uint64_t top = 0;
   for (size_t k = 0; k < n_groups; k++) {
     size_t n_found = 0;
@@ -302,10 +354,11 @@ static void same_offsets_as_the_reference(void **state) {
     size_t n = sizes[round % 8];
     uint32_t steps = 1 + (uint32_t)(next_random(&seed) % (round % 3 == 0 ? 30 : 3000));
     uint64_t alignment = alignments[(round / 8) % 4];
-    random_case(iv, n, steps, round % 4, &seed);
+    hlo_heap_order_t how = round % 2 ? HLO_HEAP_TEMPORAL : HLO_HEAP_SPATIAL;
+    random_case(iv, n, steps, (round / 2) % 4, &seed);
     memcpy(ref, iv, n * sizeof *iv);
-    uint64_t heap, want = reference_best_fit(ref, n, alignment);
-    assert_int_equal(hbm__hlo_best_fit(iv, n, alignment, &heap), HBM_OK);
+    uint64_t heap, want = reference_best_fit(ref, n, alignment, how);
+    assert_int_equal(hbm__hlo_best_fit_order(iv, n, alignment, NULL, how, &heap), HBM_OK);
     for (size_t i = 0; i < n; i++)
       if (iv[i].offset != ref[i].offset)
         fail_msg("round %d (n %zu, %u steps, alignment %llu): interval %zu [%u,%u) size %llu "
@@ -321,6 +374,36 @@ static void same_offsets_as_the_reference(void **state) {
   free(ref);
 }
 
+/* XLA's choice on random inputs: the smaller of the two reference heaps, the spatial one on a
+ * tie, with that order's offsets. */
+static void choice_is_the_smaller_reference(void **state) {
+  (void)state;
+  uint64_t seed = 0x853c49e6748fea9bull;
+  hlo_interval_t *iv = calloc(700, sizeof *iv), *sp = calloc(700, sizeof *sp),
+                 *tp = calloc(700, sizeof *tp);
+  int temporal_won = 0;
+  for (int round = 0; round < 64; round++) {
+    size_t n = 2 + (size_t)(next_random(&seed) % 698);
+    uint32_t steps = 1 + (uint32_t)(next_random(&seed) % (round % 2 ? 40 : 2000));
+    random_case(iv, n, steps, round % 4, &seed);
+    memcpy(sp, iv, n * sizeof *iv);
+    memcpy(tp, iv, n * sizeof *iv);
+    uint64_t want_sp = reference_best_fit(sp, n, 8, HLO_HEAP_SPATIAL);
+    uint64_t want_tp = reference_best_fit(tp, n, 8, HLO_HEAP_TEMPORAL), heap;
+    const hlo_interval_t *want = want_tp < want_sp ? tp : sp;
+    temporal_won += want_tp < want_sp;
+    assert_int_equal(hbm__hlo_best_fit_events(iv, n, 8, NULL, &heap), HBM_OK);
+    assert_true(heap == (want_tp < want_sp ? want_tp : want_sp));
+    for (size_t i = 0; i < n; i++)
+      assert_true(iv[i].offset == want[i].offset);
+  }
+  assert_true(temporal_won > 0); /* both branches of the choice were taken */
+  assert_true(temporal_won < 64);
+  free(iv);
+  free(sp);
+  free(tp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_by_hand),
@@ -330,6 +413,8 @@ int main(void) {
       cmocka_unit_test(shared_chunks_place_together),
       cmocka_unit_test(random_placements_never_overlap),
       cmocka_unit_test(same_offsets_as_the_reference),
+      cmocka_unit_test(the_smaller_of_both_orders),
+      cmocka_unit_test(choice_is_the_smaller_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

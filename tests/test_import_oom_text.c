@@ -47,6 +47,17 @@ typedef struct expect {
 } expect_t;
 
 static const expect_t expects[] = {
+    /* ---- XLA on CPU ---- */
+    /* JAX 0.10.2's own text (tests/data/explain/xla_cpu_dump/oom_cpu.py run under ulimit -v
+     * 5000000): the host did not give the 7200000000 bytes; nothing else in it. */
+    {"xla_cpu_oom.txt",
+     HBM_OOM_XLA_CPU,
+     13,
+     "over_limit",
+     0,
+     NULL,
+     0,
+     {F(REQUESTED, 7200000000), END}},
     /* ---- XLA on GPU ---- */
     /* No numbers but the request; 8 GiB is no small request: over the limit. */
     {"xla_gpu_bare.txt",

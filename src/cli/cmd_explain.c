@@ -1,9 +1,10 @@
-/* cmd_explain.c — `hbm explain [FILE|-] [--json] [--logdir DIR]`: reads the text of an
- * out-of-memory error as users paste it (XLA on GPU or TPU, PyTorch, TensorFlow; a whole
- * traceback or log around it is fine) and says what it means: the framework's first line,
- * the numbers, the cause, the fixes, the peak buffers by operator path. --logdir also saves
- * the peak buffers as a profile for `hbm view`. Exit status: 0 explained, 1 no OOM in the
- * text (or unreadable), 2 usage error. */
+/* cmd_explain.c — `hbm explain [FILE|-] [--json] [--logdir DIR] [--module PATH]`: reads the
+ * text of an out-of-memory error as users paste it (XLA on GPU, TPU or CPU, PyTorch,
+ * TensorFlow; a whole traceback or log around it is fine) and says what it means: the
+ * framework's first line, the numbers, the cause, the fixes, the peak buffers by operator
+ * path. --module adds the source lines the program's compiled module knows (an XLA dump or
+ * HLO text); --logdir also saves the peak buffers as a profile for `hbm view`. Exit status: 0
+ * explained, 1 no OOM in the text (or unreadable, or the module unreadable), 2 usage error. */
 #include "cli.h"
 
 #include <errno.h>
@@ -16,19 +17,26 @@
 typedef struct options {
   const char *path; /* NULL or "-": standard input */
   const char *logdir;
+  const char *module;
   bool json;
 } options_t;
 
 static void print_usage(FILE *out) {
   fprintf(out,
-          "usage: hbm explain [FILE|-] [--json] [--logdir DIR]\n\n"
+          "usage: hbm explain [FILE|-] [--json] [--logdir DIR] [--module PATH]\n\n"
           "Explains a pasted out-of-memory error (from a file, or standard input): XLA on GPU\n"
-          "(RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...) or TPU (Allocation\n"
-          "... would exceed memory, Ran out of memory in memory space hbm), PyTorch (CUDA out of\n"
-          "memory. Tried to allocate ...) or TensorFlow (OOM when allocating tensor ...). A\n"
-          "whole traceback or log around it is fine.\n\n"
-          "  --json        the parsed numbers, cause, fixes and buffers as JSON\n"
-          "  --logdir DIR  also save the peak buffers as a profile under DIR for hbm view\n");
+          "(RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...), TPU (Allocation\n"
+          "... would exceed memory, Ran out of memory in memory space hbm) or CPU (Out of memory\n"
+          "allocating N bytes), PyTorch (CUDA out of memory. Tried to allocate ...) or\n"
+          "TensorFlow (OOM when allocating tensor ...). A whole traceback or log around it is\n"
+          "fine.\n\n"
+          "  --json         the parsed numbers, cause, fixes and buffers as JSON\n"
+          "  --logdir DIR   also save the peak buffers as a profile under DIR for hbm view\n"
+          "  --module PATH  the program's compiled module: the directory XLA_FLAGS=\n"
+          "                 --xla_dump_to=PATH wrote, one of its files, or HLO text; gives the\n"
+          "                 buffers their source file:line from it (JAX 0.5+ puts them there,\n"
+          "                 not in the error), and the buffers at the peak when the text names\n"
+          "                 only the bytes that failed\n");
 }
 
 static int parse_options(int argc, char **argv, options_t *o) {
@@ -38,6 +46,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
       o->json = true;
     } else if (!strcmp(a, "--logdir") && i + 1 < argc) {
       o->logdir = argv[++i];
+    } else if (!strcmp(a, "--module") && i + 1 < argc) {
+      o->module = argv[++i];
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       print_usage(stdout);
       return -1;
@@ -122,6 +132,11 @@ int hbm_cmd_explain(int argc, char **argv) {
   free(data);
   if (!t)
     return cli_fail("explain", 1, "%s", hbm_last_error());
+  if (o.module && hbm_oom_text_add_module(t, o.module) != HBM_OK) {
+    rc = cli_fail("explain", 1, "%s", hbm_last_error());
+    hbm_oom_text_free(t);
+    return rc;
+  }
   hbm_status_t s = o.json ? hbm_oom_text_json(t, stdout) : hbm_oom_text_explain(t, stdout);
   rc = s == HBM_OK ? 0 : cli_fail("explain", 1, "%s", hbm_last_error());
   if (!rc && o.logdir)

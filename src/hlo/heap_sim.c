@@ -462,17 +462,21 @@ typedef struct order_key {
   uint32_t start, end; /* of a group of one: so placing it reads no interval */
 } order_key_t;
 
-/* Byte d of a key's sort order: durations (bytes 0-3) then sizes (4-11), inverted so that
- * larger ones come first. */
-static unsigned key_byte(const order_key_t *k, unsigned d) {
+/* Byte d of a key's sort order, least significant first, inverted so that larger ones come
+ * first. Spatial: durations (bytes 0-3) then sizes (4-11); temporal: sizes (0-7) then
+ * durations (8-11). */
+static unsigned key_byte(const order_key_t *k, unsigned d, hlo_heap_order_t how) {
+  if (how == HLO_HEAP_TEMPORAL)
+    return 255u - (unsigned)(((d < 8 ? k->size : k->duration) >> (8 * (d < 8 ? d : d - 8))) & 0xff);
   uint64_t v = d < 4 ? k->duration : k->size;
   return 255u - (unsigned)((v >> (8 * (d < 4 ? d : d - 4))) & 0xff);
 }
 
-/* Sorts keys made in index order by size (largest first), then duration (longest first),
- * ties staying in index order: a stable radix sort on the bytes of the duration, then of the
- * size, skipping the bytes every key shares. */
-static bool sort_placement(order_key_t *keys, size_t n) {
+/* Sorts keys made in index order by XLA's spatial order (size, largest first, then duration,
+ * longest first) or its temporal one (duration, then size), ties staying in index order: a
+ * stable radix sort on the bytes of the secondary key, then of the primary, skipping the bytes
+ * every key shares. */
+static bool sort_placement(order_key_t *keys, size_t n, hlo_heap_order_t how) {
   order_key_t *tmp = malloc(n * sizeof *tmp);
   size_t(*count)[256] = calloc(12, sizeof *count);
   if (!tmp || !count) {
@@ -482,7 +486,7 @@ static bool sort_placement(order_key_t *keys, size_t n) {
   }
   for (size_t i = 0; i < n; i++)
     for (unsigned d = 0; d < 12; d++)
-      count[d][key_byte(&keys[i], d)]++;
+      count[d][key_byte(&keys[i], d, how)]++;
   order_key_t *from = keys, *to = tmp;
   for (unsigned d = 0; d < 12; d++) {
     size_t at = 0;
@@ -496,7 +500,7 @@ static bool sort_placement(order_key_t *keys, size_t n) {
     if (trivial)
       continue;
     for (size_t i = 0; i < n; i++)
-      to[count[d][key_byte(&from[i], d)]++] = from[i];
+      to[count[d][key_byte(&from[i], d, how)]++] = from[i];
     order_key_t *t = from;
     from = to;
     to = t;
@@ -508,10 +512,10 @@ static bool sort_placement(order_key_t *keys, size_t n) {
   return true;
 }
 
-/* The groups in placement order: by their largest member, then the span they cover, then
- * their first interval. */
+/* The groups in placement order: by their largest member, then the span they cover (the
+ * temporal order: the span, then the largest member), then their first interval. */
 static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const heap_groups_t *g,
-                                    const uint32_t *ev) {
+                                    const uint32_t *ev, hlo_heap_order_t how) {
   order_key_t *order = malloc((g->n + 1) * sizeof *order);
   uint32_t *group_at = malloc(n * sizeof *group_at); /* first interval → its group */
   bool ok = order && group_at;
@@ -541,7 +545,7 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
     order[m++] = (order_key_t){size, span, (uint32_t)i, k, g->count[k], lo, hi};
   }
   free(group_at);
-  if (ok && sort_placement(order, m))
+  if (ok && sort_placement(order, m, how))
     return order;
   free(order);
   return NULL;
@@ -674,12 +678,24 @@ static int8_t *sub_levels_needed(const heap_state_t *h, const hlo_interval_t *iv
   return after;
 }
 
+static hbm_status_t best_fit_below(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                   const uint32_t *ev, hlo_heap_order_t how, uint64_t limit,
+                                   uint64_t *heap);
+
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap) {
-  return hbm__hlo_best_fit_events(iv, n, alignment, NULL, heap);
+  return hbm__hlo_best_fit_order(iv, n, alignment, NULL, HLO_HEAP_SPATIAL, heap);
 }
 
-hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
-                                      const uint32_t *ev, uint64_t *heap) {
+hbm_status_t hbm__hlo_best_fit_order(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                     const uint32_t *ev, hlo_heap_order_t how, uint64_t *heap) {
+  return best_fit_below(iv, n, alignment, ev, how, UINT64_MAX, heap);
+}
+
+/* Places the intervals in order `how`; stops (its plan unfinished, *heap at least `limit`)
+ * once the heap reaches `limit`: such a plan cannot be the smaller one. */
+static hbm_status_t best_fit_below(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                   const uint32_t *ev, hlo_heap_order_t how, uint64_t limit,
+                                   uint64_t *heap) {
   *heap = 0;
   if (n == 0)
     return HBM_OK;
@@ -690,11 +706,11 @@ hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t ali
   order_key_t *order = NULL;
   bool ok = build_tree(&h, iv, n) && make_groups(iv, n, &g);
   if (ok)
-    ok = (order = placement_order(iv, n, &g, ev)) != NULL;
+    ok = (order = placement_order(iv, n, &g, ev, how)) != NULL;
   int8_t *levels_after = ok ? sub_levels_needed(&h, iv, order, &g) : NULL;
   ok = ok && levels_after;
   uint64_t top = 0;
-  for (size_t k = 0; ok && k < g.n; k++) {
+  for (size_t k = 0; ok && k < g.n && top < limit; k++) {
     h.sub_levels = levels_after[k];
     ok = place_group(&h, iv, &order[k], &g, alignment, &top);
   }
@@ -706,6 +722,28 @@ hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t ali
   free(g.first);
   free(g.count);
   return ok ? HBM_OK : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
+}
+
+/* XLA's BufferAssigner runs GlobalDecreasingSizeBestFitHeap in both orders, spatial then
+ * temporal, and keeps the first of the smallest heaps (ChooseBestHeapAlgorithm), unless a
+ * backend gives its own order (neither CPU nor GPU does). */
+hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                      const uint32_t *ev, uint64_t *heap) {
+  hbm_status_t st = hbm__hlo_best_fit_order(iv, n, alignment, ev, HLO_HEAP_SPATIAL, heap);
+  if (st != HBM_OK || n < 2)
+    return st;
+  hlo_interval_t *temporal = malloc(n * sizeof *temporal);
+  if (!temporal)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
+  memcpy(temporal, iv, n * sizeof *temporal);
+  uint64_t heap_t = 0;
+  st = best_fit_below(temporal, n, alignment, ev, HLO_HEAP_TEMPORAL, *heap, &heap_t);
+  if (st == HBM_OK && heap_t < *heap) {
+    memcpy(iv, temporal, n * sizeof *iv);
+    *heap = heap_t;
+  }
+  free(temporal);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -463,8 +463,15 @@ typedef struct hlo_interval {
  * share are placed together (at their largest's turn) in a gap free during each of them, as
  * XLA places colocated buffers. Returns the heap size in *heap. */
 hbm_status_t hbm__hlo_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment, uint64_t *heap);
-/* The same where ties in size are broken by the spans in XLA's event time (ev[2i], ev[2i+1]:
- * the interval's alloc and free events) instead of steps; ev may be NULL. */
+/* XLA's two placement orders: spatial (size, then duration) and temporal (duration, then
+ * size); ties in both go to the earlier interval. */
+typedef enum { HLO_HEAP_SPATIAL, HLO_HEAP_TEMPORAL } hlo_heap_order_t;
+/* hbm__hlo_best_fit in either order, with durations counted in XLA's event time (ev[2i],
+ * ev[2i+1]: the interval's alloc and free events) instead of steps; ev may be NULL. */
+hbm_status_t hbm__hlo_best_fit_order(hlo_interval_t *iv, size_t n, uint64_t alignment,
+                                     const uint32_t *ev, hlo_heap_order_t how, uint64_t *heap);
+/* XLA's choice (ChooseBestHeapAlgorithm): both orders, the smaller heap kept (the spatial one
+ * on a tie), its offsets in iv. */
 hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
                                       const uint32_t *ev, uint64_t *heap);
 

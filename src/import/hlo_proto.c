@@ -272,6 +272,11 @@ static int64_t trace_for_color(const hlo_ctx_t *c, int64_t color) {
 
 /* ---- the replay ---- */
 
+/* The heap while events are replayed: exact, whatever a hostile file's sizes (each below 2^63,
+ * fewer than 2^64 of them: a 128-bit sum never wraps); the peak saturates at HBM_BYTES_MAX
+ * only when it is read out. */
+typedef unsigned __int128 heap_bytes_t;
+
 static bool open_interval(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, int64_t step,
                           uint64_t size, hbm_category_t category, uint32_t flags) {
   xprof_buffer_t *x = xprof_add_buffer(s);
@@ -281,7 +286,7 @@ static bool open_interval(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, int64
   x->group = b->group, x->source = b->source, x->stack = b->stack;
   x->size = size;
   x->unpadded = b->unpadded;
-  x->offset = (b->alloc ? c->alloc_base[b->alloc_pos] : 0) + b->offset;
+  x->offset = hbm__end_of(b->alloc ? c->alloc_base[b->alloc_pos] : 0, b->offset);
   x->start = step;
   x->end = -1;
   x->category = category;
@@ -303,9 +308,8 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
       if (b && b->proto->size > (best ? best->proto->size : 0))
         best = b;
     }
-    uint64_t size = a->size > 0 ? (uint64_t)a->size : 0;
-    size = size < ((uint64_t)1 << 48) ? size : (uint64_t)1 << 48;
-    *total += size;
+    uint64_t size = a->size > 0 ? (uint64_t)a->size : 0; /* a corrupt file's negative size */
+    *total = hbm__bytes_add(*total, size);
     lbuf_t none = {0};
     char name[48];
     if (!best) {
@@ -323,11 +327,11 @@ static bool add_indefinite(hlo_ctx_t *c, xprof_space_t *s, int64_t color, uint64
   return true;
 }
 
-static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, int64_t *heap) {
+static void close_interval(xprof_space_t *s, lbuf_t *b, int64_t step, heap_bytes_t *heap) {
   if (b->open < 0)
     return;
   s->buffers[b->open].end = step;
-  *heap -= (int64_t)s->buffers[b->open].size;
+  *heap -= s->buffers[b->open].size;
   b->open = -1;
 }
 
@@ -338,11 +342,11 @@ static uint64_t size_of(const lbuf_t *b) {
 }
 
 static bool increase(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, lbuf_t *holder, int64_t step,
-                     int64_t *heap) {
+                     heap_bytes_t *heap) {
   if (holder->open >= 0)
     return true;
-  uint64_t size = size_of(b) < ((uint64_t)1 << 48) ? size_of(b) : (uint64_t)1 << 48;
-  *heap += (int64_t)size;
+  uint64_t size = size_of(b);
+  *heap += size;
   if (!open_interval(c, s, b, step, size, category_of(b->alloc), 0))
     return false;
   holder->open = b->open;
@@ -364,7 +368,7 @@ static void problem(hlo_ctx_t *c, size_t event, const char *what) {
 }
 
 static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimulatorTrace__Event *e,
-                         int64_t step, int64_t *heap) {
+                         int64_t step, heap_bytes_t *heap) {
   lbuf_t *b = lbuf(c, e->buffer_id);
   if (!b)
     return true;
@@ -398,7 +402,7 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
 }
 
 static uint64_t alloc_size(const HbmHlo__BufferAllocationProto *a) {
-  return a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
+  return a->size > 0 ? (uint64_t)a->size : 0;
 }
 
 /* The colour's allocations laid end to end (each buffer's address is its allocation's start
@@ -412,7 +416,7 @@ static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
     if (!shown_in(a, color))
       continue;
     c->alloc_base[i] = end;
-    end += alloc_size(a);
+    end = hbm__bytes_add(end, alloc_size(a));
   }
   return end;
 }
@@ -436,7 +440,7 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
   s->step_labels = calloc(n + 1, sizeof *s->step_labels);
   if (!s->step_labels)
     return false;
-  int64_t heap = 0, peak = 0;
+  heap_bytes_t heap = 0, peak = 0;
   for (size_t e = 0; e < n; e++) {
     const char *name = tr->events[e]->instruction_name;
     s->step_labels[e] = hbm_intern(c->im->strings, name ? name : "");
@@ -447,7 +451,7 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
   if (!n) /* a label like an instruction's: the report and the page put it in brackets */
     s->step_labels[0] = hbm_intern(c->im->strings, "no heap-simulator trace");
   s->n_steps = n ? (int64_t)n : 1;
-  s->peak = (uint64_t)peak + indefinite;
+  s->peak = hbm__bytes_add(peak < HBM_BYTES_MAX ? (uint64_t)peak : HBM_BYTES_MAX, indefinite);
   return color != VMEM_COLOR || !c->scoped || xprof_add_scoped(c->im, s, c->scoped, c->scoped_by);
 }
 

@@ -291,16 +291,16 @@ xla_sizes_t hlo_proto_xla_sizes(const HbmHlo__BufferAssignmentProto *ba) {
   xla_sizes_t s = {0};
   for (size_t i = 0; ba && i < ba->n_buffer_allocations; i++) {
     const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    uint64_t size = a->size > 0 && a->size < ((int64_t)1 << 48) ? (uint64_t)a->size : 0;
+    uint64_t size = a->size > 0 ? (uint64_t)a->size : 0; /* totals saturate, never wrap */
     if (a->color == HOST_COLOR)
       continue;
     if (a->is_entry_computation_parameter)
-      s.argument_bytes += size;
+      s.argument_bytes = hbm__bytes_add(s.argument_bytes, size);
     if (a->maybe_live_out)
-      s.output_bytes += size;
+      s.output_bytes = hbm__bytes_add(s.output_bytes, size);
     if (!a->is_entry_computation_parameter && !a->maybe_live_out && !a->is_thread_local &&
         !a->is_constant)
-      s.temp_bytes += size;
+      s.temp_bytes = hbm__bytes_add(s.temp_bytes, size);
   }
   return s;
 }

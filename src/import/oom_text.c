@@ -443,7 +443,7 @@ hbm_oom_buffer_t *hbm__oom_add_buffer(hbm_oom_text_t *t) {
 }
 
 static const char *const kind_names[HBM_OOM_KIND_COUNT] = {"XLA on GPU", "XLA on TPU", "PyTorch",
-                                                           "TensorFlow"};
+                                                           "TensorFlow", "XLA on CPU"};
 
 const char *hbm_oom_kind_name(hbm_oom_kind_t kind) {
   return (unsigned)kind < HBM_OOM_KIND_COUNT ? kind_names[kind] : "unknown";
@@ -493,6 +493,7 @@ static void free_buffer(hbm_oom_buffer_t *b) {
   free(b->shape);
   free(b->allocation_type);
   free(b->group);
+  free(b->instruction);
 }
 
 void hbm_oom_text_free(hbm_oom_text_t *t) {
@@ -509,6 +510,9 @@ void hbm_oom_text_free(hbm_oom_text_t *t) {
   free(t->tensor_type);
   free(t->op);
   free(t->notes);
+  free(t->module);
+  free(t->module_file);
+  free(t->module_finding);
   free(t);
 }
 
@@ -589,7 +593,8 @@ hbm_oom_text_t *hbm_oom_text_parse(const char *data, size_t len, const char *nam
     doc_free(&doc);
     hbm__error(HBM_ERR_NOT_FOUND,
                "%s: no out-of-memory error found (expected XLA's 'RESOURCE_EXHAUSTED: Out of "
-               "memory while trying to allocate', 'Allocation (size=...) would exceed memory' "
+               "memory while trying to allocate' (CPU: 'Out of memory allocating'), "
+               "'Allocation (size=...) would exceed memory' "
                "or 'Ran out of memory in memory space', PyTorch's 'CUDA out of memory. Tried "
                "to allocate', or TensorFlow's 'OOM when allocating tensor')",
                name);

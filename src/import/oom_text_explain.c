@@ -149,6 +149,7 @@ static text_cause_t classify(const hbm_oom_text_t *t) {
       return TC_TOO_LARGE;
     return TC_OVER_LIMIT;
   case HBM_OOM_PYTORCH: return classify_pytorch(t);
+  case HBM_OOM_XLA_CPU: return TC_OVER_LIMIT; /* the host gave no more */
   default:
     if (has(t, HBM_OOMF_LIMIT) && val(t, HBM_OOMF_LIMIT) > 0)
       return classify_limit(t);
@@ -232,6 +233,14 @@ static void cause_over_limit(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
   if ((t->kind == HBM_OOM_XLA_TPU && over_limit_tpu(sb, t)) ||
       (t->kind == HBM_OOM_PYTORCH && over_limit_pytorch(sb, t)))
     return;
+  if (t->kind == HBM_OOM_XLA_CPU) {
+    hbm_strbuf_printf(sb,
+                      "the host did not give XLA's CPU runtime the %s it asked for: the "
+                      "process's memory limit (ulimit -v, a container's or job's limit) or the "
+                      "machine's free memory is smaller than what the program needs then.",
+                      fmt(req, a));
+    return;
+  }
   if (has(t, HBM_OOMF_LIMIT) && has(t, HBM_OOMF_IN_USE))
     hbm_strbuf_printf(sb, "in use + request over the limit: %s in use + %s requested > limit %s.",
                       fmt(val(t, HBM_OOMF_IN_USE), a), fmt(req, b), fmt(val(t, HBM_OOMF_LIMIT), c));
@@ -347,13 +356,16 @@ static void fix(fixes_t *f, const char *text) {
 static void fixes_shrink(fixes_t *f, hbm_oom_kind_t kind) {
   fix(f, HBM_FIX_SMALLER_BATCH);
   fix(f, HBM_FIX_REMAT);
-  fix(f, HBM_FIX_SHARDING);
+  if (kind != HBM_OOM_XLA_CPU) /* the host's devices share one process's memory */
+    fix(f, HBM_FIX_SHARDING);
   if (kind == HBM_OOM_XLA_GPU)
     fix(f, HBM_FIX_MEM_FRACTION);
   if (kind == HBM_OOM_XLA_TPU || kind == HBM_OOM_XLA_GPU)
     fix(f, HBM_FIX_FREE_ARRAYS);
   if (kind == HBM_OOM_TENSORFLOW) /* a small BFC limit: often JAX took the GPU first */
     fix(f, HBM_FIX_TF_WITH_JAX);
+  if (kind == HBM_OOM_XLA_CPU) /* host memory: donated or deleted arrays free it too */
+    fix(f, HBM_FIX_FREE_ARRAYS);
 }
 
 /* PyTorch before 2.1 said "reserved in total by PyTorch" (or "cached"): it has no
@@ -550,7 +562,8 @@ static void write_buffers(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
     else if (b->parameter)
       hbm_strbuf_puts(sb, "  (entry parameter)");
     if (b->source_file)
-      hbm_strbuf_printf(sb, "  (%s:%lld)", b->source_file, (long long)b->source_line);
+      hbm_strbuf_printf(sb, "  (%s:%lld%s)", b->source_file, (long long)b->source_line,
+                        b->source_from_module ? ", from the module" : "");
     hbm_strbuf_puts(sb, "\n");
   }
   if (t->n_buffers > LISTED_BUFFERS)
@@ -562,6 +575,8 @@ static void write_explanation(hbm_strbuf_t *sb, const hbm_oom_text_t *t) {
   hbm_strbuf_printf(sb, "%s\nhbm explain: %s out-of-memory error (line %lld)\n",
                     t->headline ? t->headline : "", hbm_oom_kind_name(t->kind), (long long)t->line);
   write_numbers(sb, t);
+  if (t->module_finding)
+    hbm_strbuf_printf(sb, "  module: %s\n", t->module_finding);
   write_cause(sb, t, cause);
   fixes_t f = choose_fixes(t, cause);
   write_fixes(sb, &f);
@@ -600,6 +615,10 @@ static json_t *buffer_json(const hbm_oom_buffer_t *b) {
   json_object_set_new(o, "allocation_type", hbm__json_string(b->allocation_type));
   json_object_set_new(o, "group", hbm__json_string(b->group));
   json_object_set_new(o, "parameter", json_boolean(b->parameter));
+  json_object_set_new(o, "instruction", hbm__json_string(b->instruction));
+  json_object_set_new(o, "source_from",
+                      b->source_file ? json_string(b->source_from_module ? "module" : "text")
+                                     : json_null());
   return o;
 }
 
@@ -627,6 +646,12 @@ static json_t *text_json(const hbm_oom_text_t *t) {
   json_object_set_new(o, "tensor_shape", hbm__json_string(t->tensor_shape));
   json_object_set_new(o, "tensor_type", hbm__json_string(t->tensor_type));
   json_object_set_new(o, "op", hbm__json_string(t->op));
+  json_object_set_new(o, "module",
+                      t->module || t->module_finding
+                          ? json_pack("{s:o, s:o, s:o}", "name", hbm__json_string(t->module),
+                                      "file", hbm__json_string(t->module_file), "finding",
+                                      hbm__json_string(t->module_finding))
+                          : json_null());
   json_t *numbers = json_object();
   for (int f = 0; f < HBM_OOMF_COUNT; f++)
     if (t->known[f])
@@ -784,7 +809,9 @@ static bool add_aggregates(hbm_profile_t *p, int space, const hbm_oom_text_t *t)
 
 static bool fill_profile(hbm_profile_t *p, const hbm_oom_text_t *t, const char *name) {
   uint64_t limit = has(t, HBM_OOMF_CAPACITY) ? val(t, HBM_OOMF_CAPACITY) : val(t, HBM_OOMF_LIMIT);
-  const char *space_name = t->kind == HBM_OOM_XLA_TPU && t->device ? t->device : "HBM";
+  const char *space_name = t->kind == HBM_OOM_XLA_TPU && t->device ? t->device
+                           : t->kind == HBM_OOM_XLA_CPU            ? "host"
+                                                                   : "HBM";
   int space = hbm_profile_add_space(p, space_name, t->device ? t->device : "pasted", 0, limit);
   if (space < 0 || hbm_profile_add_step(p, 0, "out of memory") < 0)
     return false;

@@ -1,5 +1,7 @@
-/* oom_text_kinds.c — the wordings of the four frameworks' out-of-memory errors, as they
- * changed across releases, read from the clean text of oom_text.c:
+/* oom_text_kinds.c — the wordings of the frameworks' out-of-memory errors, as they changed
+ * across releases, read from the clean text of oom_text.c:
+ *   XLA on CPU: "Out of memory allocating N bytes." (JAX 0.10's CPU client when the host does
+ *     not give it a buffer: a process or container memory limit, or the machine's memory);
  *   XLA on GPU: "Out of memory while trying to allocate N bytes." (+ BufferAssignment stats,
  *     Peak buffers), "Failed to allocate request for X (NB) on device ordinal K" (older
  *     jaxlib), "cuMemAllocAsync failed to allocate N bytes" (cuda_malloc_async), and the BFC
@@ -60,6 +62,7 @@ static const headline_pattern_t headlines[] = {
     {HBM_OOM_XLA_GPU, "Out of memory while trying to allocate"},
     {HBM_OOM_XLA_GPU, "Failed to allocate request for"},
     {HBM_OOM_XLA_GPU, "cuMemAllocAsync failed to allocate"},
+    {HBM_OOM_XLA_CPU, "Out of memory allocating"},
     {HBM_OOM_XLA_TPU, "Allocation (size="},
     {HBM_OOM_XLA_TPU, "Ran out of memory in memory space"},
     {HBM_OOM_XLA_TPU, "Attempting to reserve"},
@@ -77,6 +80,10 @@ static bool confirm(const headline_pattern_t *hp, const char *at, const char *en
       !strcmp(hp->pattern, "Attempting to reserve")) {
     const char *limit = end - at > 300 ? at + 300 : end;
     return hbm__oom_search(at, limit, NULL, "That was not possible") != NULL;
+  }
+  if (hp->kind == HBM_OOM_XLA_CPU) { /* "... allocating 7200000000 bytes." only */
+    uint64_t n;
+    return hbm__oom_scan(at, end, "Out of memory allocating #", &n) != NULL;
   }
   if (!strcmp(hp->pattern, "Allocation (size="))
     return hbm__oom_search(at, end, NULL, "Allocation (size=") &&
@@ -350,8 +357,12 @@ static void parse_buffers(const oom_doc_t *doc, hbm_oom_text_t *t) {
         break; /* the list ended */
     }
   }
-  for (size_t k = 0; k < t->n_buffers; k++)
-    t->buffers[k].group = hbm__oom_group(t->buffers[k].op_name, t->buffers[k].parameter);
+  for (size_t k = 0; k < t->n_buffers; k++) {
+    hbm_oom_buffer_t *b = &t->buffers[k];
+    b->group = hbm__oom_group(b->op_name, b->parameter);
+    if (b->label && b->label[0] == '%') /* TPU: "%fusion.77 = f32[...] fusion(...)" */
+      b->instruction = dup_range(b->label + 1, b->label + strcspn(b->label, " ="));
+  }
 }
 
 /* ---- XLA on GPU ---- */
@@ -413,6 +424,15 @@ static void parse_xla_gpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom
   parse_buffers(doc, t);
 }
 
+/* ---- XLA on CPU ---- */
+
+static void parse_xla_cpu(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom_text_t *t) {
+  uint64_t req;
+  if (hbm__oom_scan(h->at, doc->text + doc->len, "Out of memory allocating #", &req))
+    hbm__oom_set(t, HBM_OOMF_REQUESTED, req);
+  set_str(&t->device, hbm__strdup("CPU (host memory)"));
+}
+
 /* ---- XLA on TPU ---- */
 
 /* "shape = 'u8[...]'" inside the #allocation brackets. */
@@ -425,6 +445,28 @@ static char *quoted_after(const char *p, const char *end, const char *key) {
     return NULL;
   const char *q = memchr(v + 1, '\'', (size_t)(end - v - 1));
   return q ? dup_range(v + 1, q) : NULL;
+}
+
+/* The instruction a TPU allocation belongs to: the name after its last " :: " (XLA writes
+ * "<no-hlo-instruction>" when there is none), else the one its tag names ("output of X@{}",
+ * "scoped memory for X"). NULL when neither says. */
+static char *tpu_allocation_instruction(const char *p, const char *end, const char *tag) {
+  const char *last = NULL;
+  for (const char *q = hbm__oom_find(p, end, " :: "); q; q = hbm__oom_find(q + 1, end, " :: "))
+    last = q + 4;
+  if (last && *last != '<' && *last != '#') {
+    const char *q = last;
+    while (q < end && !isspace((unsigned char)*q))
+      q++;
+    return dup_range(last, q);
+  }
+  static const char *const prefixes[] = {"output of ", "scoped memory for "};
+  for (size_t i = 0; tag && i < HBM_ARRAY_LEN(prefixes); i++)
+    if (!strncmp(tag, prefixes[i], strlen(prefixes[i]))) {
+      const char *name = tag + strlen(prefixes[i]);
+      return dup_range(name, name + strcspn(name, "@ "));
+    }
+  return NULL;
 }
 
 static void parse_tpu_allocation(const oom_doc_t *doc, hbm_oom_text_t *t) {
@@ -447,6 +489,7 @@ static void parse_tpu_allocation(const oom_doc_t *doc, hbm_oom_text_t *t) {
   b->size = size;
   b->shape = quoted_after(e, line_end, "shape =");
   b->label = quoted_after(e, line_end, "tag =");
+  b->instruction = tpu_allocation_instruction(e, line_end, b->label);
   b->group = hbm__oom_group(NULL, 0);
   const char *space = hbm__oom_find(e, line_end, "space=");
   if (space && !t->device) {
@@ -797,6 +840,7 @@ void hbm__oom_parse_kind(const oom_doc_t *doc, const oom_headline_t *h, hbm_oom_
   case HBM_OOM_XLA_GPU: parse_xla_gpu(doc, h, t); break;
   case HBM_OOM_XLA_TPU: parse_xla_tpu(doc, t); break;
   case HBM_OOM_PYTORCH: parse_pytorch(doc, h, t); break;
+  case HBM_OOM_XLA_CPU: parse_xla_cpu(doc, h, t); break;
   default: parse_tensorflow(doc, h, t); break;
   }
 }

@@ -468,8 +468,8 @@ typedef struct allocator_state {
   xprof_import_t *im;
   xprof_space_t *s;
   hbm_u64map_t open;
-  uint64_t live;
-  int64_t baseline; /* index of the "before the trace" buffer, -1 none */
+  unsigned __int128 live; /* exact: sizes from the file near 2^64 must not wrap it */
+  int64_t baseline;       /* index of the "before the trace" buffer, -1 none */
   uint64_t baseline_bytes;
   int64_t stack; /* index of the stack-reserved buffer, -1 none */
   uint64_t stack_bytes;
@@ -505,7 +505,7 @@ static bool track_amount(allocator_state_t *st, int64_t *index, uint64_t *bytes,
  * allocator's whenever the two can agree; the stack it reserves is another (XProf counts
  * both in an allocator's bytes in use). */
 static bool track_unseen(allocator_state_t *st, const mem_event_t *e, int64_t step) {
-  uint64_t unseen = e->in_use > st->live ? e->in_use - st->live : 0;
+  uint64_t unseen = e->in_use > st->live ? e->in_use - (uint64_t)st->live : 0;
   if ((step == 0 || unseen < st->baseline_bytes) &&
       !track_amount(st, &st->baseline, &st->baseline_bytes, unseen, step,
                     "(in use before the trace began)"))
@@ -610,7 +610,7 @@ static allocator_group_t *group_events(const space_reader_t *sr, size_t *n_group
     }
     group_of[i] = (size_t)k;
     g[k].count++;
-    uint64_t in_use = e->in_use + e->reserved;
+    uint64_t in_use = hbm__bytes_add(e->in_use, e->reserved);
     g[k].peak = in_use > g[k].peak ? in_use : g[k].peak;
   }
   hbm_u64map_free(&index);

@@ -92,12 +92,12 @@ bool xprof_add_scoped(xprof_import_t *im, xprof_space_t *s, uint64_t bytes, cons
   hbm_strbuf_free(&sb);
   b->op = hbm_intern(im->strings, by ? by : "scoped VMEM");
   b->group = hbm_intern(im->strings, "scoped VMEM");
-  b->size = b->unpadded = bytes < ((uint64_t)1 << 48) ? bytes : (uint64_t)1 << 48;
+  b->size = b->unpadded = bytes;
   b->offset = s->reserved;
   b->start = 0, b->end = -1;
   b->category = HBM_CAT_TEMPORARY;
-  s->reserved += b->size;
-  s->peak += b->size;
+  s->reserved = hbm__bytes_add(s->reserved, b->size);
+  s->peak = hbm__bytes_add(s->peak, b->size);
   return b->op && b->label && b->group;
 }
 
@@ -117,11 +117,9 @@ static int by_peak(const void *a, const void *b) {
   return x < y ? -1 : x > y; /* stable: the file's order */
 }
 
-/* Sizes come from the file: a corrupt one must not overflow the analysis's sums. 2^48 bytes
- * (256 TiB) is beyond any device; larger values are taken as that. */
-#define MAX_SIZE ((uint64_t)1 << 48)
-
-static uint64_t bounded(uint64_t v) { return v > MAX_SIZE ? MAX_SIZE : v; }
+/* Sizes come from the file: the analysis's sums saturate at HBM_BYTES_MAX (hbm.h), and so
+ * does a size, so a corrupt file's absurd one reads as "at least 8 EiB", never as less. */
+static uint64_t bounded(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
 /* A program's allocations, reserved from its first step to its last. */
 static bool reserve_steps(hbm_profile_t *p, int space, int64_t base, int64_t n, uint64_t size) {

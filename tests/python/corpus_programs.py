@@ -526,7 +526,9 @@ def _donation():
             if variant == "sgd_first":
                 return c.jit(lambda p, g: _sgd(p, g), donate_argnums=(0,)), (params, grads)
             if variant == "adam":
+                # Two moment trees of their own: JAX refuses an array donated twice.
                 m = jax.tree.map(jnp.zeros_like, params)
+                v = jax.tree.map(jnp.zeros_like, params)
 
                 def adam(p, m, v, g):
                     m = jax.tree.map(lambda a, b: 0.9 * a + 0.1 * b, m, g)
@@ -534,7 +536,7 @@ def _donation():
                     p = jax.tree.map(lambda a, b, d: a - 1e-3 * b / (jnp.sqrt(d) + 1e-8), p, m, v)
                     return p, m, v
 
-                return c.jit(adam, donate_argnums=(0, 1, 2)), (params, m, m, grads)
+                return c.jit(adam, donate_argnums=(0, 1, 2)), (params, m, v, grads)
             if variant == "unusable":
                 # Donated buffers no output can take (shapes differ): XLA warns and ignores.
                 x = c.normal(width, 8)

@@ -38,11 +38,6 @@ _CONTENDED = ["attention_grad_1_128_8_16_causal_f32", "attention_grad_1_128_8_16
               "dense_train_b8_128x1024x512x64_bf16_tanh",
               "norm_layer_grad_32x256_bf16", "norm_layer_grad_4x16x16x128_bf16"]
 KNOWN = {name: {"temp": _CONTENTION, "total": _CONTENTION} for name in _CONTENDED}
-KNOWN["attention_grad_2_256_4_16_causal_bf16"] = {
-    r: "heap packing: XLA fits the 2 MiB bf16/f32 softmax buffers of the backward pass in "
-       "three slots with the 128 KiB ones around them; hbm's order of equal-sized buffers "
-       "(ties broken by event time) needs 0.77 MB more (+10.9%); not yet explained"
-    for r in ("temp", "total")}
 
 
 def _corpus_key() -> str:
