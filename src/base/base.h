@@ -97,4 +97,29 @@ bool hbm__ends_with(const char *s, const char *suffix);
  * size overflows. */
 void *hbm__grow_array(void *items, size_t *cap, size_t need, size_t elem_size, size_t first_cap);
 
+/* ---- mapped files (mapped.c) ---- */
+
+/* A file's bytes for a reader that goes through it once: mapped read-only where the system
+ * allows (else read into memory), so the pages it has passed can be given back (they stay in
+ * the page cache; touched again, they come back from there). A gigabyte file then costs a
+ * reader what it keeps, not the file's size. */
+typedef struct hbm__mapped {
+  const uint8_t *data;
+  size_t len;
+  bool mapped;    /* a read-only mapping (else malloc'd, NUL-terminated) */
+  size_t dropped; /* bytes from the start already given back */
+} hbm__mapped_t;
+
+/* Maps path (a regular file). HBM_ERR_IO with the path when it cannot be opened or read. */
+hbm_status_t hbm__map_file(const char *path, hbm__mapped_t *m);
+/* Gives back the pages before `offset` (m may be NULL or not mapped: nothing happens). */
+void hbm__map_drop_before(hbm__mapped_t *m, size_t offset);
+/* Gives back every page read so far (a reader that jumps around calls it now and then). */
+void hbm__map_drop_all(hbm__mapped_t *m);
+void hbm__unmap(hbm__mapped_t *m);
+
+/* Memory the system can give this process now, in bytes (MemAvailable, bounded by
+ * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */
+uint64_t hbm__memory_available(void);
+
 #endif /* HBM_BASE_H */

@@ -124,26 +124,19 @@ static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t l
   return p;
 }
 
-hbm_profile_t *hbm_profile_load(const char *path) {
-  if (!path) {
-    hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
-    return NULL;
-  }
+static hbm_profile_t *load_text(const char *path) {
   char *data;
   size_t len;
   if (hbm__read_file(path, &data, &len) != HBM_OK)
     return NULL;
   hbm_profile_t *p = NULL;
   switch (detect(path, data, len)) {
-  case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
   case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
-  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
-  case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
-  case FORMAT_UNKNOWN:
+  default:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
@@ -156,4 +149,63 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   }
   free(data);
   return p;
+}
+
+/* About how much memory reading a file of this format takes, per its size (measured in
+ * BENCHMARKS.md, "Big captures"; docs/limits.md): a snapshot's profile is about 0.8 of the
+ * file, an XProf file's a fraction (most of it is device activity, not memory), an .hbmtrace
+ * profile's about 8 bytes per byte of its records once decompressed. */
+static uint64_t memory_needed(format_t format, const uint8_t *data, size_t len) {
+  switch (format) {
+  case FORMAT_TORCH_SNAPSHOT: return len;
+  case FORMAT_XPROF: return len / 4;
+  case FORMAT_TRACE: return 8 * hbm__trace_raw_bytes(data, len);
+  default: return len;
+  }
+}
+
+/* A file larger than memory allows is refused before it is read, saying so in bytes. */
+static hbm_status_t check_memory(const char *path, format_t format, const uint8_t *data,
+                                 size_t len) {
+  uint64_t need = memory_needed(format, data, len), avail = hbm__memory_available();
+  if (!avail || need <= avail)
+    return HBM_OK;
+  char a[32], b[32], c[32];
+  return hbm__error(HBM_ERR_HOST_MEMORY,
+                    "%s: a file of %s (%zu bytes); reading it takes about %s of memory and this "
+                    "machine has %s available now: refused before starting (docs/limits.md)",
+                    path, hbm_format_bytes(len, a, sizeof a), len,
+                    hbm_format_bytes(need, b, sizeof b), hbm_format_bytes(avail, c, sizeof c));
+}
+
+/* Binary formats are read from a mapping of the file, whose pages go back as the reader passes
+ * them; text formats from a copy in memory (their parsers want it NUL-terminated). */
+hbm_profile_t *hbm_profile_load(const char *path) {
+  if (!path) {
+    hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
+    return NULL;
+  }
+  hbm__mapped_t in;
+  if (hbm__map_file(path, &in) != HBM_OK)
+    return NULL;
+  format_t format = FORMAT_UNKNOWN;
+  if (hbm__trace_is(in.data, in.len))
+    format = FORMAT_TRACE;
+  else if (hbm__xprof_is(path, in.data, in.len))
+    format = FORMAT_XPROF;
+  else if (pk_looks_like_pickle(in.data, in.len))
+    format = FORMAT_TORCH_SNAPSHOT;
+  hbm_profile_t *p = NULL;
+  if (format != FORMAT_UNKNOWN && check_memory(path, format, in.data, in.len) != HBM_OK) {
+    hbm__unmap(&in);
+    return NULL;
+  }
+  switch (format) {
+  case FORMAT_TRACE: p = hbm__trace_parse(in.data, in.len, path, 0); break;
+  case FORMAT_XPROF: p = hbm__xprof_load(path, in.data, in.len); break;
+  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load(in.data, in.len, path, &in); break;
+  default: break;
+  }
+  hbm__unmap(&in);
+  return format == FORMAT_UNKNOWN ? load_text(path) : p;
 }

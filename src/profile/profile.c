@@ -109,18 +109,23 @@ int hbm_profile_find_space(const hbm_profile_t *p, const char *name, const char 
 }
 
 int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *label) {
-  size_t cap_label = p->cap_steps;
-  if (!GROW(p, step_time, p->n_steps, cap_steps) ||
-      !grow_array((void **)&p->step_label, &cap_label, (size_t)p->n_steps + 1,
-                  sizeof *p->step_label)) {
+  if (!GROW(p, step_time, p->n_steps, cap_steps)) {
     out_of_memory("a step");
     return -1;
   }
   const char *l = hbm_intern(p->strings, label);
   if (label && !l)
     return -1;
+  if (l || p->step_label) { /* labels take memory only in profiles that have some */
+    size_t had = p->cap_labels;
+    if (!GROW(p, step_label, p->n_steps, cap_labels)) {
+      out_of_memory("a step");
+      return -1;
+    }
+    memset(p->step_label + had, 0, (p->cap_labels - had) * sizeof *p->step_label);
+    p->step_label[p->n_steps] = l;
+  }
   p->step_time[p->n_steps] = time_ns;
-  p->step_label[p->n_steps] = l;
   return p->n_steps++;
 }
 
@@ -340,7 +345,7 @@ int64_t hbm_profile_step_time(const hbm_profile_t *p, int64_t step) {
 }
 
 const char *hbm_profile_step_label(const hbm_profile_t *p, int64_t step) {
-  return step >= 0 && step < p->n_steps ? p->step_label[step] : NULL;
+  return step >= 0 && step < p->n_steps && p->step_label ? p->step_label[step] : NULL;
 }
 
 int64_t hbm_profile_buffer_count(const hbm_profile_t *p) { return p->n_buffers; }

@@ -123,6 +123,9 @@ void hbm__tw_ev_close(hbm_trace_writer_t *w, int64_t time_ns, int space);
 
 /* ---- reader (trace_read.c) ---- */
 
+/* The raw (decompressed) bytes the file's block headers announce, without reading the blocks:
+ * what a reader would decode (to tell a file too big for memory before reading it). */
+uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len);
 /* True when data starts with the .hbmtrace magic. */
 bool hbm__trace_is(const void *data, size_t len);
 /* Builds a profile from a whole .hbmtrace file in memory. name is used in messages.

@@ -569,6 +569,22 @@ static void prefix_error(hbm_status_t s, const char *name) {
   free(message);
 }
 
+uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len) {
+  if (len < HBM_TRACE_HEADER_FIXED)
+    return 0;
+  uint64_t total = 0;
+  size_t offset = HBM_TRACE_HEADER_FIXED + hbm__get_le32(data + 12);
+  while (offset <= len && len - offset >= HBM_TRACE_BLOCK_HEAD &&
+         !memcmp(data + offset, HBM_TRACE_BLOCK_MAGIC, 4)) {
+    uint32_t clen = hbm__get_le32(data + offset + 4);
+    total += hbm__get_le32(data + offset + 8);
+    if (clen > len - offset - HBM_TRACE_BLOCK_HEAD)
+      break;
+    offset += HBM_TRACE_BLOCK_HEAD + clen;
+  }
+  return total;
+}
+
 bool hbm__trace_is(const void *data, size_t len) {
   return len >= HBM_TRACE_MAGIC_LEN && memcmp(data, HBM_TRACE_MAGIC, HBM_TRACE_MAGIC_LEN) == 0;
 }

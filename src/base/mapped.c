@@ -1,0 +1,106 @@
+/* mapped.c — files mapped for readers that go through them once (base.h), and how much memory
+ * the system has for them. */
+#include "base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+hbm_status_t hbm__map_file(const char *path, hbm__mapped_t *m) {
+  memset(m, 0, sizeof *m);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return hbm__error(HBM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return hbm__error(HBM_ERR_IO, "%s: not a regular file", path);
+  }
+  size_t len = (size_t)st.st_size;
+  void *p = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (p != MAP_FAILED) {
+    madvise(p, len, MADV_SEQUENTIAL); /* read ahead: the reader goes front to back */
+    m->data = p;
+    m->len = len;
+    m->mapped = true;
+    return HBM_OK;
+  }
+  char *data; /* empty files, and systems that cannot map this one */
+  hbm_status_t s = hbm__read_file(path, &data, &len);
+  if (s == HBM_OK) {
+    m->data = (const uint8_t *)data;
+    m->len = len;
+  }
+  return s;
+}
+
+static size_t page_size(void) {
+  long n = sysconf(_SC_PAGESIZE);
+  return n > 0 ? (size_t)n : 4096;
+}
+
+void hbm__map_drop_before(hbm__mapped_t *m, size_t offset) {
+  if (!m || !m->mapped)
+    return;
+  size_t page = page_size();
+  size_t end = (offset > m->len ? m->len : offset) / page * page;
+  if (end <= m->dropped)
+    return;
+  madvise((void *)(m->data + m->dropped), end - m->dropped, MADV_DONTNEED);
+  m->dropped = end;
+}
+
+void hbm__map_drop_all(hbm__mapped_t *m) {
+  if (!m || !m->mapped || !m->len)
+    return;
+  madvise((void *)m->data, m->len, MADV_DONTNEED);
+}
+
+void hbm__unmap(hbm__mapped_t *m) {
+  if (!m->data)
+    return;
+  if (m->mapped)
+    munmap((void *)m->data, m->len);
+  else
+    free((void *)m->data);
+  memset(m, 0, sizeof *m);
+}
+
+/* A number after `key` in a /proc or /sys file, times `unit`; 0 when absent. */
+static uint64_t read_number(const char *path, const char *key, uint64_t unit) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  char line[256];
+  uint64_t v = 0;
+  size_t k = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, k)) {
+      unsigned long long n;
+      if (sscanf(line + k, " %llu", &n) == 1)
+        v = (uint64_t)n * unit;
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+uint64_t hbm__memory_available(void) {
+  uint64_t avail = read_number("/proc/meminfo", "MemAvailable:", 1024);
+  uint64_t cgroup = read_number("/sys/fs/cgroup/memory.max", "", 1);
+  uint64_t used = read_number("/sys/fs/cgroup/memory.current", "", 1);
+  if (cgroup && cgroup > used && (!avail || cgroup - used < avail))
+    avail = cgroup - used;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (!avail || (uint64_t)rl.rlim_cur < avail))
+    avail = (uint64_t)rl.rlim_cur;
+  return avail;
+}
