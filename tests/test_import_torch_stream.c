@@ -110,8 +110,8 @@ static void snapshot(pickle_t *p, void (*fill)(pickle_t *, uint32_t *keys, void 
   op(p, ']'); /* device 0's trace */
   p->memo += 0;
   uint32_t keys[8];
-  const char *names[] = {"action", "addr", "size", "stream", "time_us", "frames", "alloc",
-                         "free_completed"};
+  const char *names[] = {"action",  "addr",   "size",  "stream",
+                         "time_us", "frames", "alloc", "free_completed"};
   /* the keys go in a throwaway tuple first, so that they are memoized before the events */
   op(p, '(');
   for (int i = 0; i < 8; i++)
@@ -171,9 +171,9 @@ static void protocol_5_and_wide_integers(void **state) {
 /* ---- cut short, damaged ---- */
 
 typedef struct trace_args {
-  int events;        /* alloc/free pairs of 1000 bytes, one live at a time */
-  size_t damage_at;  /* out: where the fill put garbage (0: none) */
-  int damage_after;  /* pairs before the garbage (-1: none) */
+  int events;       /* alloc/free pairs of 1000 bytes, one live at a time */
+  size_t damage_at; /* out: where the fill put garbage (0: none) */
+  int damage_after; /* pairs before the garbage (-1: none) */
 } trace_args_t;
 
 static void fill_pairs(pickle_t *p, uint32_t *keys, void *ctx) {
@@ -312,7 +312,10 @@ static void nones_are_not_kept(void **state) {
   (void)state;
   pickle_t p = {0};
   size_t n = 8u << 20; /* an 8 MB file */
-  bytes(&p, "\x80\x04}(\x8c\x08segments]\x8c\x0d" "device_traces]\x8c\x12" "allocator_settings](",
+  bytes(&p,
+        "\x80\x04}(\x8c\x08segments]\x8c\x0d"
+        "device_traces]\x8c\x12"
+        "allocator_settings](",
         44);
   for (size_t i = 0; i < n; i++) {
     if (i && i % 1000 == 0)

@@ -51,6 +51,8 @@ void hbm__map_drop_before(hbm__mapped_t *m, size_t offset) {
     return;
   size_t page = page_size();
   size_t end = (offset > m->len ? m->len : offset) / page * page;
+  if (end < m->dropped) /* a new pass from the start: what it reads comes back */
+    m->dropped = 0;
   if (end <= m->dropped)
     return;
   madvise((void *)(m->data + m->dropped), end - m->dropped, MADV_DONTNEED);

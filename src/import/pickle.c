@@ -37,6 +37,11 @@ typedef struct bitmap {
   size_t n_words;
 } bitmap_t;
 
+typedef struct memo_hit { /* a memo index recently used and its place among the used ones */
+  uint64_t index;         /* + 1; 0: empty */
+  size_t at;
+} memo_hit_t;
+
 typedef struct machine {
   const uint8_t *data;
   size_t len, pos, op_pos; /* op_pos: offset of the opcode being run */
@@ -56,11 +61,14 @@ typedef struct machine {
   bitmap_t used, set;
   uint32_t *rank; /* per word of `used`: the used indices before it */
   pk_ref_t *memo;
-  size_t memo_count; /* distinct indices stored so far: MEMOIZE's next index */
-  size_t used_until; /* bytes up to the last value completed inside a container */
+  size_t memo_count;         /* distinct indices stored so far: MEMOIZE's next index */
+  memo_hit_t memo_hits[512]; /* snapshots refer to a few thousand frames again and again */
+  pk_ref_t batch[1024];      /* run_get_batch's items */
+  size_t used_until;         /* bytes up to the last value completed inside a container */
   size_t next_progress;
-  bool refused;   /* the error is a refusal (code), not damage: never salvaged */
-  bool truncated; /* the input ended inside the pickle */
+  bool refused;       /* the error is a refusal (code), not damage: never salvaged */
+  bool truncated;     /* the input ended inside the pickle */
+  bool explicit_memo; /* the pickle uses PUT: `set` says which indices are stored */
   bool sink_failed;
 } machine_t;
 
@@ -232,13 +240,18 @@ static bool bit_get(const bitmap_t *b, uint64_t i) {
   return i / 64 < b->n_words && (b->words[i / 64] >> (i % 64) & 1);
 }
 
-static bool bit_set(machine_t *m, bitmap_t *b, uint64_t i) {
+static bool bit_set_grown(machine_t *m, bitmap_t *b, uint64_t i) {
   size_t need = (size_t)(i / 64) + 1, old = b->n_words;
-  if (need > old) {
-    if (!grow(m, (void **)&b->words, &b->n_words, need, sizeof *b->words, 64))
-      return false;
-    memset(b->words + old, 0, (b->n_words - old) * sizeof *b->words);
-  }
+  if (!grow(m, (void **)&b->words, &b->n_words, need, sizeof *b->words, 64))
+    return false;
+  memset(b->words + old, 0, (b->n_words - old) * sizeof *b->words);
+  b->words[i / 64] |= (uint64_t)1 << (i % 64);
+  return true;
+}
+
+static inline bool bit_set(machine_t *m, bitmap_t *b, uint64_t i) {
+  if (HBM_UNLIKELY(i / 64 >= b->n_words))
+    return bit_set_grown(m, b, i);
   b->words[i / 64] |= (uint64_t)1 << (i % 64);
   return true;
 }
@@ -290,9 +303,13 @@ static void release(machine_t *m, const pk_ref_t *r) {
 }
 
 /* What r stands for as an item: a container is completed first (once). */
-static bool complete(machine_t *m, pk_ref_t *r) {
-  if (!is_container(r))
-    return true;
+static bool complete_container(machine_t *m, pk_ref_t *r);
+
+static inline bool complete(machine_t *m, pk_ref_t *r) {
+  return !is_container(r) || complete_container(m, r);
+}
+
+static bool complete_container(machine_t *m, pk_ref_t *r) {
   slot_t *s = &m->slots[r->n];
   if (!s->closed) {
     pk_ref_t done = {0};
@@ -334,7 +351,7 @@ static bool add_items(machine_t *m, const pk_ref_t *c, pk_ref_t *items, size_t n
 
 /* ---- the stack ---- */
 
-static bool push(machine_t *m, pk_ref_t r) {
+static inline __attribute__((always_inline)) bool push(machine_t *m, pk_ref_t r) {
   if (m->sp == m->stack_cap &&
       !grow(m, (void **)&m->stack, &m->stack_cap, m->sp + 1, sizeof *m->stack, 256))
     return false;
@@ -466,6 +483,15 @@ static bool push_long(machine_t *m, size_t n) {
   if (!take(m, n, &p))
     return false;
   pk_ref_t r = {.kind = PK_INT};
+  if (n && n < 8) { /* addresses and times: the sign of the top byte, extended */
+    uint64_t u = 0;
+    for (size_t i = n; i-- > 0;)
+      u = u << 8 | p[i];
+    if (p[n - 1] & 0x80)
+      u |= ~(uint64_t)0 << (8 * n);
+    r.as.u = u;
+    return push(m, r);
+  }
   bool negative = n && (p[n - 1] & 0x80);
   size_t significant = n;
   while (significant > 1 && p[significant - 1] == (negative ? 0xff : 0x00) &&
@@ -515,9 +541,11 @@ static bool push_float(machine_t *m) {
 
 /* ---- memo ---- */
 
+static unsigned popcount64(uint64_t x);
+
 static size_t memo_rank(const machine_t *m, uint64_t index) {
   uint64_t below = m->used.words[index / 64] & (((uint64_t)1 << (index % 64)) - 1);
-  return m->rank[index / 64] + (size_t)__builtin_popcountll(below);
+  return m->rank[index / 64] + popcount64(below);
 }
 
 /* An index far beyond what the file could fill is hostile: the memo is bounded by the input. */
@@ -528,13 +556,18 @@ static bool check_index(machine_t *m, uint64_t index) {
   return true;
 }
 
+/* Whether index was stored: by MEMOIZE alone, those below the count. */
+static bool memo_stored(const machine_t *m, uint64_t index) {
+  return m->explicit_memo ? bit_get(&m->set, index) : index < m->memo_count;
+}
+
 static bool memo_put(machine_t *m, uint64_t index) {
   if (!m->sp)
     return fail(m, "nothing on the stack to memoize");
   if (!check_index(m, index))
     return false;
-  if (!bit_get(&m->set, index)) {
-    if (!bit_set(m, &m->set, index))
+  if (!memo_stored(m, index)) {
+    if (m->explicit_memo && !bit_set(m, &m->set, index))
       return false;
     m->memo_count++;
   }
@@ -548,98 +581,176 @@ static bool memo_put(machine_t *m, uint64_t index) {
   return true;
 }
 
-static bool memo_get(machine_t *m, uint64_t index) {
-  if (!bit_get(&m->set, index) || !bit_get(&m->used, index))
+/* The memo entry `index` refers to, first time: its place among the used ones. */
+static bool memo_find(machine_t *m, uint64_t index, memo_hit_t *hit) {
+  if (!memo_stored(m, index) || !bit_get(&m->used, index))
     return fail(m, "memo entry %llu was never stored", (unsigned long long)index);
-  pk_ref_t r = m->memo[memo_rank(m, index)];
-  if (is_container(&r) && m->slots[r.n].closed)
-    r = m->slots[r.n].done;
-  return push(m, r);
+  *hit = (memo_hit_t){index + 1, memo_rank(m, index)};
+  return true;
+}
+
+static inline __attribute__((always_inline)) bool memo_get(machine_t *m, uint64_t index) {
+  memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+  /* a stored index stays stored: the first get checks */
+  if (HBM_UNLIKELY(hit->index != index + 1) && !memo_find(m, index, hit))
+    return false;
+  pk_ref_t *e = &m->memo[hit->at];
+  if (is_container(e) && m->slots[e->n].closed) { /* from now on the memo holds what it became */
+    pk_ref_t done = m->slots[e->n].done;
+    release(m, e);
+    *e = done;
+  }
+  return push(m, *e);
 }
 
 /* ---- the scan: which memo entries does the pickle use again? ---- */
 
-/* The operand bytes of op at data[pos] (after the opcode byte), -1 when they run past the end
- * or op is not one the machine runs; *memo_op: 1 GET (index in *index), 2 PUT (index),
- * 3 MEMOIZE. */
-static int64_t operand_size(const uint8_t *d, size_t pos, size_t len, uint8_t op, int *memo_op,
-                            uint64_t *index) {
-  size_t left = len - pos, width = 0;
-  *memo_op = 0;
-  switch (op) {
-  case 'K':
-  case 0x80: return left >= 1 ? 1 : -1;
-  case 'M': return left >= 2 ? 2 : -1;
-  case 'J':
-  case 'G': return left >= (op == 'J' ? 4 : 8) ? (op == 'J' ? 4 : 8) : -1;
-  case 0x95: return left >= 8 ? 8 : -1;
-  case 'h':
-  case 'q':
-  case 'j':
-  case 'r':
-    width = op == 'h' || op == 'q' ? 1 : 4;
-    if (left < width)
-      return -1;
-    *index = 0;
-    for (size_t i = width; i-- > 0;)
-      *index = *index << 8 | d[pos + i];
-    *memo_op = op == 'h' || op == 'j' ? 1 : 2;
-    return (int64_t)width;
-  case 0x94: *memo_op = 3; return 0;
-  case 0x8a:
-  case 0x8c:
-  case 'U':
-  case 'C': width = 1; break;
-  case 0x8b:
-  case 'X':
-  case 'T':
-  case 'B': width = 4; break;
-  case 0x8d:
-  case 0x8e:
-  case 0x96: width = 8; break;
-  default: return opcode_name(op) ? 0 : -1;
-  }
-  if (left < width)
-    return -1;
-  uint64_t n = 0;
-  for (size_t i = width; i-- > 0;)
-    n = n << 8 | d[pos + i];
-  if (n > left - width)
-    return -1;
-  return (int64_t)(width + n);
+/* How the scan steps over each opcode's operands. */
+enum {
+  OPS_STOP = 0, /* STOP, a refused opcode, or not an opcode: the scan ends there */
+  OPS_NONE,     /* no operand */
+  OPS_FIXED1,
+  OPS_FIXED2,
+  OPS_FIXED4,
+  OPS_FIXED8,
+  OPS_LEN1, /* a length, then that many bytes */
+  OPS_LEN4,
+  OPS_LEN8,
+  OPS_GET1,
+  OPS_GET4,
+  OPS_PUT1,
+  OPS_PUT4,
+  OPS_MEMOIZE
+};
+
+static const uint8_t op_shape[256] = {
+    ['('] = OPS_NONE,   ['0'] = OPS_NONE,   ['1'] = OPS_NONE,     ['2'] = OPS_NONE,
+    ['N'] = OPS_NONE,   ['a'] = OPS_NONE,   ['d'] = OPS_NONE,     ['}'] = OPS_NONE,
+    ['e'] = OPS_NONE,   ['l'] = OPS_NONE,   [']'] = OPS_NONE,     ['s'] = OPS_NONE,
+    ['t'] = OPS_NONE,   [')'] = OPS_NONE,   ['u'] = OPS_NONE,     [0x85] = OPS_NONE,
+    [0x86] = OPS_NONE,  [0x87] = OPS_NONE,  [0x88] = OPS_NONE,    [0x89] = OPS_NONE,
+    [0x8f] = OPS_NONE,  [0x90] = OPS_NONE,  [0x91] = OPS_NONE,    [0x97] = OPS_NONE,
+    [0x98] = OPS_NONE,  ['K'] = OPS_FIXED1, [0x80] = OPS_FIXED1,  ['M'] = OPS_FIXED2,
+    ['J'] = OPS_FIXED4, ['G'] = OPS_FIXED8, [0x95] = OPS_FIXED8,  [0x8a] = OPS_LEN1,
+    [0x8c] = OPS_LEN1,  ['U'] = OPS_LEN1,   ['C'] = OPS_LEN1,     [0x8b] = OPS_LEN4,
+    ['X'] = OPS_LEN4,   ['T'] = OPS_LEN4,   ['B'] = OPS_LEN4,     [0x8d] = OPS_LEN8,
+    [0x8e] = OPS_LEN8,  [0x96] = OPS_LEN8,  ['h'] = OPS_GET1,     ['j'] = OPS_GET4,
+    ['q'] = OPS_PUT1,   ['r'] = OPS_PUT4,   [0x94] = OPS_MEMOIZE,
+};
+
+static inline uint64_t le_bytes(const uint8_t *p, size_t n) {
+  if (n == 1)
+    return p[0];
+  if (n == 4)
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;)
+    v = v << 8 | p[i];
+  return v;
 }
 
-static bool is_refused_opcode(uint8_t op) {
-  return strchr("cRbioPQFILSVgp", op) || op == 0x81 || op == 0x82 || op == 0x83 || op == 0x84 ||
-         op == 0x92 || op == 0x93;
+static unsigned popcount64(uint64_t x) { /* SWAR: no libgcc call where POPCNT is not assumed */
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* The memo indices stored so far, once a PUT names its own: until then MEMOIZE numbers them
+ * 0, 1, 2, ... and no bitmap is needed (Python's pickler writes only MEMOIZE). */
+static bool start_explicit_memo(machine_t *m, bitmap_t *set, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (!bit_set(m, set, i))
+      return false;
+  return true;
+}
+
+/* Steps over one opcode other than BINGET/LONG_BINGET at d[pos]; false at STOP, a refused or
+ * unknown opcode, or operands past the end (the machine says why there). */
+static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *count,
+                            bool *explicit_memo, bool *ok) {
+  const uint8_t *d = m->data;
+  size_t pos = *at + 1, left = m->len - pos, width;
+  uint8_t shape = op_shape[d[*at]];
+  switch (shape) {
+  case OPS_NONE: break;
+  case OPS_FIXED1:
+  case OPS_FIXED2:
+  case OPS_FIXED4:
+  case OPS_FIXED8:
+    width = (size_t)1 << (shape - OPS_FIXED1);
+    if (left < width)
+      return false;
+    pos += width;
+    break;
+  case OPS_LEN1:
+  case OPS_LEN4:
+  case OPS_LEN8:
+    width = shape == OPS_LEN1 ? 1 : shape == OPS_LEN4 ? 4 : 8;
+    if (left < width || le_bytes(d + pos, width) > left - width)
+      return false;
+    pos += width + (size_t)le_bytes(d + pos, width);
+    break;
+  case OPS_PUT1:
+  case OPS_PUT4: {
+    width = shape == OPS_PUT1 ? 1 : 4;
+    if (left < width)
+      return false;
+    uint64_t index = le_bytes(d + pos, width);
+    pos += width;
+    if (index > m->len + 256)
+      break;
+    if (!*explicit_memo && !(*ok = start_explicit_memo(m, set, *count)))
+      return false;
+    *explicit_memo = true;
+    if (!bit_get(set, index) && (*ok = bit_set(m, set, index)))
+      (*count)++;
+    break;
+  }
+  case OPS_MEMOIZE: /* the next index, unless a PUT took it: then Python overwrites it */
+    if (!*explicit_memo)
+      (*count)++;
+    else if (!bit_get(set, *count) && (*ok = bit_set(m, set, *count)))
+      (*count)++;
+    break;
+  default: return false; /* STOP, refused or unknown; GETs are the caller's */
+  }
+  *at = pos;
+  return *ok;
 }
 
 /* Fills m->used with the memo indices some GET refers to, and the rank table. The scan stops
- * at STOP or at the first opcode it cannot step over (the machine then says why there). */
+ * at STOP or at the first opcode it cannot step over (the machine then says why there). Memo
+ * references are most of a snapshot's opcodes: they take the shortest path. */
 static bool scan(machine_t *m) {
   bitmap_t set = {0};
-  size_t count = 0;
-  bool ok = true;
-  for (size_t pos = 2; pos < m->len && ok;) {
-    uint8_t op = m->data[pos++];
-    if (op == '.' || is_refused_opcode(op))
-      break;
-    int memo_op;
-    uint64_t index = 0;
-    int64_t size = operand_size(m->data, pos, m->len, op, &memo_op, &index);
-    if (size < 0)
-      break;
-    pos += (size_t)size;
-    if (memo_op == 1 && index <= m->len + 256)
-      ok = bit_set(m, &m->used, index);
-    else if ((memo_op == 2 && index <= m->len + 256) || memo_op == 3) {
-      uint64_t at = memo_op == 3 ? count : index;
-      if (!bit_get(&set, at)) {
-        ok = bit_set(m, &set, at);
-        count++;
+  size_t count = 0, next_progress = m->next_progress, pos = 2, len = m->len;
+  uint64_t max_index = (uint64_t)len + 256;
+  bool ok = bit_set(m, &m->used, 255), explicit_memo = false; /* BINGET's indices fit */
+  const uint8_t *d = m->data;
+  while (ok && pos < len) {
+    size_t limit = next_progress < len ? next_progress : len;
+    while (pos < limit) {
+      uint8_t op = d[pos];
+      if (op == 'h' && pos + 1 < len) {
+        m->used.words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
+        pos += 2;
+      } else if (op == 'j' && len - pos > 4) {
+        uint64_t index = le_bytes(d + pos + 1, 4);
+        pos += 5;
+        if (index <= max_index && !(ok = bit_set(m, &m->used, index)))
+          goto done;
+      } else if (!scan_one(m, &pos, &set, &count, &explicit_memo, &ok)) {
+        goto done;
       }
     }
+    if (m->opt->progress && pos >= next_progress) {
+      m->opt->progress(m->opt->progress_ctx, pos);
+      next_progress = pos + (m->opt->progress_bytes ? m->opt->progress_bytes : (64u << 20));
+    }
   }
+done:
+  m->explicit_memo = explicit_memo;
   m->memory -= set.n_words * sizeof *set.words;
   free(set.words);
   if (!ok)
@@ -649,7 +760,7 @@ static bool scan(machine_t *m) {
     return false;
   for (size_t w = 0; w < words; w++) {
     m->rank[w] = (uint32_t)total;
-    total += (size_t)__builtin_popcountll(m->used.words[w]);
+    total += popcount64(m->used.words[w]);
   }
   size_t cap = 0;
   if (total && !grow(m, (void **)&m->memo, &cap, total, sizeof *m->memo, 1))
@@ -805,11 +916,115 @@ static void report_progress(machine_t *m) {
   }
 }
 
+/* MARK, memo references, APPENDS into the open list below: the frames list of every event of a
+ * snapshot. Run as one batch straight into the sink (nothing pushed), when every reference is
+ * to a value or a completed container; -1 otherwise (the general path runs it). */
+static int run_get_batch(machine_t *m) {
+  const pk_ref_t *list = m->sp ? &m->stack[m->sp - 1] : NULL;
+  if (!list || list->kind != PK_LIST || m->slots[list->n].closed)
+    return -1;
+  const uint8_t *p = m->data + m->pos, *end = m->data + m->len;
+  size_t n = 0;
+  for (; p < end && (*p == 'h' || *p == 'j') && n < HBM_ARRAY_LEN(m->batch); n++) {
+    size_t width = *p == 'h' ? 1 : 4;
+    if ((size_t)(end - p) < 1 + width)
+      return -1;
+    uint64_t index = le_bytes(p + 1, width);
+    memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+    if (hit->index != index + 1 &&
+        (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words))
+      return -1;
+    size_t at = hit->index == index + 1 ? hit->at : memo_rank(m, index);
+    *hit = (memo_hit_t){index + 1, at};
+    pk_ref_t *e = &m->memo[at];
+    if (is_container(e)) {
+      if (!m->slots[e->n].closed)
+        return -1;
+      pk_ref_t done = m->slots[e->n].done;
+      release(m, e);
+      *e = done;
+    }
+    m->batch[n] = *e;
+    p += 1 + width;
+  }
+  if (p >= end || *p != 'e' || n == 0)
+    return -1;
+  m->pos = (size_t)(p + 1 - m->data);
+  if (!m->sink->add(m->sink->ctx, PK_LIST, &m->slots[list->n].state, m->batch, n)) {
+    m->sink_failed = true;
+    return 0;
+  }
+  m->used_until = m->pos;
+  return 1;
+}
+
+/* The opcodes snapshots are made of (hundreds of millions in a gigabyte), without the general
+ * dispatch: 1 run, 0 failed, -1 not run here (operands missing too: the general path says what
+ * is wrong). */
+static inline int run_common(machine_t *m, uint8_t op) {
+  const uint8_t *p = m->data + m->pos;
+  size_t left = m->len - m->pos, n;
+  switch (op) {
+  case 'h':
+    if (!left)
+      return -1;
+    m->pos++;
+    return memo_get(m, p[0]);
+  case 'j':
+    if (left < 4)
+      return -1;
+    m->pos += 4;
+    return memo_get(m, le_bytes(p, 4));
+  case 0x94: return memo_put(m, m->memo_count);
+  case '(':
+    if (left && (p[0] == 'h' || p[0] == 'j')) {
+      int batch = run_get_batch(m);
+      if (batch >= 0)
+        return batch;
+    }
+    return push_mark(m);
+  case 'u': return extend_marked(m, PK_DICT, "SETITEMS");
+  case 'e': return extend_marked(m, PK_LIST, "APPENDS");
+  case '}': return push_new(m, PK_DICT);
+  case ']': return push_new(m, PK_LIST);
+  case 'N': return push(m, (pk_ref_t){.kind = PK_NONE});
+  case 'K':
+    if (!left)
+      return -1;
+    m->pos++;
+    return push_int(m, p[0]);
+  case 'J':
+    if (left < 4)
+      return -1;
+    m->pos += 4;
+    return push_int(m, (int64_t)(int32_t)(uint32_t)le_bytes(p, 4));
+  case 0x8c:
+    if (!left || (n = p[0]) > left - 1)
+      return -1;
+    m->pos += 1 + n;
+    return push(m, (pk_ref_t){.kind = PK_STR, .n = (uint32_t)n, .as.s = p + 1});
+  case 0x8a:
+    if (!left || p[0] > left - 1)
+      return -1;
+    m->pos++;
+    return push_long(m, p[0]);
+  default: return -1;
+  }
+}
+
 /* Runs to STOP; *root is the pickle's result. */
 static bool run(machine_t *m, pk_ref_t *root) {
   while (m->pos < m->len) {
     m->op_pos = m->pos;
     uint8_t op = m->data[m->pos++];
+    int common = run_common(m, op);
+    if (common >= 0) {
+      if (!common)
+        return false;
+      if (HBM_UNLIKELY(m->pos >= m->next_progress))
+        report_progress(m);
+      continue;
+    }
     if (op == '.') {
       if (!m->sp)
         return fail(m, "STOP with nothing on the stack");

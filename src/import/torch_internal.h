@@ -99,6 +99,13 @@ typedef struct ts_oom {
 
 typedef struct ts_reader ts_reader_t;
 
+typedef struct ts_action_seen { /* an action string's bytes in the file, and its kind */
+  const uint8_t *s;
+  uint32_t n;
+  bool known;
+  int kind;
+} ts_action_seen_t;
+
 typedef struct ts_key_seen { /* a dict key's bytes in the file, and which key they are */
   const uint8_t *s;
   uint32_t n;
@@ -167,12 +174,13 @@ struct ts_reader {
    * in this file (memo references repeat the same bytes) */
   void *free_dicts, *free_lists;
   ts_key_seen_t key_cache[64];
+  ts_action_seen_t action_cache[16];
   /* tags (torch_tags.c): (stack, stream, before) → the profile's interned tag strings */
   hbm_u64map_t tag_index;
   struct ts_tags *tags;
   size_t n_tags, cap_tags;
   hbm_u64map_t stream_ids;
-  size_t tag_text_budget; /* bytes of stack text left to write; past it, short labels */
+  size_t tag_text_budget;       /* bytes of stack text left to write; past it, short labels */
   size_t inconsistent_unplaced; /* events of traces no device claims */
   /* segments and blocks already read: the same dict twice (a memo reference) counts once */
   uint8_t *seg_read, *block_read;

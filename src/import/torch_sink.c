@@ -36,11 +36,25 @@ enum key {
   K_COUNT
 };
 
-static const char *const key_names[K_COUNT] = {
-    "action",   "addr",     "size",          "stream",        "time_us",
-    "frames",   "device",   "address",       "total_size",    "blocks",
-    "state",    "requested_size", "filename", "name",         "line",
-    "segments", "device_traces",  "allocator_settings", "PYTORCH_CUDA_ALLOC_CONF"};
+static const char *const key_names[K_COUNT] = {"action",
+                                               "addr",
+                                               "size",
+                                               "stream",
+                                               "time_us",
+                                               "frames",
+                                               "device",
+                                               "address",
+                                               "total_size",
+                                               "blocks",
+                                               "state",
+                                               "requested_size",
+                                               "filename",
+                                               "name",
+                                               "line",
+                                               "segments",
+                                               "device_traces",
+                                               "allocator_settings",
+                                               "PYTORCH_CUDA_ALLOC_CONF"};
 
 typedef struct dict_state {
   struct dict_state *next_free;
@@ -51,8 +65,8 @@ typedef struct dict_state {
 typedef struct list_state {
   struct list_state *next_free;
   size_t n_items;
-  int64_t trace;   /* events went to this trace, -1 none */
-  int64_t record;  /* list record of the items read by position, -1 none */
+  int64_t trace;    /* events went to this trace, -1 none */
+  int64_t record;   /* list record of the items read by position, -1 none */
   uint32_t *frames; /* while every item so far is a frame */
   size_t n_frames, cap_frames;
   bool frames_only;
@@ -202,7 +216,7 @@ static bool stack_id(ts_reader_t *r, const uint32_t *frames, size_t n, uint32_t 
 
 /* ---- dicts as what they are ---- */
 
-static bool action_kind(const pk_ref_t *action, ev_kind_t *kind) {
+static bool action_kind_of(const pk_ref_t *action, ev_kind_t *kind) {
   static const struct {
     const char *action;
     ev_kind_t kind;
@@ -234,11 +248,27 @@ static bool new_event(ts_reader_t *r, size_t *id) {
   return true;
 }
 
+/* The same bytes of the file (a memo reference to one action string) are the same action. */
+static bool action_kind(ts_reader_t *r, const pk_ref_t *action, ev_kind_t *kind) {
+  if (!action)
+    return false;
+  ts_action_seen_t *c =
+      &r->action_cache[((uintptr_t)action->as.s >> 3) % HBM_ARRAY_LEN(r->action_cache)];
+  if (action->kind == PK_STR && c->s == action->as.s && c->n == action->n) {
+    *kind = (ev_kind_t)c->kind;
+    return c->known;
+  }
+  bool known = action_kind_of(action, kind);
+  if (action->kind == PK_STR)
+    *c = (ts_action_seen_t){action->as.s, action->n, known, known ? (int)*kind : 0};
+  return known;
+}
+
 /* An event dict: a pending event for the trace its list makes (OBJ_OTHER for actions that
  * change nothing hbm tracks). */
 static bool close_event(ts_reader_t *r, const dict_state_t *d, unsigned flags, pk_ref_t *out) {
   ts_event_t e = {.stream = field_i64(d, K_STREAM, 0), .time_us = field_i64(d, K_TIME_US, -1)};
-  if ((flags & PK_CLOSE_PARTIAL) || !action_kind(field(d, K_ACTION), &e.kind)) {
+  if ((flags & PK_CLOSE_PARTIAL) || !action_kind(r, field(d, K_ACTION), &e.kind)) {
     *out = (pk_ref_t){.kind = PK_OBJ, .tag = OBJ_OTHER};
     return true;
   }
@@ -250,16 +280,14 @@ static bool close_event(ts_reader_t *r, const dict_state_t *d, unsigned flags, p
     return false;
   r->events[id] = e;
   /* events used once are recycled as soon as their trace has them (see list_add) */
-  *out = (pk_ref_t){.kind = PK_OBJ,
-                    .tag = OBJ_EVENT,
-                    .flags = (flags & PK_CLOSE_AGAIN) ? 1 : 0,
-                    .as.obj = id};
+  *out = (pk_ref_t){
+      .kind = PK_OBJ, .tag = OBJ_EVENT, .flags = (flags & PK_CLOSE_AGAIN) ? 1 : 0, .as.obj = id};
   return true;
 }
 
 static bool is_live_state(const pk_ref_t *state) {
-  return state && (pk_ref_is(state, "active_allocated", 16) ||
-                   pk_ref_is(state, "active_pending_free", 19));
+  return state &&
+         (pk_ref_is(state, "active_allocated", 16) || pk_ref_is(state, "active_pending_free", 19));
 }
 
 static bool close_block(ts_reader_t *r, const dict_state_t *d, pk_ref_t *out) {
@@ -279,7 +307,8 @@ static int64_t list_record_of(const pk_ref_t *v) {
 }
 
 static bool close_segment(ts_reader_t *r, const dict_state_t *d, pk_ref_t *out) {
-  ts_segment_t s = {.device = field_i64(d, K_DEVICE, 0), .blocks = list_record_of(field(d, K_BLOCKS))};
+  ts_segment_t s = {.device = field_i64(d, K_DEVICE, 0),
+                    .blocks = list_record_of(field(d, K_BLOCKS))};
   s.numbers = field_u64(d, K_ADDRESS, &s.address) && field_u64(d, K_TOTAL_SIZE, &s.total_size);
   if (!TABLE_PUSH(r, segments, n_segments, cap_segments))
     return false;
@@ -343,9 +372,13 @@ static bool list_add_one(ts_reader_t *r, list_state_t *l, const pk_ref_t *item) 
   bool is_frame = item->kind == PK_OBJ && item->tag == OBJ_FRAME;
   if (!is_frame)
     l->frames_only = false;
-  if (is_frame && l->frames_only)
-    return grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + 1, sizeof *l->frames) &&
-           (l->frames[l->n_frames++] = (uint32_t)item->as.obj, true);
+  if (is_frame && l->frames_only) {
+    if (l->n_frames == l->cap_frames &&
+        !grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + 1, sizeof *l->frames))
+      return false;
+    l->frames[l->n_frames++] = (uint32_t)item->as.obj;
+    return true;
+  }
   if (item->kind != PK_OBJ)
     return true;
   switch (item->tag) {
@@ -414,7 +447,16 @@ static bool sink_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t 
     }
   } else {
     list_state_t *l = (list_state_t *)(uintptr_t)*state;
-    for (size_t i = 0; i < n && ok; i++)
+    size_t i = 0;
+    if (l->frames_only) { /* a stack: frames, and frames only, by the thousand */
+      if (l->n_frames + n > l->cap_frames &&
+          !grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + n, sizeof *l->frames))
+        return false;
+      for (; i < n && items[i].kind == PK_OBJ && items[i].tag == OBJ_FRAME; i++)
+        l->frames[l->n_frames++] = (uint32_t)items[i].as.obj;
+      l->n_items += i;
+    }
+    for (; i < n && ok; i++)
       ok = list_add_one(r, l, &items[i]);
   }
   if (!ok && hbm_last_status() == HBM_OK)

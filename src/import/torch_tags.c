@@ -55,13 +55,12 @@ static int64_t user_frame(const ts_reader_t *r, const uint32_t *ids, uint32_t n)
 }
 
 /* group: the user frames that called the op, outermost first. */
-static void append_callers(hbm_strbuf_t *sb, const ts_reader_t *r, const uint32_t *ids,
-                           uint32_t n, int64_t op_index) {
+static void append_callers(hbm_strbuf_t *sb, const ts_reader_t *r, const uint32_t *ids, uint32_t n,
+                           int64_t op_index) {
   int64_t callers[TS_CALLER_FRAMES];
   int found = 0, len;
-  for (uint32_t i = (uint32_t)op_index + 1; i < n && i < TS_MAX_STACK_FRAMES &&
-                                            found < TS_CALLER_FRAMES;
-       i++)
+  for (uint32_t i = (uint32_t)op_index + 1;
+       i < n && i < TS_MAX_STACK_FRAMES && found < TS_CALLER_FRAMES; i++)
     if (is_user_frame(&r->frames[ids[i]]))
       callers[found++] = i;
   for (int k = found - 1; k >= 0; k--) {
@@ -73,13 +72,12 @@ static void append_callers(hbm_strbuf_t *sb, const ts_reader_t *r, const uint32_
 }
 
 /* The stack for the buffer's card, innermost frame first, at most TS_MAX_STACK_TEXT bytes. */
-static void append_stack(hbm_strbuf_t *sb, const ts_reader_t *r, const uint32_t *ids,
-                         uint32_t n) {
+static void append_stack(hbm_strbuf_t *sb, const ts_reader_t *r, const uint32_t *ids, uint32_t n) {
   uint32_t i = 0;
   for (; i < n && i < TS_MAX_STACK_FRAMES && sb->len < TS_MAX_STACK_TEXT; i++) {
     const ts_frame_t *f = &r->frames[ids[i]];
-    hbm_strbuf_printf(sb, "\n%.*s:%lld %.*s", f->file_len, f->file, (long long)f->line,
-                      f->name_len, f->name);
+    hbm_strbuf_printf(sb, "\n%.*s:%lld %.*s", f->file_len, f->file, (long long)f->line, f->name_len,
+                      f->name);
   }
   if (i < n)
     hbm_strbuf_printf(sb, "\n... %u more frames", n - i);
@@ -99,8 +97,10 @@ static void describe(ts_reader_t *r, uint32_t stack, int64_t stream, bool before
   if (r->tag_text_budget > TS_MAX_STACK_TEXT + 64)
     append_stack(&t->stack, r, ids, n);
   else if (n)
-    hbm_strbuf_printf(&t->stack, "\n(%u frames, not shown: the file's stacks add up to more "
-                      "text than a file of its size can hold)", n);
+    hbm_strbuf_printf(&t->stack,
+                      "\n(%u frames, not shown: the file's stacks add up to more "
+                      "text than a file of its size can hold)",
+                      n);
   r->tag_text_budget -= t->stack.len < r->tag_text_budget ? t->stack.len : r->tag_text_budget;
   int64_t at = user_frame(r, ids, n);
   if (at < 0) {
@@ -112,8 +112,7 @@ static void describe(ts_reader_t *r, uint32_t stack, int64_t stream, bool before
   const ts_frame_t *f = &r->frames[ids[at]];
   int len;
   const char *file = short_file(f, &len);
-  hbm_strbuf_printf(&t->op, "%.*s:%lld %.*s", len, file, (long long)f->line, f->name_len,
-                    f->name);
+  hbm_strbuf_printf(&t->op, "%.*s:%lld %.*s", len, file, (long long)f->line, f->name_len, f->name);
   hbm_strbuf_printf(&t->source, "%.*s:%lld", f->file_len, f->file, (long long)f->line);
   append_callers(&t->group, r, ids, n, at);
   if (!t->group.len)
@@ -151,9 +150,9 @@ const ts_tags_t *ts_tags_of(ts_reader_t *r, uint32_t stack, int64_t stream, bool
   describe(r, stack, stream, before, &t);
   ts_tags_t tags = {intern_text(r, &t.op), intern_text(r, &t.group), intern_text(r, &t.source),
                     intern_text(r, &t.stack)};
-  bool ok = !t.op.failed && !t.group.failed && !t.source.failed && !t.stack.failed &&
-            tags.op && tags.label && (tags.group || !t.group.len) &&
-            (tags.source || !t.source.len) && hbm_u64map_put(&r->tag_index, key, r->n_tags);
+  bool ok = !t.op.failed && !t.group.failed && !t.source.failed && !t.stack.failed && tags.op &&
+            tags.label && (tags.group || !t.group.len) && (tags.source || !t.source.len) &&
+            hbm_u64map_put(&r->tag_index, key, r->n_tags);
   hbm_strbuf_free(&t.op);
   hbm_strbuf_free(&t.group);
   hbm_strbuf_free(&t.source);

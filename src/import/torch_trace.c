@@ -55,8 +55,8 @@ static bool out_of_memory(ts_reader_t *r) {
   return false;
 }
 
-static bool add_before(ts_trace_t *t, ev_kind_t kind, uint64_t addr, uint64_t size,
-                       uint32_t stack, int64_t end_step) {
+static bool add_before(ts_trace_t *t, ev_kind_t kind, uint64_t addr, uint64_t size, uint32_t stack,
+                       int64_t end_step) {
   ts_before_t *grown =
       hbm__grow_array(t->before, &t->cap_before, t->n_before + 1, sizeof *grown, 16);
   if (!grown)
@@ -79,8 +79,7 @@ static int64_t new_step(ts_reader_t *r, uint32_t t, int64_t time_us) {
     if (!grown)
       return -1;
     r->runs = grown;
-    r->runs[r->n_runs++] =
-        (ts_run_t){t, hbm_profile_step_count(r->p), n_buffers, n_reserves};
+    r->runs[r->n_runs++] = (ts_run_t){t, hbm_profile_step_count(r->p), n_buffers, n_reserves};
   }
   return hbm_profile_add_step(r->p, time_us, NULL);
 }
@@ -129,9 +128,8 @@ static bool profile_reserve(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
 static bool profile_oom(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
   ts_trace_t *t = &r->traces[ti];
   int64_t step = new_step(r, ti, e->time_us);
-  ts_oom_t *grown = step < 0 ? NULL
-                             : hbm__grow_array(t->ooms, &t->cap_ooms, t->n_ooms + 1,
-                                               sizeof *grown, 4);
+  ts_oom_t *grown =
+      step < 0 ? NULL : hbm__grow_array(t->ooms, &t->cap_ooms, t->n_ooms + 1, sizeof *grown, 4);
   if (!grown)
     return false;
   t->ooms = grown;
@@ -182,8 +180,7 @@ static bool log_apply(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
     return e->size == 0 ||
            (hbm_u64map_put(&t->log_live, e->addr, 1) && log_event(t, HBM_LOG_ALLOCATE, e, false));
   case EV_FREE:
-    return !hbm_u64map_remove(&t->log_live, e->addr, NULL) ||
-           log_event(t, HBM_LOG_FREE, e, false);
+    return !hbm_u64map_remove(&t->log_live, e->addr, NULL) || log_event(t, HBM_LOG_FREE, e, false);
   case EV_OOM: return log_event(t, HBM_LOG_ALLOCATE_FAILURE, e, false);
   default: return true;
   }
@@ -317,8 +314,8 @@ static bool read_blocks(ts_reader_t *r, ts_trace_t *t, int64_t list) {
 
 static bool read_segments(ts_reader_t *r, ts_trace_t *t, int device) {
   const pk_ref_t *segs = &r->root_segments;
-  const ts_list_t *l = segs->kind == PK_OBJ && segs->tag == OBJ_LIST ? &r->lists[segs->as.obj]
-                                                                      : NULL;
+  const ts_list_t *l =
+      segs->kind == PK_OBJ && segs->tag == OBJ_LIST ? &r->lists[segs->as.obj] : NULL;
   if (!r->seg_read && (!(r->seg_read = calloc(r->n_segments + 1, 1)) ||
                        !(r->block_read = calloc(r->n_blocks + 1, 1))))
     return false;
@@ -403,28 +400,26 @@ static void before_at(const ts_trace_t *t, int64_t step, int64_t *live, int64_t 
   }
 }
 
-static bool add_oom(ts_reader_t *r, const ts_trace_t *t, const ts_oom_t *o, int device,
-                    int space) {
+static bool add_oom(ts_reader_t *r, const ts_trace_t *t, const ts_oom_t *o, int device, int space) {
   int64_t before_live, before_reserved;
   before_at(t, o->step, &before_live, &before_reserved);
   int64_t live = before_live + o->live, reserved = before_reserved + o->reserved;
   int64_t unallocated = reserved - live;
   char req[32], freeb[32], alloc[32], res[32], unalloc[32], message[1024];
-  snprintf(
-      message, sizeof message,
-      "CUDA out of memory (recorded in the PyTorch snapshot, trace event %lld): tried to "
-      "allocate %s (%llu bytes) on cuda:%d, stream %lld. The device had %s free. PyTorch "
-      "had %s allocated and %s reserved, %s of it reserved but unallocated.%s",
-      (long long)o->index, hbm_format_bytes(o->requested, req, sizeof req),
-      (unsigned long long)o->requested, device, (long long)o->stream,
-      hbm_format_bytes(o->device_free, freeb, sizeof freeb),
-      hbm_format_bytes((uint64_t)(live > 0 ? live : 0), alloc, sizeof alloc),
-      hbm_format_bytes((uint64_t)(reserved > 0 ? reserved : 0), res, sizeof res),
-      hbm_format_bytes((uint64_t)(unallocated > 0 ? unallocated : 0), unalloc, sizeof unalloc),
-      unallocated > 0 && (uint64_t)unallocated >= o->requested
-          ? " Reserved but unallocated memory could have held the request: fragmentation; "
-            "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
-          : "");
+  snprintf(message, sizeof message,
+           "CUDA out of memory (recorded in the PyTorch snapshot, trace event %lld): tried to "
+           "allocate %s (%llu bytes) on cuda:%d, stream %lld. The device had %s free. PyTorch "
+           "had %s allocated and %s reserved, %s of it reserved but unallocated.%s",
+           (long long)o->index, hbm_format_bytes(o->requested, req, sizeof req),
+           (unsigned long long)o->requested, device, (long long)o->stream,
+           hbm_format_bytes(o->device_free, freeb, sizeof freeb),
+           hbm_format_bytes((uint64_t)(live > 0 ? live : 0), alloc, sizeof alloc),
+           hbm_format_bytes((uint64_t)(reserved > 0 ? reserved : 0), res, sizeof res),
+           hbm_format_bytes((uint64_t)(unallocated > 0 ? unallocated : 0), unalloc, sizeof unalloc),
+           unallocated > 0 && (uint64_t)unallocated >= o->requested
+               ? " Reserved but unallocated memory could have held the request: fragmentation; "
+                 "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+               : "");
   hbm_oom_event_t oom = {
       .step = o->step, .space = space, .requested = o->requested, .message = message};
   return hbm_profile_add_oom(r->p, &oom) == HBM_OK;
@@ -438,8 +433,8 @@ static bool profile_before(ts_reader_t *r, ts_trace_t *t, int device, int space)
     if (b->kind != EV_ALLOC) {
       hbm_reserve_event_t re = {.step = 0,
                                 .space = space,
-                                .op = b->kind == EV_RESERVE ? HBM_RESERVE_GROW
-                                                            : HBM_RESERVE_RELEASE,
+                                .op =
+                                    b->kind == EV_RESERVE ? HBM_RESERVE_GROW : HBM_RESERVE_RELEASE,
                                 .address = b->addr,
                                 .size = b->size};
       if (hbm_profile_add_reserve(r->p, &re) != HBM_OK)
@@ -483,9 +478,8 @@ static bool log_before(ts_trace_t *t) {
   size_t k = 0;
   for (size_t i = 0; i < t->n_before; i++)
     if (t->before[i].kind == EV_ALLOC && t->before[i].size > 0)
-      t->log[k++] = (hbm_log_event_t){.action = HBM_LOG_ALLOCATE,
-                                      .size = t->before[i].size,
-                                      .pointer = t->before[i].addr};
+      t->log[k++] = (hbm_log_event_t){
+          .action = HBM_LOG_ALLOCATE, .size = t->before[i].size, .pointer = t->before[i].addr};
   t->n_log += n;
   return true;
 }

@@ -65,8 +65,7 @@ void hbm__profile_truncate(hbm_profile_t *p, int64_t n_buffers, int64_t n_steps,
     p->n_reserves = n_reserves;
 }
 
-hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name,
-                                    const char *device) {
+hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, const char *device) {
   if (i < 0 || i >= p->n_spaces)
     return hbm__error(HBM_ERR_INVALID, "memory space %d does not exist", i);
   const char *n = hbm_intern(p->strings, name), *d = hbm_intern(p->strings, device);
