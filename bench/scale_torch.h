@@ -206,7 +206,7 @@ static void pw_value(pickle_writer_t *w, const pk_value_t *v, bool fresh) {
 typedef struct torch_gen {
   const pk_value_t *root, *trace;
   size_t n_events;
-  bool *repeat;      /* per event: part of a balanced pair (written again each repetition) */
+  bool *repeat;       /* per event: part of a balanced pair (written again each repetition) */
   int64_t t0, period; /* microseconds: the trace's first time and its length */
   /* memory_viz's running numbers */
   hbm_u64map_t allocated; /* address → size of the alloc it has now */

@@ -173,8 +173,8 @@ struct ts_reader {
   /* container states of the sink (torch_sink.c), and the keys last seen by their bytes' address
    * in this file (memo references repeat the same bytes) */
   void *free_dicts, *free_lists;
-  ts_key_seen_t key_cache[64];
-  ts_action_seen_t action_cache[16];
+  ts_key_seen_t key_cache[256];
+  ts_action_seen_t action_cache[64];
   /* tags (torch_tags.c): (stack, stream, before) → the profile's interned tag strings */
   hbm_u64map_t tag_index;
   struct ts_tags *tags;

@@ -92,19 +92,21 @@ static bool grow_table(void **items, size_t *cap, size_t need, size_t elem) {
 /* A dict key as one of ours (-1: not one). Keys repeat as the same bytes of the file (memo
  * references), so a small cache by address answers most lookups without comparing. */
 static int key_of(ts_reader_t *r, const pk_ref_t *k) {
-  ts_key_seen_t *cache = r->key_cache;
+  static size_t key_len[K_COUNT];
+  if (!key_len[0])
+    for (int i = 0; i < K_COUNT; i++)
+      key_len[i] = strlen(key_names[i]);
   if (k->kind != PK_STR)
     return -1;
-  size_t h = ((uintptr_t)k->as.s >> 2) & 63;
-  if (cache[h].s == k->as.s && cache[h].n == k->n)
-    return cache[h].id;
+  ts_key_seen_t *c = &r->key_cache[((uintptr_t)k->as.s * 0x9e3779b97f4a7c15ull) >> 56 &
+                                   (HBM_ARRAY_LEN(r->key_cache) - 1)];
+  if (c->s == k->as.s && c->n == k->n)
+    return c->id;
   int id = -1;
   for (int i = 0; i < K_COUNT && id < 0; i++)
-    if (pk_ref_is(k, key_names[i], strlen(key_names[i])))
+    if (k->n == key_len[i] && !memcmp(k->as.s, key_names[i], key_len[i]))
       id = i;
-  cache[h].s = k->as.s;
-  cache[h].n = k->n;
-  cache[h].id = id;
+  *c = (ts_key_seen_t){k->as.s, k->n, id};
   return id;
 }
 

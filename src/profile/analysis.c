@@ -61,38 +61,57 @@ static bool collect_members(hbm_analysis_t *a, int space) {
   return true;
 }
 
-/* live[] and unpadded[] by difference arrays: +size at start, -size at end. */
-static bool compute_live(hbm_analysis_t *a) {
+/* Adds +v at start and -v at end of each member's live range into d (a difference array). */
+static void add_ranges(const hbm_analysis_t *a, int64_t *d, bool unpadded) {
   int64_t n = a->p->n_steps;
-  size_t cells = (size_t)n + 1;
-  int64_t *d_live = calloc(cells, sizeof *d_live), *d_unpadded = calloc(cells, sizeof *d_unpadded);
-  a->live = malloc(cells * sizeof *a->live);
-  a->unpadded = malloc(cells * sizeof *a->unpadded);
-  if (!d_live || !d_unpadded || !a->live || !a->unpadded) {
-    free(d_live);
-    free(d_unpadded);
-    return false;
-  }
   for (size_t k = 0; k < a->n_members; k++) {
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
     int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
     int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
     if (start >= end || start >= n)
       continue;
-    d_live[start] += (int64_t)b->size;
-    d_live[end] -= (int64_t)b->size;
-    d_unpadded[start] += (int64_t)b->unpadded_size;
-    d_unpadded[end] -= (int64_t)b->unpadded_size;
+    int64_t v = (int64_t)(unpadded ? b->unpadded_size : b->size);
+    d[start] += v;
+    d[end] -= v;
   }
-  int64_t live = 0, unpadded = 0;
+}
+
+/* A difference array summed in place into the values it stands for. */
+static void running_sum(int64_t *d, uint64_t *out, int64_t n) {
+  int64_t sum = 0;
   for (int64_t s = 0; s < n; s++) {
-    live += d_live[s];
-    unpadded += d_unpadded[s];
-    a->live[s] = (uint64_t)live;
-    a->unpadded[s] = (uint64_t)unpadded;
+    sum += d[s];
+    out[s] = (uint64_t)sum;
   }
-  free(d_live);
-  free(d_unpadded);
+}
+
+/* live[] and unpadded[] by difference arrays (+size at start, -size at end), summed in place;
+ * unpadded[] is live[] itself when no buffer has padding (runtime profiles), so a profile of
+ * n steps costs 8n bytes here, not 32n. */
+static bool compute_live(hbm_analysis_t *a) {
+  int64_t n = a->p->n_steps;
+  size_t cells = (size_t)n + 1;
+  bool padded = false;
+  for (size_t k = 0; k < a->n_members && !padded; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    padded = b->unpadded_size != b->size;
+  }
+  int64_t *d_live = calloc(cells, sizeof *d_live);
+  int64_t *d_unpadded = padded ? calloc(cells, sizeof *d_unpadded) : d_live;
+  if (!d_live || !d_unpadded) {
+    free(d_live);
+    if (padded)
+      free(d_unpadded);
+    return false;
+  }
+  add_ranges(a, d_live, false);
+  running_sum(d_live, (uint64_t *)d_live, n);
+  a->live = (uint64_t *)d_live;
+  if (padded) {
+    add_ranges(a, d_unpadded, true);
+    running_sum(d_unpadded, (uint64_t *)d_unpadded, n);
+  }
+  a->unpadded = (uint64_t *)d_unpadded;
   return true;
 }
 
@@ -432,8 +451,9 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
 void hbm_analysis_free(hbm_analysis_t *a) {
   if (!a)
     return;
+  if (a->unpadded != a->live)
+    free(a->unpadded);
   free(a->live);
-  free(a->unpadded);
   free(a->reserved);
   free(a->members);
   free(a->at_peak);
