@@ -4,6 +4,7 @@
  * HLO/XLA dump; hbm_profile_load recognises files by content. Also home of
  * cli_profile_paths, which `hbm export` shares. */
 #include "cli.h"
+#include "profile/index.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -167,9 +168,12 @@ static void note_best(const hbm_profile_t *p, const char *path, run_best_t *best
 /* Reports one profile file; JSON reports are appended to `reports`. */
 static int report_one(const options_t *o, const char *path, bool heading, json_t *reports,
                       run_best_t *best) {
-  hbm_profile_t *p = hbm_profile_load(path);
-  if (!p)
+  int64_t t0 = hbm__now_ns(); /* a profile read before is read from its index (index.h) */
+  hbm_profile_t *p = hbm__index_allowed() ? hbm__index_open(path) : NULL;
+  bool from_index = p != NULL;
+  if (!p && !(p = hbm_profile_load(path)))
     return cli_fail("report", 1, "%s", hbm_last_error());
+  int64_t load_ns = hbm__now_ns() - t0;
   int space = find_space(p, o->space), rc = 0;
   if (space == -2) {
     rc = no_such_space(p, path, o->space);
@@ -189,6 +193,9 @@ static int report_one(const options_t *o, const char *path, bool heading, json_t
     if (heading)
       note_best(p, path, best);
   }
+  fflush(stdout); /* the report first; then, for a big profile, its index for next time */
+  if (rc == 0 && !from_index && hbm__index_wanted(path, load_ns))
+    hbm__index_write(p, path);
   hbm_profile_free(p);
   return rc;
 }

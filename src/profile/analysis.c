@@ -17,6 +17,7 @@
  * rematerialization loop, before any profile exists; the profile it then builds is analysed
  * here, and every peak the planner reports comes from this module. `hbm replay` takes the
  * log's peak from here too (src/alloc/replay.c, analysed_peak). */
+#include "profile/index.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -33,6 +34,7 @@ struct hbm_analysis {
   int64_t *at_peak, *by_size, *by_padding;
   hbm_group_total_t *groups;
   size_t n_groups;
+  const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
 };
 
 static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
@@ -420,6 +422,8 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
                p ? p->n_spaces : 0);
     return NULL;
   }
+  if (p->digest) /* read from its index: the numbers as they were computed here */
+    return hbm__digest_analyze(p->digest, p, space);
   hbm_analysis_t *a = calloc(1, sizeof *a);
   if (!a) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile");
@@ -463,6 +467,31 @@ void hbm_analysis_free(hbm_analysis_t *a) {
   free(a);
 }
 
+hbm_analysis_t *hbm__analysis_stored(const hbm_profile_t *p, const hbm__digest_t *d,
+                                     const hbm_summary_t *s, int64_t *at_peak, int64_t *by_size,
+                                     int64_t *by_padding, hbm_group_total_t *groups,
+                                     size_t n_groups) {
+  hbm_analysis_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    free(at_peak), free(by_size), free(by_padding), free(groups);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  *a = (hbm_analysis_t){.p = p,
+                        .summary = *s,
+                        .at_peak = at_peak,
+                        .by_size = by_size,
+                        .by_padding = by_padding,
+                        .groups = groups,
+                        .n_groups = n_groups,
+                        .digest = d};
+  return a;
+}
+
+const uint64_t *hbm__analysis_series(const hbm_analysis_t *a, int which) {
+  return which == 0 ? a->live : which == 1 ? a->unpadded : a->reserved;
+}
+
 const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a) { return &a->summary; }
 
 static hbm_timeline_point_t point_at(const hbm_analysis_t *a, int64_t s) {
@@ -474,6 +503,8 @@ static hbm_timeline_point_t point_at(const hbm_analysis_t *a, int64_t s) {
 
 size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, size_t max_points,
                              hbm_timeline_point_t *out) {
+  if (a->digest)
+    return hbm__digest_timeline(a->digest, a->summary.space, from, to, max_points, out);
   int64_t n = a->p->n_steps;
   from = from < 0 ? 0 : from;
   to = to > n || to < 0 ? n : to;
@@ -499,6 +530,8 @@ size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, 
 }
 
 uint64_t hbm_analysis_bytes_at(const hbm_analysis_t *a, int64_t step) {
+  if (a->digest)
+    return hbm__digest_bytes_at(a->digest, a->summary.space, step);
   return step >= 0 && step < a->p->n_steps ? a->live[step] : 0;
 }
 
@@ -524,7 +557,7 @@ const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n)
 
 size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
                                       int64_t *out, size_t cap) {
-  size_t total = 0;
+  size_t total = 0; /* a stored analysis (from an index) has no buffers but those at the peak */
   for (size_t k = 0; k < a->n_members; k++) {
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
     bool meets = (b->flags & HBM_BUF_INDEFINITE) || (b->start < to && b->end > from);

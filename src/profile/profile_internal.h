@@ -38,6 +38,8 @@ struct hbm_profile {
   size_t n_ooms, cap_ooms;
   hbm_marker_t *markers;
   size_t n_markers, cap_markers;
+
+  struct hbm__digest *digest; /* a summary profile read from its index (index.h), else NULL */
 };
 
 #endif /* HBM_PROFILE_INTERNAL_H */

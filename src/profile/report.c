@@ -5,6 +5,7 @@
  * For each memory space: the peak in use and when, reserved memory, the limit, fragmentation
  * at the peak, a timeline chart, the buffers live at the peak (largest first, with tags),
  * totals by category and group, and every OOM event with its diagnosis. */
+#include "profile/index.h"
 #include "profile/json_out.h"
 
 #include <math.h>
@@ -363,6 +364,12 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
 
 /* Spaces worth showing when the caller asked for all: those with buffers or OOMs. */
 static bool space_has_content(const hbm_profile_t *p, int space) {
+  if (hbm__profile_is_summary(p)) { /* read from its index: it holds the counts */
+    hbm_analysis_t *a = hbm_analyze(p, space);
+    bool any = a && (hbm_analysis_summary(a)->n_buffers > 0 || hbm_analysis_summary(a)->n_oom);
+    hbm_analysis_free(a);
+    return any;
+  }
   for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
     if (hbm_profile_buffer(p, i)->space == space)
       return true;
