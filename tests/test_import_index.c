@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include "helpers.h"
 #include "profile/index.h"
@@ -130,7 +130,8 @@ static void assert_same(const hbm_profile_t *full, const hbm_profile_t *sum) {
     assert_non_null(b);
     hbm_timeline_point_t pa[700], pb[700];
     for (int q = 0; q < 300; q++) {
-      int64_t from = (int64_t)(next_random() % (uint64_t)n), to = from + (int64_t)(next_random() % (uint64_t)(n - from + 1));
+      int64_t from = (int64_t)(next_random() % (uint64_t)n),
+              to = from + (int64_t)(next_random() % (uint64_t)(n - from + 1));
       size_t points = 1 + next_random() % 700;
       size_t na = hbm_analysis_timeline(a, from, to, points, pa);
       size_t nb = hbm_analysis_timeline(b, from, to, points, pb);

@@ -117,6 +117,12 @@ void hbm__map_drop_before(hbm__mapped_t *m, size_t offset);
 /* Gives back every page read so far (a reader that jumps around calls it now and then). */
 void hbm__map_drop_all(hbm__mapped_t *m);
 void hbm__unmap(hbm__mapped_t *m);
+/* For a reader that cannot say how far it got (the XProf walker): a thread that gives back
+ * every page of m each `period_ms` until stopped; the reader's next touch brings a page back
+ * from the page cache. NULL when not mapped or no thread could start (nothing to stop). */
+typedef struct hbm__pager hbm__pager_t;
+hbm__pager_t *hbm__pager_start(hbm__mapped_t *m, int period_ms);
+void hbm__pager_stop(hbm__pager_t *pager);
 
 /* Memory the system can give this process now, in bytes (MemAvailable, bounded by
  * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */

@@ -4,12 +4,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 hbm_status_t hbm__map_file(const char *path, hbm__mapped_t *m) {
@@ -73,6 +75,64 @@ void hbm__unmap(hbm__mapped_t *m) {
   else
     free((void *)m->data);
   memset(m, 0, sizeof *m);
+}
+
+struct hbm__pager {
+  hbm__mapped_t *m;
+  int period_ms;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bool stop;
+};
+
+static void *pager_main(void *arg) {
+  hbm__pager_t *pg = arg;
+  pthread_mutex_lock(&pg->lock);
+  while (!pg->stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)pg->period_ms * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&pg->wake, &pg->lock, &until);
+    if (!pg->stop)
+      hbm__map_drop_all(pg->m);
+  }
+  pthread_mutex_unlock(&pg->lock);
+  return NULL;
+}
+
+hbm__pager_t *hbm__pager_start(hbm__mapped_t *m, int period_ms) {
+  if (!m || !m->mapped)
+    return NULL;
+  hbm__pager_t *pg = calloc(1, sizeof *pg);
+  if (!pg)
+    return NULL;
+  pg->m = m;
+  pg->period_ms = period_ms;
+  pthread_mutex_init(&pg->lock, NULL);
+  pthread_cond_init(&pg->wake, NULL);
+  if (pthread_create(&pg->thread, NULL, pager_main, pg) != 0) {
+    pthread_mutex_destroy(&pg->lock);
+    pthread_cond_destroy(&pg->wake);
+    free(pg);
+    return NULL;
+  }
+  return pg;
+}
+
+void hbm__pager_stop(hbm__pager_t *pg) {
+  if (!pg)
+    return;
+  pthread_mutex_lock(&pg->lock);
+  pg->stop = true;
+  pthread_cond_signal(&pg->wake);
+  pthread_mutex_unlock(&pg->lock);
+  pthread_join(pg->thread, NULL);
+  pthread_mutex_destroy(&pg->lock);
+  pthread_cond_destroy(&pg->wake);
+  free(pg);
 }
 
 /* A number after `key` in a /proc or /sys file, times `unit`; 0 when absent. */

@@ -202,7 +202,12 @@ hbm_profile_t *hbm_profile_load(const char *path) {
   }
   switch (format) {
   case FORMAT_TRACE: p = hbm__trace_parse(in.data, in.len, path, 0); break;
-  case FORMAT_XPROF: p = hbm__xprof_load(path, in.data, in.len); break;
+  case FORMAT_XPROF: { /* its walker goes back and forth: its pages go back every 50 ms */
+    hbm__pager_t *pager = hbm__pager_start(&in, 50);
+    p = hbm__xprof_load(path, in.data, in.len);
+    hbm__pager_stop(pager);
+    break;
+  }
   case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load(in.data, in.len, path, &in); break;
   default: break;
   }

@@ -22,7 +22,7 @@
 
 enum { SEC_STRINGS = 1, SEC_PROFILE, SEC_EVENTS, SEC_BUFFERS, SEC_SPACE, SEC_STEPS, SEC_BLOCKS };
 
-typedef struct table { /* compressed blocks of per-step values */
+typedef struct table {    /* compressed blocks of per-step values */
   const uint8_t *entries; /* count × (u64 offset, u32 compressed, u32 raw) */
   uint64_t count;
 } table_t;
@@ -194,9 +194,15 @@ static bool read_buffers(hbm__digest_t *d, cur_t c) {
     for (int k = 0; k < 16; k++)
       f[k] = u64_at(rows, i * 16 + (uint64_t)k);
     hbm_buffer_t *b = &d->buffers[i];
-    *b = (hbm_buffer_t){.id = f[1], .address = f[2], .size = f[3], .unpadded_size = f[4],
-                        .start = (int64_t)f[5], .end = (int64_t)f[6], .space = (int)f[7],
-                        .category = (hbm_category_t)f[8], .flags = (uint32_t)f[9]};
+    *b = (hbm_buffer_t){.id = f[1],
+                        .address = f[2],
+                        .size = f[3],
+                        .unpadded_size = f[4],
+                        .start = (int64_t)f[5],
+                        .end = (int64_t)f[6],
+                        .space = (int)f[7],
+                        .category = (hbm_category_t)f[8],
+                        .flags = (uint32_t)f[9]};
     const char **s[] = {&b->op, &b->shape, &b->group, &b->source, &b->opcode, &b->label};
     for (int k = 0; k < 6; k++)
       *s[k] = string_at(d, &c, f[10 + k]);
@@ -225,9 +231,8 @@ static int64_t kept_at(const hbm__digest_t *d, int64_t index) {
 static bool read_table(const hbm__digest_t *d, cur_t *c, table_t *t) {
   t->count = get_u64(c);
   t->entries = take(c, t->count, 16);
-  uint64_t want = d->n_steps ? ((uint64_t)d->n_steps + HBM_INDEX_BLOCK_STEPS - 1) /
-                                   HBM_INDEX_BLOCK_STEPS
-                             : 0;
+  uint64_t want =
+      d->n_steps ? ((uint64_t)d->n_steps + HBM_INDEX_BLOCK_STEPS - 1) / HBM_INDEX_BLOCK_STEPS : 0;
   if (c->bad || t->count != want)
     return false;
   for (uint64_t b = 0; b < t->count; b++) {
@@ -273,7 +278,7 @@ static bool read_levels(const hbm__digest_t *d, cur_t *c, space_digest_t *sp) {
       !(sp->levels = calloc(sp->n_levels, sizeof *sp->levels)))
     return false;
   uint64_t size = HBM_INDEX_LEVEL0;
-  for (uint64_t lv = 0; lv < sp->n_levels; lv++, size = size > UINT64_MAX / 2 ? size : size * 2) {
+  for (uint64_t lv = 0; lv<sp->n_levels; lv++, size = size> UINT64_MAX / 2 ? size : size * 2) {
     level_t *l = &sp->levels[lv];
     l->count = get_u64(c);
     l->pairs = take(c, l->count, 16);
@@ -659,7 +664,7 @@ bool hbm__profile_is_summary(const hbm_profile_t *p) { return p && p->digest; }
 /* The cache directory for indexes of logdirs that cannot take them. */
 static bool cache_dir(char *out, size_t cap, bool create) {
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  int n = xdg && *xdg ? snprintf(out, cap, "%s/hbm", xdg)
+  int n = xdg && *xdg     ? snprintf(out, cap, "%s/hbm", xdg)
           : home && *home ? snprintf(out, cap, "%s/.cache/hbm", home)
                           : -1;
   if (n < 0 || (size_t)n >= cap)
@@ -699,8 +704,8 @@ bool hbm__index_path(const char *path, bool writable, char *out, size_t cap) {
   char *real = realpath(path, NULL), cache[4096];
   bool ok = real && cache_dir(cache, sizeof cache, writable);
   if (ok) {
-    n = snprintf(out, cap, "%s/%016llx-%s.hbmindex", cache,
-                 (unsigned long long)path_hash(real), base);
+    n = snprintf(out, cap, "%s/%016llx-%s.hbmindex", cache, (unsigned long long)path_hash(real),
+                 base);
     ok = n > 0 && (size_t)n < cap;
   }
   free(real);
@@ -719,5 +724,6 @@ bool hbm__index_wanted(const char *path, int64_t load_ns) {
   if (mode && !strcmp(mode, "always"))
     return true;
   struct stat st;
-  return load_ns >= 500000000 || (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
+  return load_ns >= 500000000 ||
+         (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
 }

@@ -184,14 +184,22 @@ static void write_buffers(writer_t *w) {
   put_u64(o, total);
   for (size_t i = 0; i < total; i++) {
     const hbm_buffer_t *b = hbm_profile_buffer(w->p, idx[i]);
-    const uint64_t fields[] = {(uint64_t)idx[i],       b->id,
-                               b->address,             b->size,
-                               b->unpadded_size,       (uint64_t)b->start,
-                               (uint64_t)b->end,       (uint64_t)(int64_t)b->space,
-                               (uint64_t)b->category,  b->flags,
-                               string_id(w, b->op),     string_id(w, b->shape),
-                               string_id(w, b->group),  string_id(w, b->source),
-                               string_id(w, b->opcode), string_id(w, b->label)};
+    const uint64_t fields[] = {(uint64_t)idx[i],
+                               b->id,
+                               b->address,
+                               b->size,
+                               b->unpadded_size,
+                               (uint64_t)b->start,
+                               (uint64_t)b->end,
+                               (uint64_t)(int64_t)b->space,
+                               (uint64_t)b->category,
+                               b->flags,
+                               string_id(w, b->op),
+                               string_id(w, b->shape),
+                               string_id(w, b->group),
+                               string_id(w, b->source),
+                               string_id(w, b->opcode),
+                               string_id(w, b->label)};
     for (size_t f = 0; f < HBM_ARRAY_LEN(fields); f++)
       put_u64(o, fields[f]);
   }
@@ -206,14 +214,25 @@ static uint64_t double_bits(double v) {
 }
 
 static void write_summary(out_t *o, const hbm_summary_t *s) {
-  const uint64_t fields[] = {
-      (uint64_t)s->n_steps,         (uint64_t)s->n_buffers,    s->peak_bytes,
-      (uint64_t)s->peak_step,       (uint64_t)s->peak_time_ns, s->peak_unpadded_bytes,
-      s->padding_bytes,             s->indefinite_bytes,       s->argument_bytes,
-      s->output_bytes,              s->temporary_bytes,        s->heap_bytes,
-      s->peak_reserved_bytes,       s->reserved_at_peak,       s->limit_bytes,
-      double_bits(s->fragmentation_at_peak), s->largest_free_at_peak,
-      s->n_buffers_at_peak,         s->n_oom};
+  const uint64_t fields[] = {(uint64_t)s->n_steps,
+                             (uint64_t)s->n_buffers,
+                             s->peak_bytes,
+                             (uint64_t)s->peak_step,
+                             (uint64_t)s->peak_time_ns,
+                             s->peak_unpadded_bytes,
+                             s->padding_bytes,
+                             s->indefinite_bytes,
+                             s->argument_bytes,
+                             s->output_bytes,
+                             s->temporary_bytes,
+                             s->heap_bytes,
+                             s->peak_reserved_bytes,
+                             s->reserved_at_peak,
+                             s->limit_bytes,
+                             double_bits(s->fragmentation_at_peak),
+                             s->largest_free_at_peak,
+                             s->n_buffers_at_peak,
+                             s->n_oom};
   for (size_t i = 0; i < HBM_ARRAY_LEN(fields); i++)
     put_u64(o, fields[i]);
   for (int c = 0; c < HBM_CAT_COUNT; c++)
