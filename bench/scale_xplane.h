@@ -75,8 +75,7 @@ static bool xg_memory_line(const HbmXplane__XPlane *p, const HbmXplane__XLine *l
   for (size_t e = 0; e < l->n_events; e++)
     for (size_t m = 0; m < p->n_event_metadata; m++)
       if (p->event_metadata[m]->key == l->events[e]->metadata_id && p->event_metadata[m]->value &&
-          p->event_metadata[m]->value->name &&
-          strstr(p->event_metadata[m]->value->name, "Memory"))
+          p->event_metadata[m]->value->name && strstr(p->event_metadata[m]->value->name, "Memory"))
         return true;
   return false;
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "profile/index.h"
 #include "viewer/viewer.h"
 #include "viewer_fixtures.h"
 
@@ -535,6 +536,63 @@ static void test_cache_keeps_at_most_its_limit(void **state) {
     }
 }
 
+/* A profile with an index: the first view comes from the index (the summary, the timeline
+ * equal to the whole file's analysis), what needs every buffer waits for the whole file, which
+ * then replaces the summary. */
+static void test_first_view_from_the_index(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_02_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  assert_int_equal(vf_save(vf_runtime_profile("indexed", 4000, 7, true), dir, "big.hbmtrace"), 0);
+  snprintf(path, sizeof path, "%s/big.hbmtrace", dir);
+  hbm_profile_t *full;
+  hbm_analysis_t *a = analyse_file("2026_01_02_00_00_00", "big.hbmtrace", &full);
+  assert_int_equal(hbm__index_write(full, path), HBM_OK);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  const char *q = "run=2026_01_02_00_00_00&profile=big.hbmtrace";
+  json_t *info = getf(200, "/api/profile?%s", q);
+  assert_true(json_is_true(json_object_get(info, "from_index")));
+  json_decref(info);
+  json_t *sum = getf(200, "/api/summary?%s", q);
+  assert_int_equal(jint(sum, "peak_bytes"), (int64_t)hbm_analysis_summary(a)->peak_bytes);
+  assert_int_equal(jint(sum, "peak_step"), hbm_analysis_summary(a)->peak_step);
+  json_decref(sum);
+  json_t *tl = getf(200, "/api/timeline?%s&points=37&from=100&to=3900", q);
+  hbm_timeline_point_t pts[37];
+  size_t n = hbm_analysis_timeline(a, 100, 3900, 37, pts);
+  json_t *steps = json_object_get(tl, "step"), *bytes = json_object_get(tl, "bytes");
+  assert_int_equal(json_array_size(steps), n);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(json_integer_value(json_array_get(steps, i)), pts[i].step);
+    assert_int_equal(json_integer_value(json_array_get(bytes, i)), (int64_t)pts[i].bytes);
+  }
+  json_decref(tl);
+  /* a buffer not at the peak: its card waits for the whole file */
+  json_t *card = getf(200, "/api/buffer?%s&id=1", q);
+  assert_int_equal(jint(card, "size"), (int64_t)hbm_profile_buffer(full, 1)->size);
+  json_decref(card);
+  info = getf(200, "/api/profile?%s", q);
+  assert_true(json_is_false(json_object_get(info, "from_index")));
+  json_decref(info);
+  hbm_analysis_free(a);
+  hbm_profile_free(full);
+}
+
+/* The loaded profiles' bytes are bounded too: past the bound, the least recently used goes. */
+static void test_cache_keeps_to_its_bytes(void **state) {
+  size_t max = viewer->cache.max_bytes;
+  viewer->cache.max_bytes = 1; /* every profile is bigger: one at a time */
+  for (int i = 0; i < 2; i++) {
+    json_t *root =
+        getf(200, "/api/summary?run=2025_12_31_00_00_00&profile=module_%04d.m.hbmtrace", i);
+    json_decref(root);
+    json_decref(
+        getf(200, "/api/summary?run=2025_12_31_00_00_00&profile=module_%04d.m.hbmtrace", i + 1));
+    assert_true(viewer->cache.n_entries <= 2);
+  }
+  viewer->cache.max_bytes = max;
+}
+
 static void test_missing_logdir(void **state) {
   assert_null(hbm__viewer_new("/nonexistent/hbm/logdir"));
   assert_int_equal(hbm_last_status(), HBM_ERR_NOT_FOUND);
@@ -601,6 +659,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_new_run_and_changed_file),
       cmocka_unit_test(test_rmm_log_reserved_unknown),
       cmocka_unit_test(test_cache_keeps_at_most_its_limit),
+      cmocka_unit_test(test_first_view_from_the_index),
+      cmocka_unit_test(test_cache_keeps_to_its_bytes),
       cmocka_unit_test(test_missing_logdir),
       cmocka_unit_test(test_empty_logdir),
       cmocka_unit_test(test_query_parsing),

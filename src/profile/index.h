@@ -54,6 +54,8 @@ hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct st
 
 /* A profile read from its index (a summary profile) or not. */
 bool hbm__profile_is_summary(const hbm_profile_t *p);
+/* A summary profile's op of a step (hbm__digest_step_op); NULL for other profiles. */
+const char *hbm__profile_step_op(const hbm_profile_t *p, int64_t step, int *event);
 
 /* ---- for profile.c and analysis.c: a summary profile's answers ---- */
 

@@ -659,6 +659,11 @@ hbm_profile_t *hbm__index_open(const char *path) {
 
 bool hbm__profile_is_summary(const hbm_profile_t *p) { return p && p->digest; }
 
+const char *hbm__profile_step_op(const hbm_profile_t *p, int64_t step, int *event) {
+  *event = 0;
+  return p && p->digest ? hbm__digest_step_op(p->digest, step, event) : NULL;
+}
+
 /* ---- where ---- */
 
 /* The cache directory for indexes of logdirs that cannot take them. */

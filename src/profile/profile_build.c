@@ -75,3 +75,9 @@ hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, c
   p->spaces[i].device = d;
   return HBM_OK;
 }
+
+size_t hbm__profile_memory(const hbm_profile_t *p) {
+  return p->cap_buffers * sizeof *p->buffers + p->cap_steps * sizeof *p->step_time +
+         p->cap_labels * sizeof *p->step_label + p->cap_reserves * sizeof *p->reserves +
+         p->cap_ooms * sizeof *p->ooms + p->cap_markers * sizeof *p->markers;
+}

@@ -22,6 +22,8 @@ hbm_reserve_event_t *hbm__profile_reserves(hbm_profile_t *p, size_t *n);
 hbm_oom_event_t *hbm__profile_ooms(hbm_profile_t *p, size_t *n);
 /* Shortens the arrays to the given lengths (after moving what stays to the front). */
 void hbm__profile_truncate(hbm_profile_t *p, int64_t n_buffers, int64_t n_steps, size_t n_reserves);
+/* About the bytes p's arrays take (not its strings): what a cache of profiles counts. */
+size_t hbm__profile_memory(const hbm_profile_t *p);
 /* Renames space i. */
 hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, const char *device);
 

@@ -82,7 +82,7 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
 
 void hbm__api_buffer(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", false, &t, r))
+  if (!hbm__target_full(v, q, false, &t, r)) /* its row and band: the whole layout */
     return;
   int64_t id;
   if (!hbm__query_get(q, "id")) {
@@ -199,7 +199,7 @@ static int cmp_padding_desc(const void *a, const void *b, void *ctx) {
  * buffers at the peak: to look at the moment before an OOM, or anywhere on the timeline. */
 void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", true, &t, r))
+  if (!hbm__target_full(v, q, true, &t, r))
     return;
   int64_t step, limit;
   const char *order = hbm__query_get(q, "order");
@@ -431,7 +431,7 @@ static json_t *allocations_json(hbm__target_t *t, const alloc_args_t *a, int64_t
 
 void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", true, &t, r))
+  if (!hbm__target_full(v, q, true, &t, r))
     return;
   alloc_args_t a;
   if (!read_alloc_args(q, &t, &a, r)) {

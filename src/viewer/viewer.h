@@ -96,6 +96,9 @@ typedef struct hbm__loaded {
   uint64_t inode;
   int64_t loaded_at_ns;   /* a file still being written is reloaded at most this often */
   hbm_profile_t *profile; /* NULL when loading failed */
+  bool summary_only;      /* profile is the summary read from its index (index.h): the whole
+                             file is being read in the background and replaces this entry */
+  size_t memory;          /* bytes the profile and what is derived from it take, about */
   hbm_status_t status;    /* of the load */
   char *error;            /* the loader's message when profile is NULL */
   double load_ms;
@@ -148,10 +151,17 @@ typedef struct hbm__cache {
   size_t n_listing;
   int64_t listed_at_ns;
   char *listing_error; /* non-NULL when the last listing failed */
+  size_t max_bytes;    /* what the loaded profiles may take in all (HBM__CACHE_BYTES) */
+  size_t n_workers;    /* threads reading whole profiles behind their summaries, or writing
+                          their indexes: waited for when the cache goes */
+  bool stopping;
 } hbm__cache_t;
 
 #define HBM__LISTING_MS 500 /* new runs show up within half a second */
 #define HBM__CACHE_MAX 8    /* profiles kept loaded (least recently used evicted first) */
+/* ... and the bytes they may take: half the memory available when the viewer starts, at
+ * least 256 MiB (one profile is kept whatever its size) */
+#define HBM__CACHE_BYTES_MIN ((size_t)256 << 20)
 
 hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir);
 void hbm__cache_destroy(hbm__cache_t *c);
@@ -162,6 +172,10 @@ hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_
  * entry carries the loader's status and message. Release with hbm__cache_release. */
 hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file);
 void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e);
+/* Until a whole profile is read (its entry summary_only), waits for it: the entry of the same
+ * file that replaces the summary, or NULL when it is gone or failed (the error set). The
+ * caller's reference to `e` is released. */
+hbm__loaded_t *hbm__cache_get_full(hbm__cache_t *c, hbm__loaded_t *e);
 /* The analysis of one space of a loaded entry (computed once); NULL with an error. */
 const hbm_analysis_t *hbm__loaded_analysis(hbm__loaded_t *e, int space);
 /* The allocation timeline's layout of a space (NULL when out of memory or no such space), and
@@ -228,6 +242,10 @@ typedef struct hbm__target {
  * "b_" for the second profile of a comparison). */
 bool hbm__target_open(hbm__viewer_t *v, const hbm__query_t *q, const char *prefix, bool with_space,
                       hbm__target_t *t, hbm__response_t *r);
+/* For endpoints that need every buffer (not only those at the peaks a summary holds): the
+ * target on the whole profile, waiting for it to be read. false with r filled on failure. */
+bool hbm__target_full(hbm__viewer_t *v, const hbm__query_t *q, bool with_space, hbm__target_t *t,
+                      hbm__response_t *r);
 void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t);
 /* Reads an integer argument in [min, max] (def when absent); fills r with 400 on bad text. */
 bool hbm__query_int(const hbm__query_t *q, const char *key, int64_t def, int64_t min, int64_t max,
