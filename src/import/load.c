@@ -201,7 +201,12 @@ hbm_profile_t *hbm_profile_load(const char *path) {
     return NULL;
   }
   switch (format) {
-  case FORMAT_TRACE: p = hbm__trace_parse(in.data, in.len, path, 0); break;
+  case FORMAT_TRACE: { /* blocks front to back: their pages go back as the reader passes */
+    hbm__pager_t *pager = hbm__pager_start(&in, 50);
+    p = hbm__trace_parse(in.data, in.len, path, 0);
+    hbm__pager_stop(pager);
+    break;
+  }
   case FORMAT_XPROF: { /* its walker goes back and forth: its pages go back every 50 ms */
     hbm__pager_t *pager = hbm__pager_start(&in, 50);
     p = hbm__xprof_load(path, in.data, in.len);

@@ -181,6 +181,30 @@ static void draw_chart(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *
 
 /* ---- text sections ---- */
 
+/* A long run's profile says which of its training steps it holds (the step markers of
+ * hbm_profiler_step_begin/end): the first and last, and whether any between is missing. */
+static void write_steps_held(FILE *out, const hbm_profile_t *p) {
+  int64_t first = 0, last = 0, count = 0;
+  for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
+    const hbm_marker_t *m = hbm_profile_marker(p, i);
+    if (m->kind != HBM_MARKER_STEP_BEGIN)
+      continue;
+    if (!count || m->value < first)
+      first = m->value;
+    if (!count || m->value > last)
+      last = m->value;
+    count++;
+  }
+  if (!count)
+    return;
+  if (count == last - first + 1)
+    fprintf(out, "  %-12s %lld to %lld, all %lld recorded\n", "steps", (long long)first,
+            (long long)last, (long long)count);
+  else
+    fprintf(out, "  %-12s %lld to %lld, %lld of them recorded (the others are missing)\n", "steps",
+            (long long)first, (long long)last, (long long)count);
+}
+
 static void write_header(FILE *out, const hbm_profile_t *p) {
   int64_t n = hbm_profile_step_count(p);
   int spaces = hbm_profile_space_count(p);
@@ -194,6 +218,7 @@ static void write_header(FILE *out, const hbm_profile_t *p) {
     if (v && *v)
       fprintf(out, "  %-12s %s\n", shown_meta[i], v);
   }
+  write_steps_held(out, p);
   const char *notes[] = {"lost", "unmatched_frees", "missing_frees"};
   const char *what[] = {"", " frees of blocks the profile never saw allocated",
                         " blocks allocated again without a recorded free"};

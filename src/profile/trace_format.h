@@ -26,6 +26,8 @@
 #define HBM_TRACE_BLOCK_TARGET (256u << 10) /* writers start a new block past this */
 #define HBM_TRACE_MAX_META 4096             /* metadata entries a reader accepts */
 #define HBM_TRACE_MAX_SPACES 4096           /* memory spaces a reader accepts */
+#define HBM_TRACE_RAW_PER_BYTE 64           /* decompressed record bytes per file byte ... */
+#define HBM_TRACE_RAW_BASE (1ull << 20)     /* ... plus this, at most (docs/limits.md) */
 
 /* Record types. */
 enum {

@@ -12,18 +12,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zstd.h>
 
+/* An event record as read, 32 bytes (a 10^8-event run is held as 3.2 GB, not 6.4): the
+ * tags of an allocation are one entry of a table of distinct tag tuples. */
 typedef struct event {
   int64_t time;
-  uint64_t seq; /* file order, to keep the sort stable */
   uint64_t address;
-  uint64_t size; /* size / requested / reserve size */
-  int64_t value; /* marker value */
-  uint32_t str[4];
-  int32_t space;
-  uint8_t type, flags, op; /* op: category, reserve op or marker kind */
+  uint64_t size; /* size / requested / reserve size; a marker's value */
+  uint32_t ref;  /* EV_ALLOC: its tags (index into tags); EV_OOM, EV_MARKER: a string id */
+  uint16_t space;
+  uint8_t type;
+  uint8_t bits; /* flags << 4 | op (category, reserve op or marker kind) */
 } event_t;
+
+typedef struct tags {
+  uint32_t str[4]; /* op, shape, group, source: string ids */
+} tags_t;
 
 typedef struct reader {
   const char *name;
@@ -31,8 +37,12 @@ typedef struct reader {
   hbm_intern_t *strings;
   const char **string_of; /* id - 1 → string */
   size_t n_strings, cap_strings;
-  event_t *events;
+  event_t *events; /* mapped: the replay gives back what it has passed */
   size_t n_events, cap_events;
+  bool in_order; /* every event so far at or after the one before it */
+  tags_t *tags;  /* distinct tag tuples of the allocations */
+  size_t n_tags, cap_tags;
+  hbm_u64map_t tag_index; /* hash of a tuple → index + 1 (probing on) */
   int64_t last_time;
   bool ended;
   uint64_t block;  /* blocks read whole */
@@ -194,11 +204,50 @@ static bool read_marker(reader_t *r, cursor_t *c) {
 
 /* ---- event records: collected here, replayed once the whole file is read ---- */
 
+/* The index of a tag tuple, added when new; UINT32_MAX when out of memory. */
+static uint32_t tags_index(reader_t *r, const uint32_t *str) {
+  uint64_t h = 0x7a9c;
+  for (int i = 0; i < 4; i++)
+    h = (h ^ str[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 31;
+  uint64_t at;
+  for (;; h++) {
+    if (!hbm_u64map_get(&r->tag_index, h, &at))
+      break;
+    if (!memcmp(r->tags[at].str, str, sizeof r->tags[at].str))
+      return (uint32_t)at;
+  }
+  tags_t *grown = hbm__grow_array(r->tags, &r->cap_tags, r->n_tags + 1, sizeof *grown, 64);
+  if (!grown || r->n_tags >= UINT32_MAX || !hbm_u64map_put(&r->tag_index, h, r->n_tags))
+    return UINT32_MAX;
+  r->tags = grown;
+  memcpy(r->tags[r->n_tags].str, str, sizeof r->tags[r->n_tags].str);
+  return (uint32_t)r->n_tags++;
+}
+
+/* Room for one more event: the array is mapped (not malloc'd), so it can grow in place and the
+ * replay can give its pages back as it passes them. */
+static bool room_for_event(reader_t *r) {
+  if (r->n_events < r->cap_events)
+    return true;
+  size_t cap = r->cap_events ? r->cap_events * 2 : 4096;
+  void *grown = r->events ? mremap(r->events, r->cap_events * sizeof *r->events,
+                                   cap * sizeof *r->events, MREMAP_MAYMOVE)
+                          : mmap(NULL, cap * sizeof *r->events, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (grown == MAP_FAILED)
+    return bad(r, "out of host memory after %zu events (%zu bytes)", r->n_events,
+               r->n_events * sizeof *r->events);
+  r->events = grown;
+  r->cap_events = cap;
+  return true;
+}
+
 static bool read_event(reader_t *r, int type, cursor_t *c) {
-  event_t e = {.type = (uint8_t)type, .seq = r->n_events};
+  event_t e = {.type = (uint8_t)type};
   r->last_time = (int64_t)((uint64_t)r->last_time + (uint64_t)get_s(c));
   e.time = r->last_time;
-  uint64_t space = 0, op = 0;
+  uint64_t space = 0, op = 0, flags = 0;
+  uint32_t str[4] = {0, 0, 0, 0};
   if (type != HBM_REC_EV_MARKER)
     space = get_u(c);
   switch (type) {
@@ -207,9 +256,9 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     e.size = get_u(c);
     get_s(c); /* allocated - size: kept in the file, not in the profile model */
     op = get_u(c);
-    e.flags = (uint8_t)get_u(c);
+    flags = get_u(c);
     for (int i = 0; i < 4; i++)
-      e.str[i] = (uint32_t)get_u(c);
+      str[i] = (uint32_t)get_u(c);
     break;
   case HBM_REC_EV_FREE: e.address = get_u(c); break;
   case HBM_REC_EV_RESERVE:
@@ -219,31 +268,31 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     break;
   case HBM_REC_EV_OOM:
     e.size = get_u(c);
-    e.str[0] = (uint32_t)get_u(c);
+    str[0] = (uint32_t)get_u(c);
     break;
   case HBM_REC_EV_MARKER:
     op = get_u(c);
-    e.value = get_s(c);
-    e.str[0] = (uint32_t)get_u(c);
+    e.size = (uint64_t)get_s(c);
+    str[0] = (uint32_t)get_u(c);
     break;
   default: break; /* EV_CLOSE: the space only */
   }
   if (c->bad)
     return bad(r, "an event record (type 0x%x) is cut short", (unsigned)type);
-  if (space > INT32_MAX || op > 255)
+  if (space >= HBM_TRACE_MAX_SPACES || op > 15)
     return bad(r, "an event record has a bad space or kind");
   for (int i = 0; i < 4; i++)
-    if (e.str[i] > r->n_strings)
-      return bad(r, "string id %u used before it was defined", (unsigned)e.str[i]);
-  e.space = (int32_t)space;
-  e.op = (uint8_t)op;
-  if (r->n_events == r->cap_events) {
-    event_t *grown =
-        hbm__grow_array(r->events, &r->cap_events, r->n_events + 1, sizeof *grown, 4096);
-    if (!grown)
-      return bad(r, "out of host memory after %zu events", r->n_events);
-    r->events = grown;
-  }
+    if (str[i] > r->n_strings)
+      return bad(r, "string id %u used before it was defined", (unsigned)str[i]);
+  e.space = (uint16_t)space;
+  e.bits = (uint8_t)((flags & HBM_EV_PREEXISTING) << 4 | op);
+  e.ref = type == HBM_REC_EV_ALLOC ? tags_index(r, str) : str[0];
+  if (e.ref == UINT32_MAX)
+    return bad(r, "out of host memory after %zu tag sets", r->n_tags);
+  if (!room_for_event(r))
+    return false;
+  if (r->n_events && e.time < r->events[r->n_events - 1].time)
+    r->in_order = false;
   r->events[r->n_events++] = e;
   return true;
 }
@@ -288,11 +337,35 @@ static bool read_records(reader_t *r, const uint8_t *data, size_t len) {
 
 /* ---- replaying events ---- */
 
-static int event_order(const void *x, const void *y) {
-  const event_t *a = x, *b = y;
-  if (a->time != b->time)
-    return a->time < b->time ? -1 : 1;
-  return a->seq < b->seq ? -1 : a->seq > b->seq;
+/* Events by time, ties in file order: a merge sort (stable), with a buffer as big as the
+ * events — needed only when threads' blocks interleave. */
+static bool sort_events(reader_t *r) {
+  size_t n = r->n_events;
+  if (r->in_order || n < 2)
+    return true;
+  event_t *tmp =
+      mmap(NULL, n * sizeof *tmp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED)
+    return false;
+  event_t *from = r->events, *to = tmp;
+  for (size_t width = 1; width < n; width *= 2) {
+    for (size_t lo = 0; lo < n; lo += 2 * width) {
+      size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+      size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
+      while (i < mid)
+        to[k++] = from[i++];
+      while (j < hi)
+        to[k++] = from[j++];
+    }
+    event_t *t = from;
+    from = to, to = t;
+  }
+  if (from != r->events)
+    memcpy(r->events, from, n * sizeof *from);
+  munmap(tmp, n * sizeof *tmp);
+  return true;
 }
 
 typedef struct replay {
@@ -309,7 +382,7 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
   hbm_u64map_t *live = &rp->live[e->space];
   uint64_t old;
   if (hbm_u64map_get(live, e->address, &old)) {
-    if (e->flags & HBM_EV_PREEXISTING)
+    if ((e->bits >> 4) & HBM_EV_PREEXISTING)
       return HBM_OK; /* recorded after the capture began and listed again by describe */
     rp->missing_frees++;
     hbm_u64map_remove(live, e->address, NULL);
@@ -317,17 +390,20 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
       return hbm_last_status();
   }
   int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
+  const uint32_t *str = r->tags[e->ref].str;
+  unsigned category = e->bits & 15;
   hbm_buffer_t b = {.address = e->address,
                     .size = e->size,
                     .unpadded_size = e->size,
                     .start = step,
                     .end = -1,
                     .space = e->space,
-                    .category = e->op < HBM_CAT_COUNT ? (hbm_category_t)e->op : HBM_CAT_UNKNOWN,
-                    .op = str_of(r, e->str[0]),
-                    .shape = str_of(r, e->str[1]),
-                    .group = str_of(r, e->str[2]),
-                    .source = str_of(r, e->str[3])};
+                    .category =
+                        category < HBM_CAT_COUNT ? (hbm_category_t)category : HBM_CAT_UNKNOWN,
+                    .op = str_of(r, str[0]),
+                    .shape = str_of(r, str[1]),
+                    .group = str_of(r, str[2]),
+                    .source = str_of(r, str[3])};
   int64_t idx = step < 0 ? -1 : hbm_profile_add_buffer(r->p, &b);
   if (idx < 0)
     return hbm_last_status();
@@ -372,34 +448,46 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
   case HBM_REC_EV_CLOSE: return replay_close(r, rp, e);
   case HBM_REC_EV_RESERVE: {
     /* Reserved memory changes before the next event (the alloc that needed it). */
-    hbm_reserve_event_t re = {next_step, e->space, (hbm_reserve_op_t)e->op, e->address, e->size};
+    hbm_reserve_event_t re = {next_step, e->space, (hbm_reserve_op_t)(e->bits & 15), e->address,
+                              e->size};
     return hbm_profile_add_reserve(r->p, &re);
   }
   case HBM_REC_EV_OOM: {
     /* The failure happened with the memory of the last event in use. */
-    hbm_oom_event_t oe = {next_step > 0 ? next_step - 1 : 0, e->space, e->size,
-                          str_of(r, e->str[0])};
+    hbm_oom_event_t oe = {next_step > 0 ? next_step - 1 : 0, e->space, e->size, str_of(r, e->ref)};
     return hbm_profile_add_oom(r->p, &oe);
   }
   default: {
-    hbm_marker_t m = {next_step, (hbm_marker_kind_t)e->op, e->value, str_of(r, e->str[0])};
+    hbm_marker_t m = {next_step, (hbm_marker_kind_t)(e->bits & 15), (int64_t)e->size,
+                      str_of(r, e->ref)};
     return hbm_profile_add_marker(r->p, &m);
   }
   }
 }
 
+/* Gives back the pages of the events before i (read, replayed, not needed again). */
+static void drop_events_before(reader_t *r, size_t i) {
+  size_t page = 4096, end = i * sizeof *r->events / page * page;
+  if (end >= 16 * page)
+    madvise(r->events, end, MADV_DONTNEED);
+}
+
 static hbm_status_t replay_events(reader_t *r) {
   if (r->n_events == 0)
     return HBM_OK;
-  qsort(r->events, r->n_events, sizeof *r->events, event_order);
+  if (!sort_events(r))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
+                      r->n_events);
   replay_t rp = {.n_spaces = hbm_profile_space_count(r->p)};
   rp.live = calloc((size_t)rp.n_spaces + 1, sizeof *rp.live);
   if (!rp.live)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
   hbm_status_t s = HBM_OK;
   for (size_t i = 0; i < r->n_events && s == HBM_OK; i++) {
+    if (i % (1u << 20) == 0)
+      drop_events_before(r, i);
     const event_t *e = &r->events[i];
-    if (e->type != HBM_REC_EV_MARKER && (e->space < 0 || e->space >= rp.n_spaces))
+    if (e->type != HBM_REC_EV_MARKER && e->space >= rp.n_spaces)
       s = hbm__error(HBM_ERR_PARSE,
                      "%s: event %zu refers to memory space %d, which the file "
                      "never defines",
@@ -591,9 +679,10 @@ bool hbm__trace_is(const void *data, size_t len) {
 
 hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
                                 uint64_t max_raw_bytes) {
-  reader_t r = {.name = name ? name : "profile"};
-  if (!max_raw_bytes)
-    max_raw_bytes = (256ull << 20) + 256ull * len;
+  reader_t r = {.name = name ? name : "profile", .in_order = true};
+  hbm_u64map_init(&r.tag_index);
+  if (!max_raw_bytes) /* records at most 64 times the file, whatever zstd makes of them */
+    max_raw_bytes = HBM_TRACE_RAW_BASE + HBM_TRACE_RAW_PER_BYTE * (uint64_t)len;
   size_t offset = 0;
   hbm_status_t s = HBM_ERR_HOST_MEMORY;
   if (!(r.strings = hbm_intern_new()))
@@ -606,7 +695,10 @@ hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *nam
 done:
   hbm_intern_free(r.strings);
   free(r.string_of);
-  free(r.events);
+  if (r.events)
+    munmap(r.events, r.cap_events * sizeof *r.events);
+  free(r.tags);
+  hbm_u64map_free(&r.tag_index);
   if (s != HBM_OK) {
     hbm_profile_free(r.p);
     return NULL;
