@@ -593,6 +593,50 @@ static void test_cache_keeps_to_its_bytes(void **state) {
   viewer->cache.max_bytes = max;
 }
 
+/* A PyTorch snapshot: no buffer has a category, so its allocations are coloured by group (the
+ * top user frame, as memory_viz does), the rectangles say which, and the card shows the stack. */
+static void test_snapshot_coloured_by_frame(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_03_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  size_t len = 0;
+  char *pk = th_read(HBM_SOURCE_DIR "/tests/data/torch/small.pickle", &len);
+  assert_non_null(pk);
+  snprintf(path, sizeof path, "%s/small.pickle", dir);
+  assert_int_equal(th_write(path, pk, len), 0);
+  free(pk);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  const char *q = "run=2026_01_03_00_00_00&profile=small.pickle";
+  json_t *al = getf(200, "/api/allocations?%s&limit=100&cols=40&rows=20", q);
+  assert_string_equal(jstr(al, "color_by"), "group");
+  json_t *rects = json_object_get(al, "rects");
+  json_t *classes = json_object_get(rects, "classes"), *cls = json_object_get(rects, "class");
+  assert_true(json_array_size(classes) >= 2);
+  assert_int_equal(json_array_size(cls), json_array_size(json_object_get(rects, "id")));
+  bool forward = false;
+  for (size_t i = 0; i < json_array_size(classes); i++)
+    forward |= !strcmp(json_string_value(json_array_get(classes, i)), "model.py:54 forward");
+  assert_true(forward);
+  int64_t id = -1;
+  for (size_t i = 0; i < json_array_size(cls) && id < 0; i++) {
+    int64_t c = json_integer_value(json_array_get(cls, i));
+    assert_true(c >= 0 && (size_t)c < json_array_size(classes));
+    if (!strcmp(json_string_value(json_array_get(classes, (size_t)c)), "model.py:54 forward"))
+      id = json_integer_value(json_array_get(json_object_get(rects, "id"), i));
+  }
+  assert_true(id >= 0);
+  json_decref(al);
+  json_t *card = getf(200, "/api/buffer?%s&id=%lld", q, (long long)id);
+  assert_string_equal(jstr(card, "group"), "model.py:54 forward");
+  assert_non_null(strstr(jstr(card, "label"), "model.py"));
+  json_decref(card);
+  /* a profile with categories keeps colouring by them */
+  json_t *plan = getf(200, "/api/allocations?run=%s&profile=%s&limit=10", VF_RUN_TRAIN, train);
+  assert_string_equal(jstr(plan, "color_by"), "category");
+  assert_null(json_object_get(json_object_get(plan, "rects"), "classes"));
+  json_decref(plan);
+}
+
 static void test_missing_logdir(void **state) {
   assert_null(hbm__viewer_new("/nonexistent/hbm/logdir"));
   assert_int_equal(hbm_last_status(), HBM_ERR_NOT_FOUND);
@@ -651,6 +695,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_buffers_at_any_step),
       cmocka_unit_test(test_buffer_card),
       cmocka_unit_test(test_allocations_largest_first_and_search),
+      cmocka_unit_test(test_snapshot_coloured_by_frame),
       cmocka_unit_test(test_oom_events),
       cmocka_unit_test(test_compare_two_plans),
       cmocka_unit_test(test_errors_and_traversal),

@@ -45,13 +45,43 @@ static const char *short_file(const ts_frame_t *f, int *len) {
   return f->file + cut;
 }
 
-/* The index of the innermost user frame; else the innermost frame at all (-1: none). Only the
- * first TS_MAX_STACK_FRAMES count. */
+/* Frames memory_viz leaves out of a stack (its frameFilter): the unwinder's own, CPython's
+ * interpreter loop, PyTorch's dispatcher boilerplate. */
+static bool is_plumbing(const ts_frame_t *f) {
+  static const char *const names[] = {"unwind::unwind",    "CapturedTraceback::gather",
+                                      "gather_with_cpp",   "_start",
+                                      "__libc_start_main", "PyEval_",
+                                      "PyObject_",         "PyFunction_"};
+  static const char *const files[] = {"core/boxing",
+                                      "/Register",
+                                      "/Redispatch",
+                                      "pythonrun.c",
+                                      "Modules/main.c",
+                                      "Objects/call.c",
+                                      "Objects/methodobject.c",
+                                      "pycore_ceval.h",
+                                      "ceval.c",
+                                      "cpython/abstract.h"};
+  for (size_t i = 0; i < HBM_ARRAY_LEN(names); i++)
+    if (strstr(f->name, names[i]))
+      return true;
+  for (size_t i = 0; i < HBM_ARRAY_LEN(files); i++)
+    if (strstr(f->file, files[i]))
+      return true;
+  return false;
+}
+
+/* The index of the innermost user frame; else the innermost frame that is not plumbing, else
+ * the innermost at all (-1: none). Only the first TS_MAX_STACK_FRAMES count. */
 static int64_t user_frame(const ts_reader_t *r, const uint32_t *ids, uint32_t n) {
-  for (uint32_t i = 0; i < n && i < TS_MAX_STACK_FRAMES; i++)
+  int64_t other = -1;
+  for (uint32_t i = 0; i < n && i < TS_MAX_STACK_FRAMES; i++) {
     if (is_user_frame(&r->frames[ids[i]]))
       return i;
-  return n ? 0 : -1;
+    if (other < 0 && !is_plumbing(&r->frames[ids[i]]))
+      other = i;
+  }
+  return other >= 0 ? other : n ? 0 : -1;
 }
 
 /* group: the user frames that called the op, outermost first. */
@@ -114,9 +144,20 @@ static void describe(ts_reader_t *r, uint32_t stack, int64_t stream, bool before
   const char *file = short_file(f, &len);
   hbm_strbuf_printf(&t->op, "%.*s:%lld %.*s", len, file, (long long)f->line, f->name_len, f->name);
   hbm_strbuf_printf(&t->source, "%.*s:%lld", f->file_len, f->file, (long long)f->line);
-  append_callers(&t->group, r, ids, n, at);
-  if (!t->group.len)
-    hbm_strbuf_printf(&t->group, "%.*s", len, file);
+  /* grouped (and coloured) by the top user frame, as memory_viz does; the callers, which tell
+   * apart the layers that share its line, head the card's stack */
+  hbm_strbuf_puts(&t->group, hbm_strbuf_str(&t->op));
+  hbm_strbuf_t callers;
+  hbm_strbuf_init(&callers);
+  append_callers(&callers, r, ids, n, at);
+  if (callers.len) {
+    hbm_strbuf_t frames = t->stack;
+    hbm_strbuf_init(&t->stack);
+    hbm_strbuf_printf(&t->stack, "called from %s\n%s", hbm_strbuf_str(&callers),
+                      hbm_strbuf_str(&frames));
+    hbm_strbuf_free(&frames);
+  }
+  hbm_strbuf_free(&callers);
 }
 
 /* A stream as a small number (streams are few), so a key holds stack, stream and before. */

@@ -318,12 +318,39 @@ static bool rect_passes(const hbm_buffer_t *b, int64_t index, const alloc_args_t
   return !a->q || op_matches(b->op, a->q, seen);
 }
 
-/* Rectangles columns, with op names given once in "ops" and referred to by index. */
-static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
-                          const uint64_t *row) {
+void hbm__classes_of(const hbm__target_t *t, hbm__classes_t *c) {
+  memset(c, 0, sizeof *c);
+  const hbm_summary_t *s = t->summary;
+  size_t n_groups = 0;
+  const hbm_group_total_t *g = hbm_analysis_groups(t->analysis, &n_groups);
+  c->by_group =
+      s->peak_bytes > 0 && s->category_bytes[HBM_CAT_UNKNOWN] == s->peak_bytes && n_groups > 1;
+  if (!c->by_group) {
+    c->n = HBM_CAT_COUNT;
+    return;
+  }
+  for (size_t i = 0; i < n_groups && c->n < HBM__CLASSES_MAX - 1; i++)
+    c->names[c->n++] = g[i].name;
+  c->names[c->n++] = "other";
+}
+
+int hbm__class_of(const hbm__classes_t *c, const hbm_buffer_t *b) {
+  if (!c->by_group)
+    return (unsigned)b->category < HBM_CAT_COUNT ? (int)b->category : 0;
+  const char *name = b->group ? b->group : hbm_category_name(b->category);
+  for (int i = 0; i < c->n - 1; i++) /* group names are interned: most match by address */
+    if (c->names[i] == name || !strcmp(c->names[i], name))
+      return i;
+  return c->n - 1;
+}
+
+/* Rectangles columns, with op names given once in "ops" and referred to by index; by group,
+ * each rectangle's colour class too. */
+static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n, const uint64_t *row,
+                          const hbm__classes_t *classes) {
   json_t *ids = json_array(), *offs = json_array(), *sizes = json_array();
   json_t *starts = json_array(), *ends = json_array(), *cats = json_array();
-  json_t *opi = json_array(), *ops = json_array();
+  json_t *opi = json_array(), *ops = json_array(), *cls = json_array();
   hbm_u64map_t seen;
   hbm_u64map_init(&seen);
   for (size_t i = 0; i < n; i++) {
@@ -343,6 +370,8 @@ static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
     json_array_append_new(ends, json_integer(b->end));
     json_array_append_new(cats, json_integer(b->category));
     json_array_append_new(opi, k == UINT64_MAX ? json_integer(-1) : json_integer((json_int_t)k));
+    if (classes->by_group)
+      json_array_append_new(cls, json_integer(hbm__class_of(classes, b)));
   }
   hbm_u64map_free(&seen);
   json_t *o = json_object();
@@ -354,6 +383,15 @@ static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
   set_new(o, "category", cats);
   set_new(o, "op", opi);
   set_new(o, "ops", ops);
+  if (classes->by_group) {
+    json_t *names = json_array();
+    for (int c = 0; c < classes->n; c++)
+      json_array_append_new(names, hbm__json_text(classes->names[c]));
+    set_new(o, "class", cls);
+    set_new(o, "classes", names);
+  } else {
+    json_decref(cls);
+  }
   return o;
 }
 
@@ -420,11 +458,14 @@ static json_t *allocations_json(hbm__target_t *t, const alloc_args_t *a, int64_t
   set_new(root, "matched_bytes", hbm__json_u64(bytes));
   set_new(root, "shown", json_integer((json_int_t)heap->n));
   set_new(root, "q", a->q ? hbm__json_text(a->q) : json_null());
-  set_new(root, "rects", json_rects(t->profile, heap->idx, heap->n, a->row));
+  hbm__classes_t classes; /* by group when nothing has a category (PyTorch snapshots) */
+  hbm__classes_of(t, &classes);
+  set_new(root, "color_by", json_string(classes.by_group ? "group" : "category"));
+  set_new(root, "rects", json_rects(t->profile, heap->idx, heap->n, a->row, &classes));
   set_new(root, "density",
           a->cols && a->rows && n_passed > heap->n
               ? hbm__json_density(t->profile, a->row, passed, n_passed, &a->w, (int)a->cols,
-                                  (int)a->rows)
+                                  (int)a->rows, &classes)
               : json_null());
   return root;
 }

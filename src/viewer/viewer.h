@@ -280,11 +280,26 @@ typedef struct hbm__window {
   uint64_t lo, hi;
 } hbm__window_t;
 
+/* What colours an allocation view: buffer categories, or (when every buffer at the peak is
+ * of unknown category, as in a PyTorch snapshot) the largest groups at the peak, the others
+ * as one more class (HBM__CLASSES_MAX in all). */
+#define HBM__CLASSES_MAX 12
+typedef struct hbm__classes {
+  bool by_group;
+  const char *names[HBM__CLASSES_MAX]; /* by_group: the groups, the last one "other" */
+  int n;
+} hbm__classes_t;
+
+void hbm__classes_of(const hbm__target_t *t, hbm__classes_t *c);
+int hbm__class_of(const hbm__classes_t *c, const hbm_buffer_t *b);
+
 /* The overview raster of the buffers idx[0..n) over w (density.c), row[] giving each buffer's
- * row: {cols, rows, cells}, cells base64 of one byte per cell, row 0 at the lowest row:
- * category * 42 + coverage (0..41). */
+ * row: {cols, rows, cells, levels}, cells base64 of one byte per cell, row 0 at the lowest row:
+ * class * levels + coverage (0..levels-1), class a category (levels 42) or, by group, an index
+ * into "classes" (levels 21). */
 json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int64_t *idx, size_t n,
-                          const hbm__window_t *w, int cols, int rows);
+                          const hbm__window_t *w, int cols, int rows,
+                          const hbm__classes_t *classes);
 
 /* JSON helpers shared by the endpoints. */
 json_t *hbm__json_u64(uint64_t v);
