@@ -11,7 +11,7 @@
 #define HBM_BENCH_SCALE_XPLANE_H
 
 #include "base/base.h"
-#include "proto/xplane.pb-c.h"
+#include "xplane.pb-c.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,6 +8,7 @@
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
 #include "import/xprof.h"
+#include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -72,6 +73,12 @@ static bool has_allocation_line(const char *p, const char *end) {
   return false;
 }
 
+/* An RMM log: its first line of content starts with its header's first word. */
+static bool is_rmm_csv(const char *data, size_t len) {
+  const char *end = data + len, *first = first_content_line(data, end);
+  return (size_t)(end - first) >= 6 && !strncasecmp(first, "thread", 6);
+}
+
 static format_t detect(const char *path, const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
@@ -82,7 +89,7 @@ static format_t detect(const char *path, const char *data, size_t len) {
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
-  if ((size_t)(end - first) >= 6 && !strncasecmp(first, "thread", 6))
+  if (is_rmm_csv(data, len))
     return FORMAT_RMM_CSV; /* its header; the parser says what is wrong if the rest is not */
   if (has_allocation_line(first, end))
     return FORMAT_BUFFER_ASSIGNMENT;
@@ -108,15 +115,6 @@ static hbm_profile_t *load_plan(const char *path) {
   return p;
 }
 
-static hbm_profile_t *load_csv(const char *path, const char *data, size_t len) {
-  hbm_alloc_log_t log;
-  if (hbm_alloc_log_parse(data, len, path, 0, &log) != HBM_OK)
-    return NULL;
-  hbm_profile_t *p = hbm_alloc_log_to_profile(&log, path);
-  hbm_alloc_log_free(&log);
-  return p;
-}
-
 static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t len) {
   hbm_oom_text_t *t = hbm_oom_text_parse(data, len, path);
   hbm_profile_t *p = t ? hbm_oom_text_to_profile(t, path) : NULL;
@@ -131,11 +129,11 @@ static hbm_profile_t *load_text(const char *path) {
     return NULL;
   hbm_profile_t *p = NULL;
   switch (detect(path, data, len)) {
-  case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
+  case FORMAT_RMM_CSV: p = hbm__alloc_log_load(data, len, path); break;
   default:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
@@ -178,8 +176,9 @@ static hbm_status_t check_memory(const char *path, format_t format, const uint8_
                     hbm_format_bytes(need, b, sizeof b), hbm_format_bytes(avail, c, sizeof c));
 }
 
-/* Binary formats are read from a mapping of the file, whose pages go back as the reader passes
- * them; text formats from a copy in memory (their parsers want it NUL-terminated). */
+/* Binary formats and RMM logs are read from a mapping of the file, whose pages go back as the
+ * reader passes them; other text formats from a copy in memory (their parsers want it
+ * NUL-terminated). */
 hbm_profile_t *hbm_profile_load(const char *path) {
   if (!path) {
     hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
@@ -195,6 +194,8 @@ hbm_profile_t *hbm_profile_load(const char *path) {
     format = FORMAT_XPROF;
   else if (pk_looks_like_pickle(in.data, in.len))
     format = FORMAT_TORCH_SNAPSHOT;
+  else if (is_rmm_csv((const char *)in.data, in.len))
+    format = FORMAT_RMM_CSV;
   hbm_profile_t *p = NULL;
   if (format != FORMAT_UNKNOWN && check_memory(path, format, in.data, in.len) != HBM_OK) {
     hbm__unmap(&in);
@@ -214,6 +215,12 @@ hbm_profile_t *hbm_profile_load(const char *path) {
     break;
   }
   case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load(in.data, in.len, path, &in); break;
+  case FORMAT_RMM_CSV: { /* line by line, front to back */
+    hbm__pager_t *pager = hbm__pager_start(&in, 50);
+    p = hbm__alloc_log_load((const char *)in.data, in.len, path);
+    hbm__pager_stop(pager);
+    break;
+  }
   default: break;
   }
   hbm__unmap(&in);
