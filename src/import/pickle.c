@@ -18,6 +18,7 @@
  * pickle_tree.c is the sink that builds the whole tree (pk_parse). */
 #include "import/pickle.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,40 +720,136 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   return *ok;
 }
 
-/* Fills m->used with the memo indices some GET refers to, and the rank table. The scan stops
- * at STOP or at the first opcode it cannot step over (the machine then says why there). Memo
- * references are most of a snapshot's opcodes: they take the shortest path. */
-static bool scan(machine_t *m) {
+/* Scans [*at, end) for the memo indices some GET refers to, into `used` (whose bit 255 is
+ * set: BINGET's indices fit without a check). Stops at `end`, at STOP or at the first opcode
+ * it cannot step over (the machine then says why there): *at is where. false when memory ran
+ * out. Memo references are most of a snapshot's opcodes: they take the shortest path. With
+ * `drop`, the pages passed are given back every 16 MiB (a scan on a thread of its own). */
+static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, bool *explicit_memo,
+                       bool drop) {
   bitmap_t set = {0};
-  size_t count = 0, next_progress = m->next_progress, pos = 2, len = m->len;
-  uint64_t max_index = (uint64_t)len + 256;
-  bool ok = bit_set(m, &m->used, 255), explicit_memo = false; /* BINGET's indices fit */
+  size_t count = 0, next_progress = m->next_progress, pos = *at, from = pos;
+  uint64_t max_index = (uint64_t)m->len + 256;
+  bool ok = true;
   const uint8_t *d = m->data;
-  while (ok && pos < len) {
-    size_t limit = next_progress < len ? next_progress : len;
+  size_t len = m->len;
+  if (drop)
+    next_progress = pos + ((size_t)16 << 20);
+  while (ok && pos < end) {
+    size_t limit = next_progress < end ? next_progress : end;
     while (pos < limit) {
       uint8_t op = d[pos];
       if (op == 'h' && pos + 1 < len) {
-        m->used.words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
+        used->words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
         pos += 2;
       } else if (op == 'j' && len - pos > 4) {
         uint64_t index = le_bytes(d + pos + 1, 4);
         pos += 5;
-        if (index <= max_index && !(ok = bit_set(m, &m->used, index)))
+        if (index <= max_index && !(ok = bit_set(m, used, index)))
           goto done;
-      } else if (!scan_one(m, &pos, &set, &count, &explicit_memo, &ok)) {
+      } else if (!scan_one(m, &pos, &set, &count, explicit_memo, &ok)) {
         goto done;
       }
     }
-    if (m->opt->progress && pos >= next_progress) {
+    if (drop && pos >= next_progress) {
+      m->opt->drop(m->opt->progress_ctx, from, pos);
+      next_progress = pos + ((size_t)16 << 20);
+    } else if (!drop && m->opt->progress && pos >= next_progress) {
       m->opt->progress(m->opt->progress_ctx, pos);
       next_progress = pos + (m->opt->progress_bytes ? m->opt->progress_bytes : (64u << 20));
     }
   }
 done:
-  m->explicit_memo = explicit_memo;
+  *at = pos;
   m->memory -= set.n_words * sizeof *set.words;
   free(set.words);
+  return ok;
+}
+
+/* The first FRAME at or after `target`, found by stepping from frame to frame (Python's
+ * pickler frames protocol 4 and 5 from the start, each opcode within one frame); 0 when the
+ * pickle is not framed that far. Each header read maps the pages around it: they are given
+ * back as it goes. */
+static size_t frame_at(const machine_t *m, size_t target) {
+  const uint8_t *d = m->data;
+  size_t pos = 2, len = m->len, dropped = 0;
+  while (pos < target) {
+    if (d[pos] != 0x95 || len - pos < 9 || le_bytes(d + pos + 1, 8) > len - pos - 9)
+      return 0;
+    pos += 9 + (size_t)le_bytes(d + pos + 1, 8);
+    if (m->opt->drop && pos - dropped >= ((size_t)8 << 20)) {
+      m->opt->drop(m->opt->progress_ctx, dropped, pos);
+      dropped = pos;
+    }
+  }
+  if (m->opt->drop)
+    m->opt->drop(m->opt->progress_ctx, dropped, pos);
+  return pos < len && d[pos] == 0x95 ? pos : 0;
+}
+
+/* The scan of a big file's second half, on a thread of its own. */
+#define SCAN_SPLIT_MIN ((size_t)64 << 20)
+
+typedef struct scan_half {
+  machine_t m; /* its own memory count and errors */
+  bitmap_t used;
+  size_t at;
+  bool explicit_memo, ok;
+} scan_half_t;
+
+static void *scan_half_main(void *arg) {
+  scan_half_t *h = arg;
+  h->ok = bit_set(&h->m, &h->used, 255) &&
+          scan_range(&h->m, &h->used, &h->at, h->m.len, &h->explicit_memo, h->m.opt->drop != NULL);
+  return NULL;
+}
+
+/* Fills m->used with the memo indices some GET refers to, and the rank table. A big framed
+ * file is scanned in two halves at once (the second on a thread); when the first half does not
+ * end exactly where the second began, or the second failed, the scan goes on from there
+ * alone, so the result and any error are those of one scan from the start. */
+static bool scan(machine_t *m) {
+  bool explicit_memo = false;
+  size_t pos = 2, len = m->len;
+  if (!bit_set(m, &m->used, 255))
+    return false;
+  scan_half_t *half = NULL;
+  size_t split_min = m->opt->split_min ? m->opt->split_min : SCAN_SPLIT_MIN;
+  size_t split = len >= split_min ? frame_at(m, len / 2) : 0;
+  pthread_t thread;
+  if (split && (half = calloc(1, sizeof *half))) {
+    half->m = (machine_t){.data = m->data,
+                          .len = len,
+                          .name = m->name,
+                          .opt = m->opt,
+                          .max_memory = m->max_memory,
+                          .next_progress = SIZE_MAX};
+    half->at = split;
+    if (pthread_create(&thread, NULL, scan_half_main, half) != 0) {
+      free(half);
+      half = NULL;
+    }
+  }
+  bool ok = scan_range(m, &m->used, &pos, half ? split : len, &explicit_memo, false);
+  if (half) {
+    pthread_join(thread, NULL);
+    bool joined = ok && pos == split && half->ok;
+    if (joined) {
+      size_t words = half->used.n_words, old = m->used.n_words;
+      ok = words <= old ||
+           grow(m, (void **)&m->used.words, &m->used.n_words, words, sizeof *m->used.words, 64);
+      if (ok && m->used.n_words > old)
+        memset(m->used.words + old, 0, (m->used.n_words - old) * sizeof *m->used.words);
+      for (size_t w = 0; ok && w < words; w++)
+        m->used.words[w] |= half->used.words[w];
+      explicit_memo |= half->explicit_memo;
+    }
+    free(half->used.words);
+    free(half);
+    if (ok && !joined && pos >= split) /* the rest (or the first half's last opcode on) */
+      ok = scan_range(m, &m->used, &pos, len, &explicit_memo, false);
+  }
+  m->explicit_memo = explicit_memo;
   if (!ok)
     return false;
   size_t words = m->used.n_words, total = 0;

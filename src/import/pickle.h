@@ -96,6 +96,13 @@ typedef struct pk_stream_options {
   void (*progress)(void *ctx, size_t offset);
   void *progress_ctx;
   size_t progress_bytes;
+  /* Gives back the pages of [from, to) (may be NULL; called with progress_ctx, from another
+   * thread than progress, at the same time: a big file's second half is scanned on a thread
+   * of its own). */
+  void (*drop)(void *ctx, size_t from, size_t to);
+  /* A framed pickle this big or more is scanned in two halves at once, the second on a thread
+   * of its own (0: 64 MiB; SIZE_MAX: never). The result is the same either way. */
+  size_t split_min;
 } pk_stream_options_t;
 
 /* Reads one pickle from data[0, len) into sink; `name` is used in messages ("name: byte N:

@@ -78,6 +78,8 @@ static void drop_behind(void *ctx, size_t offset) {
   hbm__map_drop_before(ctx, offset > DROP_BEHIND ? offset - DROP_BEHIND : 0);
 }
 
+static void drop_range(void *ctx, size_t from, size_t to) { hbm__map_drop_range(ctx, from, to); }
+
 static bool is_dict_tag(uint16_t tag) {
   return tag == OBJ_FRAME || tag == OBJ_EVENT || tag == OBJ_BLOCK || tag == OBJ_SEGMENT ||
          tag == OBJ_SETTINGS;
@@ -89,6 +91,7 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
   pk_stream_options_t opt = {.salvage = true,
                              .progress = map ? drop_behind : NULL,
                              .progress_ctx = map,
+                             .drop = map ? drop_range : NULL,
                              .progress_bytes = 16u << 20};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)

@@ -651,6 +651,7 @@ hbm_profile_t *hbm__index_open(const char *path) {
     hbm__error(HBM_ERR_NOT_FOUND, "%s: no index", path);
     return NULL;
   }
+  hbm__map_keep(&m);
   hbm_profile_t *p = hbm__index_parse(m.data, m.len, &st, true);
   if (!p)
     hbm__unmap(&m); /* the parse took the mapping only when it succeeded */
