@@ -6,8 +6,9 @@
  *   torch   a PyTorch memory snapshot: a real one's trace repeated (scale_torch.h), pickled
  *           as Python pickles _dump_snapshot's dict; its expected peak is memory_viz's
  *           Active Memory Timeline maximum, computed as memory_viz computes it;
- *   xplane  an XProf .xplane.pb: a real one's activity lines repeated, its programs and the
- *           allocator's lines as they are (scale_xplane.h): its peaks are the real file's;
+ *   xplane  an XProf .xplane.pb: a real one's lines repeated, the allocator's too, its
+ *           programs as they are (scale_xplane.h): its peaks are the real file's;
+ *           xplane-activity (not in the default list) repeats only the activity lines;
  *   rmm     an RMM allocation log: a real one's balanced pointers repeated (scale_rmm.h);
  *   trace   hbm's own capture, recorded by hbm's recorder in a child process (--events
  *           allocations and frees, a step marker every 100k), its resident memory sampled
@@ -15,7 +16,8 @@
  * Measured, each hbm command a child process (wall time, CPU time = user + system, peak
  * resident memory from wait4), the file's pages dropped from the page cache first where
  * "cold" is said (posix_fadvise; what the kernel keeps anyway is not in our hands):
- *   report cold       `hbm report FILE` with no index (HBM_INDEX=never);
+ *   report cold       `hbm report FILE` with no index (HBM_INDEX=never), the file read from
+ *                     the disk; again with the file in the page cache;
  *   report + index    the same writing the index (HBM_INDEX=always);
  *   report indexed    `hbm report FILE` reading the index; its output must equal the cold one;
  *   view cold         the viewer's first view without an index: runs, profiles, profile,
@@ -29,7 +31,8 @@
  * differed from the cold one or a peak was not exact; timing targets are reported, not
  * enforced (a shared machine's load moves them).
  *
- * Usage: bench_scale [--size MiB] [--formats torch,xplane,rmm,trace] [--events N] [--dir DIR]
+ * Usage: bench_scale [--size MiB] [--formats torch,xplane,xplane-activity,rmm,trace] [--events N]
+ * [--dir DIR]
  *                    [--keep] [--hbm PATH] [--torch-src F] [--xplane-src F] [--rmm-src F]
  *   --size     each generated file's size (default 1024); --events the recorder's events
  *              (default 100000 per MiB of --size: 10^8 for 1 GiB, whose file is smaller)
@@ -49,10 +52,10 @@
 #endif
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +65,12 @@
 #include <unistd.h>
 
 #define RUN "2026_01_01_00_00_00"
-#define REAL_TORCH "/../shared/real/torch/"                                                     \
-                   "Wedsonlin_assignment2-systems__results_medium_128_training_memory_snapshot_" \
-                   "_0db7d8c.pickle"
-#define REAL_XPLANE "/../shared/real/xprof/tensorflow_profiler__GPU-multi-worker__34.83.195.179_6003.xplane.pb"
+#define REAL_TORCH                                                                                 \
+  "/../shared/real/torch/"                                                                         \
+  "Wedsonlin_assignment2-systems__results_medium_128_training_memory_snapshot_"                    \
+  "_0db7d8c.pickle"
+#define REAL_XPLANE                                                                                \
+  "/../shared/real/xprof/tensorflow_profiler__GPU-multi-worker__34.83.195.179_6003.xplane.pb"
 #define REAL_RMM "/../shared/traces/gpt-medium-ctx128-train-gpu.csv"
 
 typedef struct options {
@@ -248,8 +253,8 @@ static void view_child(const char *logdir, const char *run, const char *file, vi
   snprintf(url, sizeof url, "/api/allocations?%s&limit=1", q); /* waits for the whole file */
   ok = ok && request(v, url, NULL, NULL, t->error, sizeof t->error);
   t->full_ms = (now_s() - t0) * 1000.0;
-  snprintf(url, sizeof url, "/api/allocations?%s&from=%lld&to=%lld&limit=4000&cols=620&rows=170",
-           q, (long long)from, (long long)to);
+  snprintf(url, sizeof url, "/api/allocations?%s&from=%lld&to=%lld&limit=4000&cols=620&rows=170", q,
+           (long long)from, (long long)to);
   ok = ok && request(v, url, &t->zoom_alloc_ms, NULL, t->error, sizeof t->error);
   snprintf(url, sizeof url, "/api/allocations?%s&q=a&limit=3000&cols=620&rows=170", q);
   ok = ok && request(v, url, &t->search_ms, NULL, t->error, sizeof t->error);
@@ -304,6 +309,8 @@ static void measure(const options_t *o, input_t *in) {
     return;
   }
   print_run("hbm report, cold", &cold, in->size, "target <= 5 s per GiB, <= 1.0x");
+  measured_t cached = run_hbm(o, "never", out2, "report", in->path, NULL);
+  print_run("  the same, file in page cache", &cached, in->size, "");
   evict(in->path);
   measured_t v_rss = {0};
   view_times_t vc = run_view(in, "never", &v_rss);
@@ -322,8 +329,7 @@ static void measure(const options_t *o, input_t *in) {
   char size[32];
   hbm_format_bytes(st.st_size, size, sizeof size);
   print_run("hbm report, writing the index", &writing, in->size, "");
-  printf("  %-30s %s (%.4fx the file)\n", "the index", size,
-         (double)st.st_size / (double)in->size);
+  printf("  %-30s %s (%.4fx the file)\n", "the index", size, (double)st.st_size / (double)in->size);
   measured_t indexed = run_hbm(o, "always", out2, "report", in->path, NULL);
   print_run("hbm report, with the index", &indexed, in->size, "target <= 0.5 s");
   char *a = slurp(out), *b = slurp(out2);
@@ -398,7 +404,8 @@ static uint64_t file_size(const char *path) {
 }
 
 static void bench_torch(const options_t *o) {
-  input_t in = {.format = "torch", .what = "PyTorch memory snapshot",
+  input_t in = {.format = "torch",
+                .what = "PyTorch memory snapshot",
                 .anchor = "PyTorch's memory_viz lags past 500 MB and crashes the browser at 1 GB "
                           "(pytorch/pytorch#155889, #176290)"};
   if (!prepare(o, &in, "snapshot.pickle"))
@@ -415,8 +422,10 @@ static void bench_torch(const options_t *o) {
   measure(o, &in);
 }
 
-static void bench_xplane(const options_t *o) {
-  input_t in = {.format = "xplane", .what = "XProf .xplane.pb",
+static void bench_xplane(const options_t *o, bool memory) {
+  input_t in = {.format = memory ? "xplane" : "xplane-activity",
+                .what = memory ? "XProf .xplane.pb (every line repeated)"
+                               : "XProf .xplane.pb (activity repeated, the allocator's lines once)",
                 .anchor = "TensorBoard's profiler: 20-30 GB of memory and ~40 s for a ~1 GB "
                           ".xplane.pb (tensorflow/tensorboard#6132)"};
   if (!prepare(o, &in, "host.xplane.pb"))
@@ -431,18 +440,20 @@ static void bench_xplane(const options_t *o) {
     return fail("xplane: hbm report --json %s gave no peak", o->xplane_src);
   double t0 = now_s();
   int reps = 0;
-  if (write_xplane(o->xplane_src, in.path, o->size, &reps) != HBM_OK)
+  if (write_xplane(o->xplane_src, in.path, o->size, memory, &reps) != HBM_OK)
     return fail("xplane: %s", hbm_last_error());
   in.size = file_size(in.path);
   report_input(&in, now_s() - t0, reps);
-  printf("  %-30s %llu bytes (the real file's peaks: its allocator's lines are kept as they "
-         "are)\n",
-         "expected peak", (unsigned long long)in.expected[0]);
+  printf("  %-30s %llu bytes (the real file's peaks: %s)\n", "expected peak",
+         (unsigned long long)in.expected[0],
+         memory ? "each repetition has the same allocations, with the same bytes in use"
+                : "its allocator's lines are as they are");
   measure(o, &in);
 }
 
 static void bench_rmm(const options_t *o) {
-  input_t in = {.format = "rmm", .what = "RMM allocation log",
+  input_t in = {.format = "rmm",
+                .what = "RMM allocation log",
                 .anchor = "no published figure for RMM logs this big"};
   if (!prepare(o, &in, "log.csv"))
     return fail("cannot make %s", in.logdir);
@@ -510,7 +521,8 @@ static void record_child(const char *logdir, uint64_t events, recorded_t *r) {
 }
 
 static void bench_trace(const options_t *o) {
-  input_t in = {.format = "trace", .what = "hbm's own capture (.hbmtrace)",
+  input_t in = {.format = "trace",
+                .what = "hbm's own capture (.hbmtrace)",
                 .anchor = "XLA's trace stops at 1M events; PyTorch's history buffer drops the "
                           "start of long runs"};
   if (!prepare(o, &in, "unused"))
@@ -550,9 +562,8 @@ static void bench_trace(const options_t *o) {
     lo = r.rss_kb[i] < lo ? r.rss_kb[i] : lo;
     hi = r.rss_kb[i] > hi ? r.rss_kb[i] : hi;
   }
-  printf("  %-30s %.1f to %.1f MB resident from 10%% to 90%% of the events: %s\n",
-         "recording", mb(lo), mb(hi),
-         hi <= lo + lo / 10 + 4096 ? "constant" : "GROWING");
+  printf("  %-30s %.1f to %.1f MB resident from 10%% to 90%% of the events: %s\n", "recording",
+         mb(lo), mb(hi), hi <= lo + lo / 10 + 4096 ? "constant" : "GROWING");
   if (hi > lo + lo / 10 + 4096)
     fail("the recording process grew from %ld to %ld kB", lo, hi);
   measure(o, &in);
@@ -564,8 +575,10 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 int main(int argc, char **argv) {
-  options_t o = {.size = 1024ull << 20, .formats = "torch,xplane,rmm,trace",
-                 .torch_src = HBM_SOURCE_DIR REAL_TORCH, .xplane_src = HBM_SOURCE_DIR REAL_XPLANE,
+  options_t o = {.size = 1024ull << 20,
+                 .formats = "torch,xplane,rmm,trace",
+                 .torch_src = HBM_SOURCE_DIR REAL_TORCH,
+                 .xplane_src = HBM_SOURCE_DIR REAL_XPLANE,
                  .rmm_src = HBM_SOURCE_DIR REAL_RMM};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -621,13 +634,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_scale: cannot make a directory in /tmp\n");
     return 1;
   }
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it comes (the runs are long) */
   bench_print_machine();
   printf("bench_scale: files of %llu MiB in %s; hbm %s\n", (unsigned long long)(o.size >> 20),
          o.dir, o.hbm);
   if (wanted(&o, "torch"))
     bench_torch(&o);
   if (wanted(&o, "xplane"))
-    bench_xplane(&o);
+    bench_xplane(&o, true);
+  if (wanted(&o, "xplane-activity"))
+    bench_xplane(&o, false);
   if (wanted(&o, "rmm"))
     bench_rmm(&o);
   if (wanted(&o, "trace"))

@@ -73,10 +73,10 @@ static hbm_status_t write_rmm(const char *src, const char *out, uint64_t target,
       if (rep > 0 && !again[i])
         continue;
       int64_t t = e->time_ns - t0 + (int64_t)rep * period;
-      int n = fprintf(f, "%u,%lld.%09lld,%s,0x%llx,%llu,0x%x\n", e->thread,
-                      (long long)(t / 1000000000), (long long)(t % 1000000000),
-                      rg_action(e->action), (unsigned long long)e->pointer,
-                      (unsigned long long)e->size, e->stream);
+      int n =
+          fprintf(f, "%u,%lld.%09lld,%s,0x%llx,%llu,0x%x\n", e->thread, (long long)(t / 1000000000),
+                  (long long)(t % 1000000000), rg_action(e->action), (unsigned long long)e->pointer,
+                  (unsigned long long)e->size, e->stream);
       failed |= n < 0;
       written += n > 0 ? (uint64_t)n : 0;
       (*events)++;

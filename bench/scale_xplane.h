@@ -104,9 +104,12 @@ static size_t xg_event(xplane_gen_t *g, HbmXplane__XEvent *e, int64_t shift) {
   return xg_field_len(4, n);
 }
 
-/* A line: its own fields, then its events `reps` times (once for the allocator's). */
-static size_t xg_line(xplane_gen_t *g, const HbmXplane__XPlane *p, HbmXplane__XLine *l, int reps) {
-  if (xg_memory_line(p, l))
+/* A line: its own fields, then its events `reps` times (the allocator's once, unless
+ * `memory`: then the allocator's events too, as a longer run would have them: each repetition
+ * the same allocations and frees, with the same bytes in use after each, later). */
+static size_t xg_line(xplane_gen_t *g, const HbmXplane__XPlane *p, HbmXplane__XLine *l, int reps,
+                      bool memory) {
+  if (!memory && xg_memory_line(p, l))
     reps = 1;
   int64_t span = xg_span(l);
   size_t n_events = l->n_events;
@@ -129,27 +132,29 @@ static size_t xg_line(xplane_gen_t *g, const HbmXplane__XPlane *p, HbmXplane__XL
   return xg_field_len(3, head + body);
 }
 
-static size_t xg_plane(xplane_gen_t *g, HbmXplane__XPlane *p, int reps) {
+static size_t xg_plane(xplane_gen_t *g, HbmXplane__XPlane *p, int reps, bool memory) {
   size_t n_lines = p->n_lines, body = 0;
   HbmXplane__XLine **lines = p->lines;
   p->n_lines = 0;
   size_t head = protobuf_c_message_get_packed_size(&p->base);
   p->n_lines = n_lines;
   for (size_t i = 0; i < n_lines; i++)
-    body += xg_line(NULL, p, lines[i], reps);
+    body += xg_line(NULL, p, lines[i], reps, memory);
   if (g) {
     xg_field(g, 1, head + body);
     p->n_lines = 0;
     xg_message(g, &p->base);
     p->n_lines = n_lines;
     for (size_t i = 0; i < n_lines; i++)
-      xg_line(g, p, lines[i], reps);
+      xg_line(g, p, lines[i], reps, memory);
   }
   return xg_field_len(1, head + body);
 }
 
-/* Writes `out`: the XSpace of `src` with its activity repeated until about `target` bytes. */
-static hbm_status_t write_xplane(const char *src, const char *out, uint64_t target, int *reps) {
+/* Writes `out`: the XSpace of `src` with its activity (and with `memory` its allocator's
+ * events) repeated until about `target` bytes. */
+static hbm_status_t write_xplane(const char *src, const char *out, uint64_t target, bool memory,
+                                 int *reps) {
   char *data;
   size_t len;
   hbm_status_t st = hbm__read_file(src, &data, &len);
@@ -161,8 +166,8 @@ static hbm_status_t write_xplane(const char *src, const char *out, uint64_t targ
     return hbm__error(HBM_ERR_PARSE, "%s: not an XSpace", src);
   size_t once = 0, twice = 0;
   for (size_t i = 0; i < s->n_planes; i++) {
-    once += xg_plane(NULL, s->planes[i], 1);
-    twice += xg_plane(NULL, s->planes[i], 2);
+    once += xg_plane(NULL, s->planes[i], 1, memory);
+    twice += xg_plane(NULL, s->planes[i], 2, memory);
   }
   size_t per_rep = twice - once; /* what one more repetition adds */
   *reps = per_rep && target > once ? (int)((target - once + per_rep - 1) / per_rep) + 1 : 1;
@@ -174,7 +179,7 @@ static hbm_status_t write_xplane(const char *src, const char *out, uint64_t targ
   HbmXplane__XSpace rest = *s; /* the space's other fields: errors, hostnames */
   rest.n_planes = 0;
   for (size_t i = 0; i < s->n_planes && !g.failed; i++)
-    xg_plane(&g, s->planes[i], *reps);
+    xg_plane(&g, s->planes[i], *reps, memory);
   xg_message(&g, &rest.base);
   if (fclose(g.out) != 0)
     g.failed = true;

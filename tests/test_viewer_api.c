@@ -6,6 +6,7 @@
  *
  * `test_viewer_api --write-fixtures DIR [EVENTS]` only writes the fixture logdir (the browser
  * test, tests/viewer_browser.sh, uses it). */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -343,6 +344,64 @@ static void test_allocations_largest_first_and_search(void **state) {
   assert_true(jint(window, "matched") <= 1); /* the lowest byte at one step: one buffer */
   json_decref(window);
   json_decref(getf(400, "/api/allocations?run=%s&profile=%s&from=9&to=3", VF_RUN_TRAIN, train));
+}
+
+/* The buffer lists come in pages of any size: pages side by side are the list at once, in
+ * the same order (buffers of equal size too), without a gap or an overlap. */
+static void test_pages_of_buffers(void **state) {
+  json_t *all = getf(200, "/api/allocations?run=%s&profile=%s&limit=60", VF_RUN_TRAIN, train);
+  json_t *ids = json_object_get(json_object_get(all, "rects"), "id");
+  size_t n = json_array_size(ids);
+  assert_true(n > 20);
+  for (size_t page = 0; page * 20 < n; page++) {
+    json_t *one = getf(200, "/api/allocations?run=%s&profile=%s&limit=20&offset=%zu", VF_RUN_TRAIN,
+                       train, page * 20);
+    json_t *got = json_object_get(json_object_get(one, "rects"), "id");
+    assert_int_equal(jint(one, "offset"), page * 20);
+    for (size_t i = 0; i < json_array_size(got); i++)
+      assert_int_equal(json_integer_value(json_array_get(got, i)),
+                       json_integer_value(json_array_get(ids, page * 20 + i)));
+    json_decref(one);
+  }
+  json_decref(all);
+  json_t *bars =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&limit=10", VF_RUN_TRAIN, train);
+  json_t *page = getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&limit=5&offset=5",
+                      VF_RUN_TRAIN, train);
+  json_t *a = json_object_get(bars, "buffers"), *b = json_object_get(page, "buffers");
+  assert_int_equal(json_array_size(b), 5);
+  for (size_t i = 0; i < 5; i++)
+    assert_int_equal(jint(json_array_get(b, i), "id"), jint(json_array_get(a, 5 + i), "id"));
+  assert_int_equal(jint(json_object_get(page, "rest"), "count"), jint(bars, "count") - 10);
+  /* searched on the server: every buffer at the peak whose op, shape or group has it, any case */
+  const char *op = jstr(json_array_get(a, 0), "op");
+  json_t *whole =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size", VF_RUN_TRAIN, train);
+  size_t want = 0;
+  json_t *list = json_object_get(whole, "buffers");
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    json_t *o = json_array_get(list, i);
+    const char *fields[] = {"op", "shape", "group"};
+    bool has = false;
+    for (int f = 0; f < 3; f++) {
+      const char *text = json_string_value(json_object_get(o, fields[f]));
+      has |= text && strcasestr(text, op) != NULL;
+    }
+    want += has;
+  }
+  char lower[256];
+  snprintf(lower, sizeof lower, "%s", op);
+  for (char *c = lower; *c; c++)
+    *c = (char)tolower((unsigned char)*c);
+  json_t *found = getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&q=%s&limit=2",
+                       VF_RUN_TRAIN, train, lower);
+  assert_true(want > 0);
+  assert_int_equal(jint(found, "count"), want);
+  assert_string_equal(jstr(found, "q"), lower);
+  json_decref(found);
+  json_decref(whole);
+  json_decref(bars);
+  json_decref(page);
 }
 
 static void test_oom_events(void **state) {
@@ -696,6 +755,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_buffer_card),
       cmocka_unit_test(test_allocations_largest_first_and_search),
       cmocka_unit_test(test_snapshot_coloured_by_frame),
+      cmocka_unit_test(test_pages_of_buffers),
       cmocka_unit_test(test_oom_events),
       cmocka_unit_test(test_compare_two_plans),
       cmocka_unit_test(test_errors_and_traversal),
