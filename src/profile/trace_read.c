@@ -337,8 +337,78 @@ static bool read_records(reader_t *r, const uint8_t *data, size_t len) {
 
 /* ---- replaying events ---- */
 
-/* Events by time, ties in file order: a merge sort (stable), with a buffer as big as the
- * events — needed only when threads' blocks interleave. */
+/* The end of the run of events in time order that starts at `lo` (at most `n`). */
+static size_t run_end(const event_t *e, size_t lo, size_t n) {
+  size_t i = lo + 1;
+  while (i < n && e[i].time >= e[i - 1].time)
+    i++;
+  return i;
+}
+
+/* A heap of runs by their next event's time (ties: the earlier run, so the merge is stable). */
+typedef struct run_heap {
+  size_t *at, *end, *run; /* per heap entry: next event, end, the run's number */
+  size_t n;
+} run_heap_t;
+
+static bool run_before(const run_heap_t *h, const event_t *e, size_t a, size_t b) {
+  int64_t x = e[h->at[a]].time, y = e[h->at[b]].time;
+  return x != y ? x < y : h->run[a] < h->run[b];
+}
+
+static void run_swap(run_heap_t *h, size_t a, size_t b) {
+  size_t t = h->at[a];
+  h->at[a] = h->at[b], h->at[b] = t;
+  t = h->end[a], h->end[a] = h->end[b], h->end[b] = t;
+  t = h->run[a], h->run[a] = h->run[b], h->run[b] = t;
+}
+
+static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && run_before(h, e, l, m))
+      m = l;
+    if (r < h->n && run_before(h, e, r, m))
+      m = r;
+    if (m == i)
+      return;
+    run_swap(h, i, m);
+    i = m;
+  }
+}
+
+/* Merges the k runs of `from` into `to` in one pass (k-way, by a heap). */
+static bool merge_runs(const event_t *from, event_t *to, size_t n, size_t k) {
+  run_heap_t h = {malloc(k * sizeof *h.at), malloc(k * sizeof *h.end), malloc(k * sizeof *h.run),
+                  0};
+  bool ok = h.at && h.end && h.run;
+  for (size_t lo = 0; ok && lo < n; h.n++) {
+    h.at[h.n] = lo;
+    h.end[h.n] = lo = run_end(from, lo, n);
+    h.run[h.n] = h.n;
+  }
+  for (size_t i = h.n; ok && i-- > 0;)
+    run_sift_down(&h, from, i);
+  for (size_t k_out = 0; ok && h.n > 0; k_out++) {
+    to[k_out] = from[h.at[0]++];
+    if (h.at[0] == h.end[0]) {
+      h.n--;
+      run_swap(&h, 0, h.n);
+    }
+    run_sift_down(&h, from, 0);
+  }
+  free(h.at);
+  free(h.end);
+  free(h.run);
+  return ok;
+}
+
+/* Events by time, ties in file order (stable), with a buffer as big as the events — needed
+ * only when threads' blocks interleave. The runs already in order (a thread's, between
+ * markers) are merged in one pass when they are few (10^8 events took 27 passes over 3.2 GB
+ * as a plain merge sort), else two by two, pass after pass. */
+#define MERGE_RUNS_AT_ONCE 4096
+
 static bool sort_events(reader_t *r) {
   size_t n = r->n_events;
   if (r->in_order || n < 2)
@@ -348,24 +418,41 @@ static bool sort_events(reader_t *r) {
   if (tmp == MAP_FAILED)
     return false;
   event_t *from = r->events, *to = tmp;
-  for (size_t width = 1; width < n; width *= 2) {
-    for (size_t lo = 0; lo < n; lo += 2 * width) {
-      size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
-      size_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
-      while (i < mid)
-        to[k++] = from[i++];
-      while (j < hi)
-        to[k++] = from[j++];
+  size_t runs = 0;
+  for (size_t lo = 0; lo < n && runs <= MERGE_RUNS_AT_ONCE; runs++)
+    lo = run_end(from, lo, n);
+  bool ok = true;
+  if (runs <= MERGE_RUNS_AT_ONCE) {
+    ok = merge_runs(from, to, n, runs);
+    from = tmp;
+  } else {
+    for (;;) {
+      runs = 0;
+      for (size_t lo = 0; lo < n;) {
+        size_t mid = run_end(from, lo, n), hi = mid < n ? run_end(from, mid, n) : n;
+        size_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi)
+          to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
+        memcpy(to + k, from + i, (mid - i) * sizeof *from);
+        k += mid - i;
+        memcpy(to + k, from + j, (hi - j) * sizeof *from);
+        runs++;
+        lo = hi;
+      }
+      event_t *t = from;
+      from = to, to = t;
+      if (runs == 1)
+        break;
     }
-    event_t *t = from;
-    from = to, to = t;
   }
-  if (from != r->events)
-    memcpy(r->events, from, n * sizeof *from);
-  munmap(tmp, n * sizeof *tmp);
-  return true;
+  if (ok && from != r->events) { /* the sorted copy becomes the events */
+    munmap(r->events, r->cap_events * sizeof *r->events);
+    r->events = from;
+    r->cap_events = n;
+  } else {
+    munmap(tmp, n * sizeof *tmp);
+  }
+  return ok;
 }
 
 typedef struct replay {
