@@ -6,6 +6,7 @@
  * The reader trusts nothing: every length is checked against the bytes that are really there,
  * block sizes and the total decompressed size are capped, and a file cut short or damaged is
  * read up to its last good block, with profile meta "lost" saying what was lost. */
+#include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
 #include <stdarg.h>
@@ -28,7 +29,9 @@ typedef struct event {
 } event_t;
 
 typedef struct tags {
-  uint32_t str[4]; /* op, shape, group, source: string ids */
+  uint32_t str[4];           /* op, shape, group, source: string ids */
+  const char *in_profile[4]; /* the same strings interned in the profile, once replayed */
+  bool interned;
 } tags_t;
 
 typedef struct reader {
@@ -220,6 +223,7 @@ static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   if (!grown || r->n_tags >= UINT32_MAX || !hbm_u64map_put(&r->tag_index, h, r->n_tags))
     return UINT32_MAX;
   r->tags = grown;
+  memset(&r->tags[r->n_tags], 0, sizeof r->tags[r->n_tags]);
   memcpy(r->tags[r->n_tags].str, str, sizeof r->tags[r->n_tags].str);
   return (uint32_t)r->n_tags++;
 }
@@ -477,7 +481,15 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
       return hbm_last_status();
   }
   int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
-  const uint32_t *str = r->tags[e->ref].str;
+  tags_t *t = &r->tags[e->ref];
+  if (!t->interned) { /* each distinct tag set's strings go into the profile once */
+    for (int i = 0; i < 4; i++) {
+      const char *text = str_of(r, t->str[i]);
+      if (text && !(t->in_profile[i] = hbm_intern(hbm__profile_strings(r->p), text)))
+        return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
+    }
+    t->interned = true;
+  }
   unsigned category = e->bits & 15;
   hbm_buffer_t b = {.address = e->address,
                     .size = e->size,
@@ -487,11 +499,11 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
                     .space = e->space,
                     .category =
                         category < HBM_CAT_COUNT ? (hbm_category_t)category : HBM_CAT_UNKNOWN,
-                    .op = str_of(r, str[0]),
-                    .shape = str_of(r, str[1]),
-                    .group = str_of(r, str[2]),
-                    .source = str_of(r, str[3])};
-  int64_t idx = step < 0 ? -1 : hbm_profile_add_buffer(r->p, &b);
+                    .op = t->in_profile[0],
+                    .shape = t->in_profile[1],
+                    .group = t->in_profile[2],
+                    .source = t->in_profile[3]};
+  int64_t idx = step < 0 ? -1 : hbm__profile_add_buffer_interned(r->p, &b);
   if (idx < 0)
     return hbm_last_status();
   if (!hbm_u64map_put(live, e->address, (uint64_t)idx))
