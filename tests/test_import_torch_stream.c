@@ -358,6 +358,49 @@ static void dup_on_dup_is_refused(void **state) {
   free(p.d);
 }
 
+/* A file bigger than the memory the process may use is refused before it is read, the
+ * message naming its size (here the limit is an address-space limit just above the file's
+ * mapping). */
+static void too_big_for_memory_is_refused_first(void **state) {
+  (void)state;
+#ifdef UNDER_ASAN
+  skip(); /* ASan's shadow memory needs address space of its own */
+#endif
+  size_t n = 32u << 20;
+  pickle_t p = {0};
+  bytes(&p, "\x80\x04](", 4);
+  p.d = realloc(p.d, n + 16);
+  memset(p.d + p.n, 'N', n - 6);
+  p.n += n - 6;
+  bytes(&p, "e.", 2);
+  char *path = write_pickle(&p, "big.pickle");
+  free(p.d);
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long size_kb = 0;
+    while (f && fgets(line, sizeof line, f))
+      if (!strncmp(line, "VmSize:", 7))
+        size_kb = strtoull(line + 7, NULL, 10);
+    if (f)
+      fclose(f);
+    struct rlimit rl = {(rlim_t)(size_kb * 1024 + n + (24u << 20)),
+                        (rlim_t)(size_kb * 1024 + n + (24u << 20))};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+      _exit(3);
+    hbm_profile_t *prof = hbm_profile_load(path);
+    const char *err = hbm_last_error();
+    _exit(!prof && strstr(err, "(33554432 bytes)") && strstr(err, "refused before starting") ? 0
+                                                                                             : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  free(path);
+}
+
 /* ---- the scan in two halves ---- */
 
 typedef struct hashed {
@@ -471,6 +514,7 @@ int main(void) {
       cmocka_unit_test(nones_are_not_kept),
       cmocka_unit_test(dup_on_dup_is_refused),
       cmocka_unit_test(scan_in_halves_is_the_same),
+      cmocka_unit_test(too_big_for_memory_is_refused_first),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

@@ -222,9 +222,12 @@ uint64_t hbm__memory_available(void) {
   uint64_t used = read_number("/sys/fs/cgroup/memory.current", "", 1);
   if (cgroup && cgroup > used && (!avail || cgroup - used < avail))
     avail = cgroup - used;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      (!avail || (uint64_t)rl.rlim_cur < avail))
-    avail = (uint64_t)rl.rlim_cur;
+  struct rlimit rl; /* an address-space limit: what is left of it (mappings count) */
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    uint64_t size = read_number("/proc/self/status", "VmSize:", 1024);
+    uint64_t left = (uint64_t)rl.rlim_cur > size ? (uint64_t)rl.rlim_cur - size : 1;
+    if (!avail || left < avail)
+      avail = left;
+  }
   return avail;
 }

@@ -171,7 +171,7 @@ static hbm_status_t check_memory(const char *path, format_t format, const uint8_
   char a[32], b[32], c[32];
   return hbm__error(HBM_ERR_HOST_MEMORY,
                     "%s: a file of %s (%zu bytes); reading it takes about %s of memory and this "
-                    "machine has %s available now: refused before starting (docs/limits.md)",
+                    "process has %s available now: refused before starting (docs/limits.md)",
                     path, hbm_format_bytes(len, a, sizeof a), len,
                     hbm_format_bytes(need, b, sizeof b), hbm_format_bytes(avail, c, sizeof c));
 }
