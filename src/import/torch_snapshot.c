@@ -323,6 +323,8 @@ static bool fix_buffers(snapshot_t *s, const int64_t *new_of) {
   ts_reader_t *r = &s->r;
   int64_t n;
   hbm_buffer_t *b = hbm__profile_buffers(r->p, &n);
+  if (!n)
+    return true;
   int64_t k = n - s->trace_buffers, w = 0;
   hbm_buffer_t *before = malloc(((size_t)k + 1) * sizeof *before);
   if (!before)
@@ -355,11 +357,24 @@ static bool fix_buffers(snapshot_t *s, const int64_t *new_of) {
   return true;
 }
 
+/* OOM events: their steps remapped, in step order. */
+static bool fix_ooms(snapshot_t *s, const int64_t *new_of) {
+  size_t n_ooms;
+  hbm_oom_event_t *ooms = hbm__profile_ooms(s->r.p, &n_ooms);
+  for (size_t i = 0; i < n_ooms; i++)
+    ooms[i].step = remap(new_of, ooms[i].step);
+  if (new_of && n_ooms)
+    qsort(ooms, n_ooms, sizeof *ooms, oom_by_step);
+  return true;
+}
+
 /* Reservation changes likewise. */
 static bool fix_reserves(snapshot_t *s, const int64_t *new_of) {
   ts_reader_t *r = &s->r;
   size_t n, w = 0;
   hbm_reserve_event_t *e = hbm__profile_reserves(r->p, &n);
+  if (!n)
+    return fix_ooms(s, new_of);
   size_t k = n - s->trace_reserves;
   hbm_reserve_event_t *before = malloc((k + 1) * sizeof *before);
   if (!before)
@@ -380,13 +395,7 @@ static bool fix_reserves(snapshot_t *s, const int64_t *new_of) {
   memcpy(e, before, k * sizeof *e);
   free(before);
   hbm__profile_truncate(r->p, -1, -1, k + w);
-  size_t n_ooms;
-  hbm_oom_event_t *ooms = hbm__profile_ooms(r->p, &n_ooms);
-  for (size_t i = 0; i < n_ooms; i++)
-    ooms[i].step = remap(new_of, ooms[i].step);
-  if (new_of)
-    qsort(ooms, n_ooms, sizeof *ooms, oom_by_step);
-  return true;
+  return fix_ooms(s, new_of);
 }
 
 static hbm_status_t fix_up(snapshot_t *s) {
