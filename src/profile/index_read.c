@@ -562,10 +562,11 @@ static bool read_body(hbm__digest_t *d, const uint8_t *body, size_t len, hbm_pro
   while (ok && !c.bad && c.p < c.end) {
     uint64_t type = get_u64(&c) & 0xffffffffu, n = get_u64(&c);
     const uint8_t *data = take(&c, n, 1);
-    if (c.bad || type == 0 || type > SEC_BLOCKS)
-      return false;
-    if (type != SEC_BLOCKS && !take(&c, (8 - n % 8) % 8, 1))
-      return false;
+    if (c.bad || type == 0 || type > SEC_BLOCKS ||
+        (type != SEC_BLOCKS && !take(&c, (8 - n % 8) % 8, 1))) {
+      ok = false;
+      break;
+    }
     if (type == SEC_SPACE) {
       cur_t *grown = hbm__grow_array(space_at, &cap, spaces_seen + 1, sizeof *grown, 8);
       if ((ok = grown != NULL)) {
