@@ -31,6 +31,9 @@ struct hbm_analysis {
   uint64_t *reserved; /* per step: reserved bytes (NULL when the profile has no such data) */
   int64_t *members;   /* indices of this space's buffers, allocation order */
   size_t n_members;
+  /* When the members' starts never go down (a runtime profile): the latest end in each block
+   * of MEMBER_BLOCK members, so a window skips the blocks that ended before it. */
+  int64_t *block_end;
   int64_t *at_peak, *by_size, *by_padding;
   hbm_group_total_t *groups;
   size_t n_groups;
@@ -45,12 +48,16 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
   return b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
 }
 
-/* Collects the buffers of a's space and the indefinite total. */
+#define MEMBER_BLOCK 1024
+
+/* Collects the buffers of a's space and the indefinite total, and the blocks' latest ends. */
 static bool collect_members(hbm_analysis_t *a, int space) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
   if (!a->members)
     return false;
+  bool sorted = true;
+  int64_t last_start = INT64_MIN;
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space)
@@ -58,8 +65,21 @@ static bool collect_members(hbm_analysis_t *a, int space) {
     a->members[a->n_members++] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
       a->summary.indefinite_bytes += b->size;
+    sorted &= b->start >= last_start;
+    last_start = b->start;
   }
   a->summary.n_buffers = (int64_t)a->n_members;
+  size_t blocks = (a->n_members + MEMBER_BLOCK - 1) / MEMBER_BLOCK;
+  if (!sorted || blocks < 2)
+    return true;
+  if (!(a->block_end = malloc(blocks * sizeof *a->block_end)))
+    return false;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &p->buffers[a->members[k]];
+    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? INT64_MAX : b->end;
+    if (k % MEMBER_BLOCK == 0 || end > a->block_end[k / MEMBER_BLOCK])
+      a->block_end[k / MEMBER_BLOCK] = end;
+  }
   return true;
 }
 
@@ -460,6 +480,7 @@ void hbm_analysis_free(hbm_analysis_t *a) {
   free(a->live);
   free(a->reserved);
   free(a->members);
+  free(a->block_end);
   free(a->at_peak);
   free(a->by_size);
   free(a->by_padding);
@@ -558,7 +579,22 @@ const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n)
 size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
                                       int64_t *out, size_t cap) {
   size_t total = 0; /* a stored analysis (from an index) has no buffers but those at the peak */
-  for (size_t k = 0; k < a->n_members; k++) {
+  size_t n = a->n_members;
+  if (a->block_end) { /* starts in order: only the members that start before `to` */
+    size_t lo = 0;
+    while (lo < n) {
+      size_t mid = lo + (n - lo) / 2;
+      if (a->p->buffers[a->members[mid]].start < to)
+        lo = mid + 1;
+      else
+        n = mid;
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (a->block_end && k % MEMBER_BLOCK == 0 && a->block_end[k / MEMBER_BLOCK] <= from) {
+      k += MEMBER_BLOCK - 1; /* the whole block ended before the window */
+      continue;
+    }
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
     bool meets = (b->flags & HBM_BUF_INDEFINITE) || (b->start < to && b->end > from);
     if (!meets || b->start == b->end)
