@@ -19,7 +19,7 @@
  *                         LOG...
  * Prints one JSON object on stdout, or writes it to FILE after every log (a table for people
  * goes to stderr). The budget is kept: a pair (log, allocator) that would start after it is
- * listed as not run, a replay running at its end stops there, and the timed replays are as
+ * listed as not run, a replay running at its end stops there (and is listed as not run too), and
  * many as fit in the pair's share of it. Exit status: 0 when every pair ran and measured
  * something, 1 otherwise, 2 on usage errors, 3 when there is no GPU. */
 #include "alloc/device/cuda_api.h"
@@ -525,6 +525,9 @@ static bool run_log(log_input_t *in, options_t *o, driver_t *cu, double deadline
     json_t *ns = json_object_get(row, "ns_per_op");
     ok = ok && ns && json_real_value(ns) > 0;
     const char *error = json_string_value(json_object_get(row, "error"));
+    if (error && !strncmp(error, "stopped", 7)) /* begun, not finished: not run either */
+      json_array_append_new(
+          not_run, json_sprintf("%s on %s: stopped, the time budget was spent", a->name, in->name));
     fprintf(stderr, "  %-16s %10.1f ns/op  reserved %14lld B  failed %lld%s%s\n", a->name,
             ns ? json_real_value(ns) : 0.0,
             (long long)json_integer_value(json_object_get(row, "peak_reserved_bytes")),

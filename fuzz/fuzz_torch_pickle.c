@@ -14,7 +14,7 @@
 #include <string.h>
 
 static void check_profile(const uint8_t *data, size_t size) {
-  hbm_profile_t *p = hbm__torch_snapshot_load(data, size, "fuzz.pickle");
+  hbm_profile_t *p = hbm__torch_snapshot_load(data, size, "fuzz.pickle", NULL);
   if (!p) {
     if (!strstr(hbm_last_error(), "fuzz.pickle"))
       abort(); /* every refusal names the input */
@@ -37,7 +37,7 @@ static void check_profile(const uint8_t *data, size_t size) {
 static void check_log(const uint8_t *data, size_t size) {
   hbm_alloc_log_t log;
   torch_device_summary_t sum;
-  if (hbm__torch_snapshot_log(data, size, "fuzz.pickle", -1, &log, &sum) != HBM_OK)
+  if (hbm__torch_snapshot_log(data, size, "fuzz.pickle", -1, &log, &sum, NULL) != HBM_OK)
     return;
   /* frees only of live pointers, allocations only of free ones: what the replay expects */
   hbm_profile_t *p = hbm_alloc_log_to_profile(&log, "fuzz.pickle");

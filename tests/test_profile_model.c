@@ -304,6 +304,50 @@ static void bad_building_is_refused(void **state) {
   hbm_profile_free(p);
 }
 
+/* The buffers live in a window, for a runtime profile of thousands of buffers (its starts in
+ * order: whole blocks that ended before the window are skipped): the same as asking each. */
+static void window_of_many_buffers(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, "many");
+  assert_true(hbm_profile_add_space(p, "HBM", "sim0", 0, 0) >= 0);
+  uint64_t x = 12345;
+  int64_t live[64] = {0};
+  for (int i = 0; i < 20000; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    int slot = (int)(x >> 58);
+    int64_t step = hbm_profile_add_step(p, i, NULL);
+    if (live[slot] > 0)
+      assert_int_equal(hbm_profile_free_at(p, step, 0, 0x1000 * (uint64_t)slot), HBM_OK);
+    /* every 97th buffer is long-lived: its slot is never reused */
+    live[slot] = hbm_profile_alloc_at(p, step, 0, 0x1000 * (uint64_t)slot, 64, NULL) + 1;
+    if (i % 97 == 0) {
+      hbm_profile_alloc_at(p, step, 0, 0x100000 + 0x1000 * (uint64_t)i, 8, NULL);
+    }
+  }
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  hbm_analysis_t *a = hbm_analyze(p, 0);
+  assert_non_null(a);
+  int64_t n_steps = hbm_profile_step_count(p), n_buffers = hbm_profile_buffer_count(p);
+  int64_t *got = malloc((size_t)n_buffers * sizeof *got);
+  for (int w = 0; w < 200; w++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t from = (int64_t)(x >> 33) % n_steps, to = from + 1 + (int64_t)(x >> 50) % 3000;
+    size_t n = hbm_analysis_buffers_in_window(a, from, to, got, (size_t)n_buffers);
+    size_t k = 0;
+    for (int64_t i = 0; i < n_buffers; i++) {
+      const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+      if (b->start < to && b->end > from && b->start != b->end) {
+        assert_true(k < n);
+        assert_int_equal(got[k++], i);
+      }
+    }
+    assert_int_equal(k, n);
+  }
+  free(got);
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
 static void empty_profile_has_no_peak(void **state) {
   (void)state;
   hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, NULL);
@@ -332,6 +376,7 @@ int main(void) {
       cmocka_unit_test(spaces_are_analysed_apart),
       cmocka_unit_test(bad_building_is_refused),
       cmocka_unit_test(empty_profile_has_no_peak),
+      cmocka_unit_test(window_of_many_buffers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,6 +252,30 @@ static void empty_profile_reports(void **state) {
   hbm_profile_free(p);
 }
 
+/* A long run says which of its training steps it holds (step markers): all of them, or which
+ * range with some missing. */
+static void report_says_which_steps_it_holds(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, "steps");
+  assert_int_equal(hbm_profile_add_space(p, "HBM", "sim0", 0, 0), 0);
+  for (int i = 0; i < 5; i++) {
+    int64_t step = hbm_profile_add_step(p, i, NULL);
+    hbm_marker_t m = {step, HBM_MARKER_STEP_BEGIN, 10 + i, "step"};
+    if (i != 2) /* step 12 is not there */
+      assert_int_equal(hbm_profile_add_marker(p, &m), HBM_OK);
+  }
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(hbm_report_text(p, -1, 80, f), HBM_OK);
+  fclose(f);
+  if (!strstr(text, "steps        10 to 14, 4 of them recorded (the others are missing)"))
+    fail_msg("%s", text);
+  free(text);
+  hbm_profile_free(p);
+}
+
 static void chrome_trace_is_valid(void **state) {
   (void)state;
   hbm_profile_t *p = make_profile();
@@ -299,6 +323,7 @@ int main(void) {
       cmocka_unit_test(text_report_has_every_section),
       cmocka_unit_test(plan_report_names_instructions),
       cmocka_unit_test(empty_profile_reports),
+      cmocka_unit_test(report_says_which_steps_it_holds),
       cmocka_unit_test(chrome_trace_is_valid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "helpers.h"
@@ -483,6 +486,49 @@ static void huge_sizes_allocate_nothing_huge(void **state) {
   assert_non_null(strstr(hbm_last_error(), "header is cut short"));
 }
 
+/* Issue 26.3: a few KB of tiny, identical event records that decompress to 100 MB. A reader
+ * reads at most HBM_TRACE_RAW_PER_BYTE record bytes per file byte (plus 1 MiB) and says what
+ * it did not read; `hbm report` on it stays in tens of MB (it took 3.4 GB). */
+static void tiny_events_are_bounded_by_the_file(void **state) {
+  (void)state;
+  char *dir = th_mkdtemp("tiny"), path[4200];
+  snprintf(path, sizeof path, "%s/tiny.hbmtrace", dir);
+  hbm_trace_writer_t *w = hbm__tw_create(path, true, HBM_PROFILE_RUNTIME, "tiny", NULL, 0, 1);
+  assert_non_null(w);
+  hbm__tw_space(w, 0, "HBM", "sim0", 0, 0);
+  for (int i = 0; i < 20000000; i++) /* frees of a block the profile never saw: 5 bytes each */
+    hbm__tw_ev_free(w, 0, 0, 0x10);
+  assert_int_equal(hbm__tw_close(w, true), HBM_OK);
+  size_t len;
+  char *data = th_read(path, &len);
+  assert_non_null(data);
+  assert_true(len < 64 * 1024);
+  hbm_profile_t *p = hbm__trace_parse((const uint8_t *)data, len, "tiny.hbmtrace", 0);
+  assert_non_null(p);
+  const char *lost = hbm_profile_meta(p, "lost");
+  if (!lost || !strstr(lost, "decompresses to more than"))
+    fail_msg("%s", lost ? lost : "nothing lost");
+  hbm_profile_free(p);
+  free(data);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stdout))
+      _exit(99);
+    execl(HBM_BIN, HBM_BIN, "report", path, (char *)NULL);
+    _exit(98);
+  }
+  int status;
+  struct rusage ru;
+  assert_true(wait4(pid, &status, 0, &ru) == pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+#if !defined(__SANITIZE_ADDRESS__)
+  if (ru.ru_maxrss > 64 * 1024) /* KiB */
+    fail_msg("hbm report took %ld KiB for a %zu-byte file", ru.ru_maxrss, len);
+#endif
+  th_rmtree(dir);
+  free(dir);
+}
+
 static void unknown_records_are_skipped(void **state) {
   (void)state;
   static uint8_t file[4096];
@@ -529,6 +575,65 @@ static void unknown_records_are_skipped(void **state) {
   hbm_profile_free(p);
 }
 
+/* ---- events out of order (threads' blocks interleaved) ---- */
+
+typedef struct timed {
+  int64_t time;
+  size_t order;
+} timed_t;
+
+static int by_time_then_order(const void *a, const void *b) {
+  const timed_t *x = a, *y = b;
+  if (x->time != y->time)
+    return x->time < y->time ? -1 : 1;
+  return x->order < y->order ? -1 : 1;
+}
+
+/* Allocations written with the times time_of(i): the profile replays them by time, ties in
+ * file order (its buffers, in allocation order, have the sizes of that order). */
+static void check_sorted(size_t n, int64_t (*time_of)(size_t)) {
+  char *dir = th_mkdtemp("order"), path[4200];
+  snprintf(path, sizeof path, "%s/host.1.hbmtrace", dir);
+  const char *meta[][2] = {{"host", "host"}};
+  hbm_trace_writer_t *w = hbm__tw_create(path, true, HBM_PROFILE_RUNTIME, "host.1", meta, 1, 1);
+  assert_non_null(w);
+  hbm__tw_space(w, 0, "HBM", "sim0", 0, 1ull << 40);
+  timed_t *want = malloc(n * sizeof *want);
+  for (size_t i = 0; i < n; i++) {
+    want[i] = (timed_t){time_of(i), i};
+    hbm__tw_ev_alloc(w, want[i].time, 0, 0x1000 + i * 0x100, 1 + i, 1 + i, NULL, 0);
+  }
+  assert_int_equal(hbm__tw_close(w, true), HBM_OK);
+  qsort(want, n, sizeof *want, by_time_then_order);
+  size_t len;
+  char *data = th_read(path, &len);
+  assert_non_null(data);
+  hbm_profile_t *p = hbm__trace_parse((const uint8_t *)data, len, path, 0);
+  free(data);
+  assert_non_null(p);
+  assert_int_equal(hbm_profile_buffer_count(p), n);
+  for (size_t i = 0; i < n; i++)
+    assert_int_equal(hbm_profile_buffer(p, (int64_t)i)->size, 1 + want[i].order);
+  hbm_profile_free(p);
+  free(want);
+  th_rmtree(dir);
+  free(dir);
+}
+
+static int64_t three_runs(size_t i) { /* interleaved runs, with equal times across them */
+  return (int64_t)(i % 1000) * 10 + (i / 1000 == 1 ? 5 : 0);
+}
+
+static int64_t pairs_swapped(size_t i) { /* 1, 0, 3, 2, ...: a run every two events */
+  return (int64_t)(i % 2 ? i - 1 : i + 1);
+}
+
+static void events_out_of_order_are_sorted_stably(void **state) {
+  (void)state;
+  check_sorted(3000, three_runs);     /* a few runs: merged at once */
+  check_sorted(20000, pairs_swapped); /* 10^4 runs: merged two by two */
+}
+
 static void not_a_trace_is_refused(void **state) {
   (void)state;
   const char *text = "Thread,Time,Action,Pointer,Size,Stream\n";
@@ -559,7 +664,9 @@ int main(void) {
       cmocka_unit_test(damaged_block_is_reported),
       cmocka_unit_test(hostile_bytes_give_messages),
       cmocka_unit_test(huge_sizes_allocate_nothing_huge),
+      cmocka_unit_test(tiny_events_are_bounded_by_the_file),
       cmocka_unit_test(unknown_records_are_skipped),
+      cmocka_unit_test(events_out_of_order_are_sorted_stably),
       cmocka_unit_test(not_a_trace_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

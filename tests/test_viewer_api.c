@@ -6,6 +6,7 @@
  *
  * `test_viewer_api --write-fixtures DIR [EVENTS]` only writes the fixture logdir (the browser
  * test, tests/viewer_browser.sh, uses it). */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "profile/index.h"
 #include "viewer/viewer.h"
 #include "viewer_fixtures.h"
 
@@ -344,6 +346,64 @@ static void test_allocations_largest_first_and_search(void **state) {
   json_decref(getf(400, "/api/allocations?run=%s&profile=%s&from=9&to=3", VF_RUN_TRAIN, train));
 }
 
+/* The buffer lists come in pages of any size: pages side by side are the list at once, in
+ * the same order (buffers of equal size too), without a gap or an overlap. */
+static void test_pages_of_buffers(void **state) {
+  json_t *all = getf(200, "/api/allocations?run=%s&profile=%s&limit=60", VF_RUN_TRAIN, train);
+  json_t *ids = json_object_get(json_object_get(all, "rects"), "id");
+  size_t n = json_array_size(ids);
+  assert_true(n > 20);
+  for (size_t page = 0; page * 20 < n; page++) {
+    json_t *one = getf(200, "/api/allocations?run=%s&profile=%s&limit=20&offset=%zu", VF_RUN_TRAIN,
+                       train, page * 20);
+    json_t *got = json_object_get(json_object_get(one, "rects"), "id");
+    assert_int_equal(jint(one, "offset"), page * 20);
+    for (size_t i = 0; i < json_array_size(got); i++)
+      assert_int_equal(json_integer_value(json_array_get(got, i)),
+                       json_integer_value(json_array_get(ids, page * 20 + i)));
+    json_decref(one);
+  }
+  json_decref(all);
+  json_t *bars =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&limit=10", VF_RUN_TRAIN, train);
+  json_t *page = getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&limit=5&offset=5",
+                      VF_RUN_TRAIN, train);
+  json_t *a = json_object_get(bars, "buffers"), *b = json_object_get(page, "buffers");
+  assert_int_equal(json_array_size(b), 5);
+  for (size_t i = 0; i < 5; i++)
+    assert_int_equal(jint(json_array_get(b, i), "id"), jint(json_array_get(a, 5 + i), "id"));
+  assert_int_equal(jint(json_object_get(page, "rest"), "count"), jint(bars, "count") - 10);
+  /* searched on the server: every buffer at the peak whose op, shape or group has it, any case */
+  const char *op = jstr(json_array_get(a, 0), "op");
+  json_t *whole =
+      getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size", VF_RUN_TRAIN, train);
+  size_t want = 0;
+  json_t *list = json_object_get(whole, "buffers");
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    json_t *o = json_array_get(list, i);
+    const char *fields[] = {"op", "shape", "group"};
+    bool has = false;
+    for (int f = 0; f < 3; f++) {
+      const char *text = json_string_value(json_object_get(o, fields[f]));
+      has |= text && strcasestr(text, op) != NULL;
+    }
+    want += has;
+  }
+  char lower[256];
+  snprintf(lower, sizeof lower, "%s", op);
+  for (char *c = lower; *c; c++)
+    *c = (char)tolower((unsigned char)*c);
+  json_t *found = getf(200, "/api/buffers_at_peak?run=%s&profile=%s&order=size&q=%s&limit=2",
+                       VF_RUN_TRAIN, train, lower);
+  assert_true(want > 0);
+  assert_int_equal(jint(found, "count"), want);
+  assert_string_equal(jstr(found, "q"), lower);
+  json_decref(found);
+  json_decref(whole);
+  json_decref(bars);
+  json_decref(page);
+}
+
 static void test_oom_events(void **state) {
   json_t *root = getf(200, "/api/oom?run=%s&profile=%s", VF_RUN_TRAIN, train);
   json_t *events = json_object_get(root, "events");
@@ -571,6 +631,107 @@ static void test_cache_keeps_at_most_its_limit(void **state) {
     }
 }
 
+/* A profile with an index: the first view comes from the index (the summary, the timeline
+ * equal to the whole file's analysis), what needs every buffer waits for the whole file, which
+ * then replaces the summary. */
+static void test_first_view_from_the_index(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_02_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  assert_int_equal(vf_save(vf_runtime_profile("indexed", 4000, 7, true), dir, "big.hbmtrace"), 0);
+  snprintf(path, sizeof path, "%s/big.hbmtrace", dir);
+  hbm_profile_t *full;
+  hbm_analysis_t *a = analyse_file("2026_01_02_00_00_00", "big.hbmtrace", &full);
+  assert_int_equal(hbm__index_write(full, path), HBM_OK);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  const char *q = "run=2026_01_02_00_00_00&profile=big.hbmtrace";
+  json_t *info = getf(200, "/api/profile?%s", q);
+  assert_true(json_is_true(json_object_get(info, "from_index")));
+  json_decref(info);
+  json_t *sum = getf(200, "/api/summary?%s", q);
+  assert_int_equal(jint(sum, "peak_bytes"), (int64_t)hbm_analysis_summary(a)->peak_bytes);
+  assert_int_equal(jint(sum, "peak_step"), hbm_analysis_summary(a)->peak_step);
+  json_decref(sum);
+  json_t *tl = getf(200, "/api/timeline?%s&points=37&from=100&to=3900", q);
+  hbm_timeline_point_t pts[37];
+  size_t n = hbm_analysis_timeline(a, 100, 3900, 37, pts);
+  json_t *steps = json_object_get(tl, "step"), *bytes = json_object_get(tl, "bytes");
+  assert_int_equal(json_array_size(steps), n);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(json_integer_value(json_array_get(steps, i)), pts[i].step);
+    assert_int_equal(json_integer_value(json_array_get(bytes, i)), (int64_t)pts[i].bytes);
+  }
+  json_decref(tl);
+  /* a buffer not at the peak: its card waits for the whole file */
+  json_t *card = getf(200, "/api/buffer?%s&id=1", q);
+  assert_int_equal(jint(card, "size"), (int64_t)hbm_profile_buffer(full, 1)->size);
+  json_decref(card);
+  info = getf(200, "/api/profile?%s", q);
+  assert_true(json_is_false(json_object_get(info, "from_index")));
+  json_decref(info);
+  hbm_analysis_free(a);
+  hbm_profile_free(full);
+}
+
+/* The loaded profiles' bytes are bounded too: past the bound, the least recently used goes. */
+static void test_cache_keeps_to_its_bytes(void **state) {
+  size_t max = viewer->cache.max_bytes;
+  viewer->cache.max_bytes = 1; /* every profile is bigger: one at a time */
+  for (int i = 0; i < 2; i++) {
+    json_t *root =
+        getf(200, "/api/summary?run=2025_12_31_00_00_00&profile=module_%04d.m.hbmtrace", i);
+    json_decref(root);
+    json_decref(
+        getf(200, "/api/summary?run=2025_12_31_00_00_00&profile=module_%04d.m.hbmtrace", i + 1));
+    assert_true(viewer->cache.n_entries <= 2);
+  }
+  viewer->cache.max_bytes = max;
+}
+
+/* A PyTorch snapshot: no buffer has a category, so its allocations are coloured by group (the
+ * top user frame, as memory_viz does), the rectangles say which, and the card shows the stack. */
+static void test_snapshot_coloured_by_frame(void **state) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_03_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  size_t len = 0;
+  char *pk = th_read(HBM_SOURCE_DIR "/tests/data/torch/small.pickle", &len);
+  assert_non_null(pk);
+  snprintf(path, sizeof path, "%s/small.pickle", dir);
+  assert_int_equal(th_write(path, pk, len), 0);
+  free(pk);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  const char *q = "run=2026_01_03_00_00_00&profile=small.pickle";
+  json_t *al = getf(200, "/api/allocations?%s&limit=100&cols=40&rows=20", q);
+  assert_string_equal(jstr(al, "color_by"), "group");
+  json_t *rects = json_object_get(al, "rects");
+  json_t *classes = json_object_get(rects, "classes"), *cls = json_object_get(rects, "class");
+  assert_true(json_array_size(classes) >= 2);
+  assert_int_equal(json_array_size(cls), json_array_size(json_object_get(rects, "id")));
+  bool forward = false;
+  for (size_t i = 0; i < json_array_size(classes); i++)
+    forward |= !strcmp(json_string_value(json_array_get(classes, i)), "model.py:54 forward");
+  assert_true(forward);
+  int64_t id = -1;
+  for (size_t i = 0; i < json_array_size(cls) && id < 0; i++) {
+    int64_t c = json_integer_value(json_array_get(cls, i));
+    assert_true(c >= 0 && (size_t)c < json_array_size(classes));
+    if (!strcmp(json_string_value(json_array_get(classes, (size_t)c)), "model.py:54 forward"))
+      id = json_integer_value(json_array_get(json_object_get(rects, "id"), i));
+  }
+  assert_true(id >= 0);
+  json_decref(al);
+  json_t *card = getf(200, "/api/buffer?%s&id=%lld", q, (long long)id);
+  assert_string_equal(jstr(card, "group"), "model.py:54 forward");
+  assert_non_null(strstr(jstr(card, "label"), "model.py"));
+  json_decref(card);
+  /* a profile with categories keeps colouring by them */
+  json_t *plan = getf(200, "/api/allocations?run=%s&profile=%s&limit=10", VF_RUN_TRAIN, train);
+  assert_string_equal(jstr(plan, "color_by"), "category");
+  assert_null(json_object_get(json_object_get(plan, "rects"), "classes"));
+  json_decref(plan);
+}
+
 static void test_missing_logdir(void **state) {
   assert_null(hbm__viewer_new("/nonexistent/hbm/logdir"));
   assert_int_equal(hbm_last_status(), HBM_ERR_NOT_FOUND);
@@ -629,6 +790,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_buffers_at_any_step),
       cmocka_unit_test(test_buffer_card),
       cmocka_unit_test(test_allocations_largest_first_and_search),
+      cmocka_unit_test(test_snapshot_coloured_by_frame),
+      cmocka_unit_test(test_pages_of_buffers),
       cmocka_unit_test(test_oom_events),
       cmocka_unit_test(test_compare_two_plans),
       cmocka_unit_test(test_errors_and_traversal),
@@ -637,6 +800,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_new_run_and_changed_file),
       cmocka_unit_test(test_rmm_log_reserved_unknown),
       cmocka_unit_test(test_cache_keeps_at_most_its_limit),
+      cmocka_unit_test(test_first_view_from_the_index),
+      cmocka_unit_test(test_cache_keeps_to_its_bytes),
       cmocka_unit_test(test_missing_logdir),
       cmocka_unit_test(test_empty_logdir),
       cmocka_unit_test(test_query_parsing),

@@ -117,4 +117,43 @@ bool hbm__ends_with(const char *s, const char *suffix);
  * size overflows. */
 void *hbm__grow_array(void *items, size_t *cap, size_t need, size_t elem_size, size_t first_cap);
 
+/* ---- mapped files (mapped.c) ---- */
+
+/* A file's bytes for a reader that goes through it once: mapped read-only where the system
+ * allows (else read into memory), so the pages it has passed can be given back (they stay in
+ * the page cache; touched again, they come back from there). A gigabyte file then costs a
+ * reader what it keeps, not the file's size. */
+typedef struct hbm__mapped {
+  const uint8_t *data;
+  size_t len;
+  bool mapped;                    /* a read-only mapping (else malloc'd, NUL-terminated) */
+  size_t dropped;                 /* bytes from the start already given back */
+  struct hbm__prefetch *prefetch; /* asks the disk for the file ahead of the reader */
+} hbm__mapped_t;
+
+/* Maps path (a regular file). HBM_ERR_IO with the path when it cannot be opened or read. */
+hbm_status_t hbm__map_file(const char *path, hbm__mapped_t *m);
+/* The same for a file already open (fd stays open; path names it in messages). */
+hbm_status_t hbm__map_fd(int fd, const char *path, hbm__mapped_t *m);
+/* Gives back the pages before `offset` (m may be NULL or not mapped: nothing happens). */
+void hbm__map_drop_before(hbm__mapped_t *m, size_t offset);
+/* Gives back the whole pages inside [from, to), leaving `dropped` as it is (a second reader
+ * on another thread may call it). */
+void hbm__map_drop_range(hbm__mapped_t *m, size_t from, size_t to);
+/* Gives back every page read so far (a reader that jumps around calls it now and then). */
+void hbm__map_drop_all(hbm__mapped_t *m);
+void hbm__unmap(hbm__mapped_t *m);
+/* Before a reader takes m's mapping over (to munmap it itself, not through hbm__unmap). */
+void hbm__map_keep(hbm__mapped_t *m);
+/* For a reader that cannot say how far it got (the XProf walker): a thread that gives back
+ * every page of m each `period_ms` until stopped; the reader's next touch brings a page back
+ * from the page cache. NULL when not mapped or no thread could start (nothing to stop). */
+typedef struct hbm__pager hbm__pager_t;
+hbm__pager_t *hbm__pager_start(hbm__mapped_t *m, int period_ms);
+void hbm__pager_stop(hbm__pager_t *pager);
+
+/* Memory the system can give this process now, in bytes (MemAvailable, bounded by
+ * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */
+uint64_t hbm__memory_available(void);
+
 #endif /* HBM_BASE_H */

@@ -307,17 +307,24 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
 
 /* An RMM CSV log, or (by its content) a PyTorch memory snapshot's trace. */
 static hbm_status_t read_input(options_t *o, hbm_alloc_log_t *log) {
-  char *data;
-  size_t len;
   memset(log, 0, sizeof *log);
-  hbm_status_t st = hbm__read_file(o->path, &data, &len);
+  hbm__mapped_t in;
+  hbm_status_t st = hbm__map_file(o->path, &in);
   if (st != HBM_OK)
     return st;
-  o->torch = pk_looks_like_pickle((const uint8_t *)data, len);
-  st = o->torch ? hbm__torch_snapshot_log((const uint8_t *)data, len, o->path, o->device, log,
-                                          &o->pytorch)
-                : hbm_alloc_log_parse(data, len, o->path, o->lenient, log);
-  free(data);
+  o->torch = pk_looks_like_pickle(in.data, in.len);
+  if (o->torch) {
+    st = hbm__torch_snapshot_log(in.data, in.len, o->path, o->device, log, &o->pytorch, &in);
+  } else { /* the CSV parser wants its text NUL-terminated */
+    hbm__unmap(&in);
+    char *data;
+    size_t len;
+    if ((st = hbm__read_file(o->path, &data, &len)) != HBM_OK)
+      return st;
+    st = hbm_alloc_log_parse(data, len, o->path, o->lenient, log);
+    free(data);
+  }
+  hbm__unmap(&in);
   return st;
 }
 

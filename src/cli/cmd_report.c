@@ -4,6 +4,7 @@
  * HLO/XLA dump; hbm_profile_load recognises files by content. Also home of
  * cli_profile_paths, which `hbm export` shares. */
 #include "cli.h"
+#include "profile/index.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -206,15 +207,30 @@ static int report_one(const options_t *o, const char *path, const hbm_profile_t 
   return rc;
 }
 
-/* The profiles of the run, loaded; 0 or an exit status. */
+/* The profiles of the run, loaded (a profile read before is read from its index, index.h);
+ * 0 or an exit status. load_ns[i] is how long profile i took, 0 when it came from its index. */
 static int load_all(const hbm_logdir_entry_t *entries, size_t n, hbm_profile_t **profiles,
-                    const char **names) {
+                    const char **names, int64_t *load_ns) {
+  bool index = hbm__index_allowed();
   for (size_t i = 0; i < n; i++) {
     names[i] = entries[i].path;
+    int64_t t0 = hbm__now_ns();
+    if (index && (profiles[i] = hbm__index_open(entries[i].path)) != NULL)
+      continue;
     if (!(profiles[i] = hbm_profile_load(entries[i].path)))
       return cli_fail("report", 1, "%s", hbm_last_error());
+    load_ns[i] = hbm__now_ns() - t0;
   }
   return 0;
+}
+
+/* After the report: the index of each big profile read whole, for next time. */
+static void write_indexes(const hbm_logdir_entry_t *entries, size_t n,
+                          hbm_profile_t *const *profiles, const int64_t *load_ns) {
+  fflush(stdout);
+  for (size_t i = 0; i < n; i++)
+    if (load_ns[i] && hbm__index_wanted(entries[i].path, load_ns[i]))
+      hbm__index_write(profiles[i], entries[i].path);
 }
 
 /* The many-device summary as a jansson object (via a memory stream); NULL when none. */
@@ -266,10 +282,11 @@ int hbm_cmd_report(int argc, char **argv) {
   run_best_t best = {0};
   hbm_profile_t **profiles = calloc(n, sizeof *profiles);
   const char **names = calloc(n, sizeof *names);
-  if (!profiles || !names)
+  int64_t *load_ns = calloc(n, sizeof *load_ns);
+  if (!profiles || !names || !load_ns)
     rc = cli_fail("report", 1, "out of host memory");
   if (rc == 0)
-    rc = load_all(entries, n, profiles, names);
+    rc = load_all(entries, n, profiles, names, load_ns);
   /* Several hosts, devices or ranks: their summary first. */
   bool many =
       rc == 0 && hbm_report_device_count((const hbm_profile_t *const *)profiles, names, n) >= 2;
@@ -288,10 +305,13 @@ int hbm_cmd_report(int argc, char **argv) {
   }
   if (rc == 0 && o.json)
     rc = print_json(reports, devices);
+  if (rc == 0)
+    write_indexes(entries, n, profiles, load_ns);
   for (size_t i = 0; profiles && i < n; i++)
     hbm_profile_free(profiles[i]);
   free(profiles);
   free(names);
+  free(load_ns);
   json_decref(devices);
   json_decref(reports);
   free(entries);

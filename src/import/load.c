@@ -10,6 +10,7 @@
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
 #include "import/xprof.h"
+#include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
 #include <stdlib.h>
@@ -75,6 +76,12 @@ static bool has_allocation_line(const char *p, const char *end) {
   return false;
 }
 
+/* An RMM log: its first line of content starts with its header's first word. */
+static bool is_rmm_csv(const char *data, size_t len) {
+  const char *end = data + len, *first = first_content_line(data, end);
+  return (size_t)(end - first) >= 6 && !strncasecmp(first, "thread", 6);
+}
+
 static format_t detect(const char *path, const char *data, size_t len) {
   if (hbm__trace_is(data, len))
     return FORMAT_TRACE;
@@ -87,7 +94,7 @@ static format_t detect(const char *path, const char *data, size_t len) {
   const char *end = data + len, *first = first_content_line(data, end);
   if (starts_with(first, end, "HloModule"))
     return FORMAT_HLO;
-  if ((size_t)(end - first) >= 6 && !strncasecmp(first, "thread", 6))
+  if (is_rmm_csv(data, len))
     return FORMAT_RMM_CSV; /* its header; the parser says what is wrong if the rest is not */
   if (has_allocation_line(first, end))
     return FORMAT_BUFFER_ASSIGNMENT;
@@ -113,15 +120,6 @@ static hbm_profile_t *load_plan(const char *path, const char *data, size_t len) 
   return p;
 }
 
-static hbm_profile_t *load_csv(const char *path, const char *data, size_t len) {
-  hbm_alloc_log_t log;
-  if (hbm_alloc_log_parse(data, len, path, 0, &log) != HBM_OK)
-    return NULL;
-  hbm_profile_t *p = hbm_alloc_log_to_profile(&log, path);
-  hbm_alloc_log_free(&log);
-  return p;
-}
-
 static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t len) {
   hbm_oom_text_t *t = hbm_oom_text_parse(data, len, path);
   hbm_profile_t *p = t ? hbm_oom_text_to_profile(t, path) : NULL;
@@ -129,22 +127,19 @@ static hbm_profile_t *load_oom_text(const char *path, const char *data, size_t l
   return p;
 }
 
-/* The profile in data (the file's whole content, NUL-terminated); frees data. */
-static hbm_profile_t *load_bytes(const char *path, char *data, size_t len) {
+/* Text formats, from the file's bytes in memory (NUL-terminated: their parsers want that). */
+static hbm_profile_t *load_text(const char *path, const char *data, size_t len) {
   hbm_profile_t *p = NULL;
   switch (detect(path, data, len)) {
-  case FORMAT_TRACE: p = hbm__trace_parse((const uint8_t *)data, len, path, 0); break;
-  case FORMAT_RMM_CSV: p = load_csv(path, data, len); break;
   case FORMAT_HLO:
   case FORMAT_BUFFER_ASSIGNMENT:
   case FORMAT_MEMORY_REPORT: p = load_plan(path, data, len); break;
   case FORMAT_OOM_TEXT: p = load_oom_text(path, data, len); break;
-  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load((const uint8_t *)data, len, path); break;
-  case FORMAT_XPROF: p = hbm__xprof_load(path, (const uint8_t *)data, len); break;
   case FORMAT_XPROF_MEMORY_VIEWER_JSON:
     p = hbm__xprof_memory_viewer_json_load(path, data, len);
     break;
-  case FORMAT_UNKNOWN:
+  case FORMAT_RMM_CSV: p = hbm__alloc_log_load(data, len, path); break;
+  default:
     hbm__error(HBM_ERR_PARSE,
                "%s: not a profile hbm can read: expected an .hbmtrace file (magic '%s'), an RMM "
                "CSV log (header Thread,Time,Action,Pointer,Size,Stream), HLO text (starting with "
@@ -156,22 +151,108 @@ static hbm_profile_t *load_bytes(const char *path, char *data, size_t len) {
                path, HBM_TRACE_MAGIC);
     break;
   }
-  free(data);
+  return p;
+}
+
+/* About how much memory reading a file of this format takes, per its size (measured in
+ * BENCHMARKS.md, "Big captures"; docs/limits.md): a snapshot's profile is about 0.8 of the
+ * file, an XProf file's a fraction (most of it is device activity, not memory), an .hbmtrace
+ * profile's about 8 bytes per byte of its records once decompressed. */
+static uint64_t memory_needed(format_t format, const uint8_t *data, size_t len) {
+  switch (format) {
+  case FORMAT_TORCH_SNAPSHOT: return len;
+  case FORMAT_XPROF: return len / 4;
+  case FORMAT_TRACE: return 8 * hbm__trace_raw_bytes(data, len);
+  default: return len;
+  }
+}
+
+/* A file larger than memory allows is refused before it is read, saying so in bytes. */
+static hbm_status_t check_memory(const char *path, format_t format, const uint8_t *data,
+                                 size_t len) {
+  uint64_t need = memory_needed(format, data, len), avail = hbm__memory_available();
+  if (!avail || need <= avail)
+    return HBM_OK;
+  char a[32], b[32], c[32];
+  return hbm__error(HBM_ERR_HOST_MEMORY,
+                    "%s: a file of %s (%zu bytes); reading it takes about %s of memory and this "
+                    "process has %s available now: refused before starting (docs/limits.md)",
+                    path, hbm_format_bytes(len, a, sizeof a), len,
+                    hbm_format_bytes(need, b, sizeof b), hbm_format_bytes(avail, c, sizeof c));
+}
+
+/* The format of a mapped file when it is one read from the mapping (binary formats and RMM
+ * logs), else FORMAT_UNKNOWN: a text format, read from a copy. */
+static format_t mapped_format(const char *path, const hbm__mapped_t *in) {
+  if (hbm__trace_is(in->data, in->len))
+    return FORMAT_TRACE;
+  if (hbm__xprof_is(path, in->data, in->len))
+    return FORMAT_XPROF;
+  if (pk_looks_like_pickle(in->data, in->len))
+    return FORMAT_TORCH_SNAPSHOT;
+  if (is_rmm_csv((const char *)in->data, in->len))
+    return FORMAT_RMM_CSV;
+  return FORMAT_UNKNOWN;
+}
+
+/* A mapped file's profile; unmaps it. fd (or -1: path) is read again for a text format. Binary
+ * formats and RMM logs are read from the mapping, whose pages go back as the reader passes
+ * them; other text formats from a copy in memory. */
+static hbm_profile_t *load_mapped(const char *path, hbm__mapped_t *in, int fd) {
+  format_t format = mapped_format(path, in);
+  if (format == FORMAT_UNKNOWN) {
+    hbm__unmap(in);
+    char *data;
+    size_t len;
+    hbm_status_t s =
+        fd >= 0 ? hbm__read_fd(fd, path, &data, &len) : hbm__read_file(path, &data, &len);
+    if (s != HBM_OK)
+      return NULL;
+    hbm_profile_t *p = load_text(path, data, len);
+    free(data);
+    return p;
+  }
+  if (check_memory(path, format, in->data, in->len) != HBM_OK) {
+    hbm__unmap(in);
+    return NULL;
+  }
+  hbm_profile_t *p = NULL;
+  switch (format) {
+  case FORMAT_TRACE: { /* blocks front to back: their pages go back as the reader passes */
+    hbm__pager_t *pager = hbm__pager_start(in, 50);
+    p = hbm__trace_parse(in->data, in->len, path, 0);
+    hbm__pager_stop(pager);
+    break;
+  }
+  case FORMAT_XPROF: { /* its walker goes back and forth: its pages go back every 50 ms */
+    hbm__pager_t *pager = hbm__pager_start(in, 50);
+    p = hbm__xprof_load(path, in->data, in->len);
+    hbm__pager_stop(pager);
+    break;
+  }
+  case FORMAT_TORCH_SNAPSHOT: p = hbm__torch_snapshot_load(in->data, in->len, path, in); break;
+  case FORMAT_RMM_CSV: { /* line by line, front to back */
+    hbm__pager_t *pager = hbm__pager_start(in, 50);
+    p = hbm__alloc_log_load((const char *)in->data, in->len, path);
+    hbm__pager_stop(pager);
+    break;
+  }
+  default: break;
+  }
+  hbm__unmap(in);
   return p;
 }
 
 hbm_profile_t *hbm_profile_load(const char *path) {
-  char *data;
-  size_t len;
   if (!path) {
     hbm__error(HBM_ERR_INVALID, "hbm_profile_load: no path");
     return NULL;
   }
-  return hbm__read_file(path, &data, &len) == HBM_OK ? load_bytes(path, data, len) : NULL;
+  hbm__mapped_t in;
+  return hbm__map_file(path, &in) == HBM_OK ? load_mapped(path, &in, -1) : NULL;
 }
 
 hbm_profile_t *hbm__profile_load_fd(int fd, const char *path) {
-  char *data;
-  size_t len;
-  return hbm__read_fd(fd, path, &data, &len) == HBM_OK ? load_bytes(path, data, len) : NULL;
+  hbm__mapped_t in;
+  return hbm__map_fd(fd, path, &in) == HBM_OK ? load_mapped(path, &in, fd) : NULL;
 }

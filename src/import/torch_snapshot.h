@@ -19,12 +19,17 @@ typedef struct torch_device_summary {
 
 /* A snapshot (the bytes of the .pickle file) as a runtime profile: one memory space per
  * device, one step per trace event after a first step that stands for the state before the
- * trace began. NULL with hbm_last_error() set on bad input. */
-hbm_profile_t *hbm__torch_snapshot_load(const uint8_t *data, size_t len, const char *path);
+ * trace began. Read in one pass, never holding the pickle's tree (torch_internal.h). A file
+ * cut short or damaged is read up to the damage; profile meta "lost" then says how much was
+ * not. `map`, when the bytes are a mapped file (may be NULL): its pages are given back as the
+ * reader passes them. NULL with hbm_last_error() set on bad input. */
+hbm_profile_t *hbm__torch_snapshot_load(const uint8_t *data, size_t len, const char *path,
+                                        hbm__mapped_t *map);
 
 /* One device's trace as an allocation log for hbm_replay_run (device -1: the device with the
  * most trace events). Allocations live before the trace began come first. */
 hbm_status_t hbm__torch_snapshot_log(const uint8_t *data, size_t len, const char *path, int device,
-                                     hbm_alloc_log_t *out, torch_device_summary_t *summary);
+                                     hbm_alloc_log_t *out, torch_device_summary_t *summary,
+                                     hbm__mapped_t *map);
 
 #endif /* HBM_IMPORT_TORCH_SNAPSHOT_H */

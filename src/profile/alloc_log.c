@@ -3,11 +3,15 @@
  * hbm_alloc_log_to_profile turns them into the profile model for `hbm report` and the viewer.
  *
  * One pass over the bytes, no per-field allocation: the 131k-line logs parse in a few ms.
+ * Each event goes to a sink as it is read: into an array for `hbm replay`, straight into the
+ * profile for `hbm report` and the viewer (hbm__alloc_log_load: the file mapped and its pages
+ * given back as the reader passes them, no event array), so a log's memory is its profile's.
  * Each line is checked for form (six fields, known action, hex pointer, decimal size) and for
  * sense (no free of a pointer that is not live, no second allocation of a live pointer, a
  * free's size, when given, matching its allocation). Threads and streams are numbered
  * 0, 1, ... in order of first appearance (stream 0x0, the default stream, is 0). */
 #include "base/base.h"
+#include "profile/profile_build.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,19 +25,34 @@ typedef struct field {
   size_t n;
 } field_t;
 
-typedef struct parser {
+/* A live pointer's allocation: what a free of it is checked against. */
+typedef struct live_alloc {
+  uint64_t size;
+  int64_t line; /* or, while the slot is free, the next free slot */
+} live_alloc_t;
+
+typedef struct parser parser_t;
+/* Takes one event; false (and hbm's error set) stops the reading. */
+typedef bool (*event_sink_t)(parser_t *ps, const hbm_log_event_t *e);
+
+struct parser {
   const char *name;
   int lenient;
   int64_t line;
-  hbm_alloc_log_t *out;
-  size_t cap;
-  hbm_u64map_t live;    /* pointer → event index of its allocation */
+  event_sink_t sink;
+  void *ctx;
+  size_t skipped;
+  char first_skip[512];
+  hbm_u64map_t live; /* pointer → its slot in live_at */
+  live_alloc_t *live_at;
+  size_t n_live_at, cap_live_at;
+  int64_t free_slot;    /* a free slot of live_at, chained through line; -1: none */
   hbm_u64map_t threads; /* raw thread id → number */
   hbm_u64map_t streams; /* raw stream → number */
   int64_t day_offset;   /* HH:MM:SS times that pass midnight */
   int64_t last_clock;
   char message[512];
-} parser_t;
+};
 
 static bool line_error(parser_t *ps, const char *fmt, ...) HBM_PRINTF(2, 3);
 static bool line_error(parser_t *ps, const char *fmt, ...) {
@@ -179,15 +198,26 @@ static bool split_fields(parser_t *ps, const char *p, const char *end, field_t f
 
 /* Checks an event against the pointers live so far and updates them. */
 static bool check_sense(parser_t *ps, const hbm_log_event_t *e) {
-  hbm_alloc_log_t *log = ps->out;
   uint64_t at;
   if (e->action == HBM_LOG_ALLOCATE) {
     if (hbm_u64map_get(&ps->live, e->pointer, &at))
       return line_error(ps,
                         "allocation of 0x%llx, which is still live (allocated on line %lld "
                         "and not freed); expected a free of it first",
-                        (unsigned long long)e->pointer, (long long)log->events[at].line);
-    if (!hbm_u64map_put(&ps->live, e->pointer, log->n_events))
+                        (unsigned long long)e->pointer, (long long)ps->live_at[at].line);
+    if (ps->free_slot >= 0) {
+      at = (uint64_t)ps->free_slot;
+      ps->free_slot = ps->live_at[at].line;
+    } else {
+      live_alloc_t *grown = hbm__grow_array(ps->live_at, &ps->cap_live_at, ps->n_live_at + 1,
+                                            sizeof *ps->live_at, 64);
+      if (!grown)
+        return line_error(ps, "out of host memory");
+      ps->live_at = grown;
+      at = ps->n_live_at++;
+    }
+    ps->live_at[at] = (live_alloc_t){e->size, e->line};
+    if (!hbm_u64map_put(&ps->live, e->pointer, at))
       return line_error(ps, "out of host memory");
   } else if (e->action == HBM_LOG_FREE) {
     if (!hbm_u64map_get(&ps->live, e->pointer, &at))
@@ -195,13 +225,15 @@ static bool check_sense(parser_t *ps, const hbm_log_event_t *e) {
                         "free of 0x%llx, which is not allocated (expected a pointer from an "
                         "earlier 'allocate' line)",
                         (unsigned long long)e->pointer);
-    if (e->size && e->size != log->events[at].size)
+    if (e->size && e->size != ps->live_at[at].size)
       return line_error(ps,
                         "free of 0x%llx with size %llu, but it was allocated with size %llu "
                         "on line %lld",
                         (unsigned long long)e->pointer, (unsigned long long)e->size,
-                        (unsigned long long)log->events[at].size, (long long)log->events[at].line);
+                        (unsigned long long)ps->live_at[at].size, (long long)ps->live_at[at].line);
     hbm_u64map_remove(&ps->live, e->pointer, NULL);
+    ps->live_at[at].line = ps->free_slot;
+    ps->free_slot = (int64_t)at;
   }
   return true;
 }
@@ -261,8 +293,8 @@ static bool check_header(const char *p, const char *end) {
 }
 
 static void skip_line(parser_t *ps) {
-  if (ps->out->skipped++ == 0)
-    snprintf(ps->out->first_skip, sizeof ps->out->first_skip, "%s", ps->message);
+  if (ps->skipped++ == 0)
+    snprintf(ps->first_skip, sizeof ps->first_skip, "%s", ps->message);
 }
 
 static hbm_status_t parse_lines(parser_t *ps, const char *data, size_t len) {
@@ -278,14 +310,16 @@ static hbm_status_t parse_lines(parser_t *ps, const char *data, size_t len) {
         return hbm__error_text(HBM_ERR_PARSE, ps->message);
       }
     } else if (!is_blank(p, stop)) {
-      hbm_log_event_t *e = &ps->out->events[ps->out->n_events];
-      memset(e, 0, sizeof *e);
-      if (parse_line(ps, p, stop, e))
-        ps->out->n_events++;
-      else if (ps->lenient)
+      hbm_log_event_t e;
+      memset(&e, 0, sizeof e);
+      if (parse_line(ps, p, stop, &e)) {
+        if (!ps->sink(ps, &e))
+          return hbm_last_status();
+      } else if (ps->lenient) {
         skip_line(ps);
-      else
+      } else {
         return hbm__error_text(HBM_ERR_PARSE, ps->message);
+      }
     }
     p = nl ? nl + 1 : end;
   }
@@ -297,12 +331,34 @@ static hbm_status_t parse_lines(parser_t *ps, const char *data, size_t len) {
   return HBM_OK;
 }
 
+/* Reads the log, each event to ps's sink. */
+static hbm_status_t read_log(parser_t *ps, const char *data, size_t len) {
+  ps->free_slot = -1;
+  hbm_u64map_init(&ps->live);
+  hbm_u64map_init(&ps->threads);
+  hbm_u64map_init(&ps->streams);
+  hbm_status_t s = hbm_u64map_put(&ps->streams, 0, 0) /* the default stream is stream 0 */
+                       ? parse_lines(ps, data ? data : "", len)
+                       : hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", ps->name);
+  hbm_u64map_free(&ps->live);
+  hbm_u64map_free(&ps->threads);
+  hbm_u64map_free(&ps->streams);
+  free(ps->live_at);
+  return s;
+}
+
+static bool to_array(parser_t *ps, const hbm_log_event_t *e) {
+  hbm_alloc_log_t *out = ps->ctx;
+  out->events[out->n_events++] = *e;
+  return true;
+}
+
 hbm_status_t hbm_alloc_log_parse(const char *data, size_t len, const char *name, int lenient,
                                  hbm_alloc_log_t *out) {
   if (!out || (!data && len))
     return hbm__error(HBM_ERR_INVALID, "hbm_alloc_log_parse: NULL argument");
   memset(out, 0, sizeof *out);
-  parser_t ps = {.name = name ? name : "log", .lenient = lenient, .out = out};
+  parser_t ps = {.name = name ? name : "log", .lenient = lenient, .sink = to_array, .ctx = out};
   /* One event per line at most: one allocation up front. */
   size_t lines = 1;
   for (const char *p = data, *end = data + len; p && p < end; p++) {
@@ -314,15 +370,9 @@ hbm_status_t hbm_alloc_log_parse(const char *data, size_t len, const char *name,
   out->events = malloc(lines * sizeof *out->events);
   if (!out->events)
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory for %zu events", ps.name, lines);
-  hbm_u64map_init(&ps.live);
-  hbm_u64map_init(&ps.threads);
-  hbm_u64map_init(&ps.streams);
-  hbm_status_t s = hbm_u64map_put(&ps.streams, 0, 0) /* the default stream is stream 0 */
-                       ? parse_lines(&ps, data ? data : "", len)
-                       : hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", ps.name);
-  hbm_u64map_free(&ps.live);
-  hbm_u64map_free(&ps.threads);
-  hbm_u64map_free(&ps.streams);
+  hbm_status_t s = read_log(&ps, data, len);
+  out->skipped = ps.skipped;
+  snprintf(out->first_skip, sizeof out->first_skip, "%s", ps.first_skip);
   if (s != HBM_OK)
     hbm_alloc_log_free(out);
   return s;
@@ -374,34 +424,9 @@ static hbm_status_t add_event(hbm_profile_t *p, const hbm_log_event_t *e, int64_
   return hbm_profile_add_oom(p, &oom);
 }
 
-/* RMM writes events in the order they happened, so a time earlier than the line before's
- * means a damaged or merged log: the events keep the log's order (steps), and the profile's
- * notes say where time first went back and how often. */
-static hbm_status_t note_times_backwards(hbm_profile_t *p, const hbm_alloc_log_t *log,
-                                         const char *file) {
-  size_t backwards = 0, first = 0;
-  for (size_t i = 1; i < log->n_events; i++)
-    if (log->events[i].time_ns < log->events[i - 1].time_ns && !backwards++)
-      first = i;
-  if (!backwards)
-    return HBM_OK;
-  const hbm_log_event_t *e = &log->events[first], *before = &log->events[first - 1];
-  char note[512];
-  snprintf(note, sizeof note,
-           "the log's times go backwards %zu time%s, first at %s:%lld (%.6f s, after %.6f s on "
-           "line %lld): events are kept in the log's order, the times as written",
-           backwards, backwards == 1 ? "" : "s", file, (long long)e->line, (double)e->time_ns / 1e9,
-           (double)before->time_ns / 1e9, (long long)before->line);
-  return hbm_profile_set_meta(p, "notes", note);
-}
-
-hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *name) {
-  if (!log) {
-    hbm__error(HBM_ERR_INVALID, "hbm_alloc_log_to_profile: NULL log");
-    return NULL;
-  }
-  const char *file = hbm__base_name(name ? name : "log");
-  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, file);
+/* The profile a log's events go into. */
+static hbm_profile_t *new_log_profile(const char *name) {
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, hbm__base_name(name ? name : "log"));
   if (!p)
     return NULL;
   hbm_status_t s = hbm_profile_set_meta(p, "format", "RMM allocation log (CSV)");
@@ -411,20 +436,96 @@ hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *
    * allocators are written in the same format): the memory type is "unknown", not "HBM". */
   if (s == HBM_OK && hbm_profile_add_space(p, "unknown", "log", 0, 0) < 0)
     s = hbm_last_status();
-  if (s == HBM_OK)
-    s = note_times_backwards(p, log, file);
-  int64_t t0 = log->n_events ? log->events[0].time_ns : 0;
-  for (size_t i = 0; i < log->n_events && s == HBM_OK; i++)
-    if ((s = add_event(p, &log->events[i], t0, file)) != HBM_OK) {
-      char *why = hbm__strdup(hbm_last_error());
-      hbm__error(s, "%s:%lld: %s", file, (long long)log->events[i].line, why ? why : "");
-      free(why);
-    }
-  if (s == HBM_OK)
-    s = hbm_profile_finish(p);
   if (s != HBM_OK) {
     hbm_profile_free(p);
     return NULL;
   }
   return p;
+}
+
+typedef struct log_builder {
+  hbm_profile_t *p;
+  const char *file;
+  int64_t t0;
+  bool started;
+  int64_t last_time, last_line; /* the event before */
+  size_t backwards;             /* times earlier than the event before's */
+  int64_t back_time, back_line, before_time, before_line; /* the first of them */
+} log_builder_t;
+
+/* RMM writes events in the order they happened, so a time earlier than the line before's
+ * means a damaged or merged log: the events keep the log's order (steps), and the profile's
+ * notes say where time first went back and how often. */
+static void watch_time(log_builder_t *b, const hbm_log_event_t *e) {
+  if (b->started && e->time_ns < b->last_time && !b->backwards++) {
+    b->back_time = e->time_ns, b->back_line = e->line;
+    b->before_time = b->last_time, b->before_line = b->last_line;
+  }
+  b->last_time = e->time_ns, b->last_line = e->line;
+}
+
+static hbm_status_t note_times_backwards(const log_builder_t *b) {
+  if (!b->backwards)
+    return HBM_OK;
+  char note[512];
+  snprintf(note, sizeof note,
+           "the log's times go backwards %zu time%s, first at %s:%lld (%.6f s, after %.6f s on "
+           "line %lld): events are kept in the log's order, the times as written",
+           b->backwards, b->backwards == 1 ? "" : "s", b->file, (long long)b->back_line,
+           (double)b->back_time / 1e9, (double)b->before_time / 1e9, (long long)b->before_line);
+  return hbm_profile_set_meta(b->p, "notes", note);
+}
+
+static hbm_status_t build_event(log_builder_t *b, const hbm_log_event_t *e) {
+  watch_time(b, e);
+  if (!b->started) {
+    b->t0 = e->time_ns;
+    b->started = true;
+  }
+  hbm_status_t s = add_event(b->p, e, b->t0, b->file);
+  if (s != HBM_OK) {
+    char *why = hbm__strdup(hbm_last_error());
+    hbm__error(s, "%s:%lld: %s", b->file, (long long)e->line, why ? why : "");
+    free(why);
+  }
+  return s;
+}
+
+/* Finishes b's profile, or frees it when reading failed (s). */
+static hbm_profile_t *finish_log_profile(log_builder_t *b, hbm_status_t s) {
+  if (s == HBM_OK)
+    s = note_times_backwards(b);
+  if (s == HBM_OK)
+    s = hbm_profile_finish(b->p);
+  if (s != HBM_OK) {
+    hbm_profile_free(b->p);
+    return NULL;
+  }
+  return b->p;
+}
+
+hbm_profile_t *hbm_alloc_log_to_profile(const hbm_alloc_log_t *log, const char *name) {
+  if (!log) {
+    hbm__error(HBM_ERR_INVALID, "hbm_alloc_log_to_profile: NULL log");
+    return NULL;
+  }
+  log_builder_t b = {.p = new_log_profile(name), .file = hbm__base_name(name ? name : "log")};
+  if (!b.p)
+    return NULL;
+  hbm_status_t s = HBM_OK;
+  for (size_t i = 0; i < log->n_events && s == HBM_OK; i++)
+    s = build_event(&b, &log->events[i]);
+  return finish_log_profile(&b, s);
+}
+
+static bool to_profile(parser_t *ps, const hbm_log_event_t *e) {
+  return build_event(ps->ctx, e) == HBM_OK;
+}
+
+hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
+  log_builder_t b = {.p = new_log_profile(name), .file = hbm__base_name(name ? name : "log")};
+  if (!b.p)
+    return NULL;
+  parser_t ps = {.name = name ? name : "log", .sink = to_profile, .ctx = &b};
+  return finish_log_profile(&b, read_log(&ps, data, len));
 }

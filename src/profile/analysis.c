@@ -17,6 +17,7 @@
  * rematerialization loop, before any profile exists; the profile it then builds is analysed
  * here, and every peak the planner reports comes from this module. `hbm replay` takes the
  * log's peak from here too (src/alloc/replay.c, analysed_peak). */
+#include "profile/index.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -30,9 +31,15 @@ struct hbm_analysis {
   uint64_t *reserved; /* per step: reserved bytes (NULL when the profile has no such data) */
   int64_t *members;   /* indices of this space's buffers, allocation order */
   size_t n_members;
+  /* When the members' starts never go down (a runtime profile): the latest end in each block
+   * of MEMBER_BLOCK members, so a window skips the blocks that ended before it. */
+  int64_t *block_end;
   int64_t *at_peak, *by_size, *by_padding;
   hbm_group_total_t *groups;
   size_t n_groups;
+  hbm_group_total_t *run_groups; /* stored: over the whole run (else computed when asked) */
+  size_t n_run_groups;
+  const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
 };
 
 static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
@@ -50,12 +57,16 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
   return b->size > b->unpadded_size ? b->size - b->unpadded_size : 0;
 }
 
-/* Collects the buffers of a's space and the indefinite total. */
+#define MEMBER_BLOCK 1024
+
+/* Collects the buffers of a's space and the indefinite total, and the blocks' latest ends. */
 static bool collect_members(hbm_analysis_t *a, int space) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
   if (!a->members)
     return false;
+  bool sorted = true;
+  int64_t last_start = INT64_MIN;
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space)
@@ -63,8 +74,21 @@ static bool collect_members(hbm_analysis_t *a, int space) {
     a->members[a->n_members++] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
       a->summary.indefinite_bytes = add_bytes(a, a->summary.indefinite_bytes, b->size);
+    sorted &= b->start >= last_start;
+    last_start = b->start;
   }
   a->summary.n_buffers = (int64_t)a->n_members;
+  size_t blocks = (a->n_members + MEMBER_BLOCK - 1) / MEMBER_BLOCK;
+  if (!sorted || blocks < 2)
+    return true;
+  if (!(a->block_end = malloc(blocks * sizeof *a->block_end)))
+    return false;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &p->buffers[a->members[k]];
+    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? INT64_MAX : b->end;
+    if (k % MEMBER_BLOCK == 0 || end > a->block_end[k / MEMBER_BLOCK])
+      a->block_end[k / MEMBER_BLOCK] = end;
+  }
   return true;
 }
 
@@ -117,15 +141,60 @@ static bool sums_finish(step_sums_t *s, int64_t n_steps, uint64_t *out) {
   return saturated;
 }
 
-/* live[] and unpadded[]: +size at start, -size at end. */
-static bool compute_live(hbm_analysis_t *a) {
+/* Adds +v at start and -v at end of each member's live range into d (a difference array). The
+ * magnitudes' total is below HBM_BYTES_MAX (compute_live checks), so no cell or sum wraps. */
+static void add_ranges(const hbm_analysis_t *a, int64_t *d, bool unpadded) {
   int64_t n = a->p->n_steps;
-  uint64_t total = 0, total_unpadded = 0;
   for (size_t k = 0; k < a->n_members; k++) {
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    total = hbm__bytes_add(total, clamp_bytes(b->size));
-    total_unpadded = hbm__bytes_add(total_unpadded, clamp_bytes(b->unpadded_size));
+    int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
+    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
+    if (start >= end || start >= n)
+      continue;
+    int64_t v = (int64_t)(unpadded ? b->unpadded_size : b->size);
+    d[start] += v;
+    d[end] -= v;
   }
+}
+
+/* A difference array summed in place into the values it stands for. */
+static void running_sum(int64_t *d, uint64_t *out, int64_t n) {
+  int64_t sum = 0;
+  for (int64_t s = 0; s < n; s++) {
+    sum += d[s];
+    out[s] = (uint64_t)sum;
+  }
+}
+
+/* Every profile a real device makes: 64-bit difference arrays summed in place; unpadded[] is
+ * live[] itself when no buffer has padding (runtime profiles), so n steps cost 8n bytes here,
+ * not 32n. */
+static bool compute_live_narrow(hbm_analysis_t *a, bool padded) {
+  int64_t n = a->p->n_steps;
+  size_t cells = (size_t)n + 1;
+  int64_t *d_live = calloc(cells, sizeof *d_live);
+  int64_t *d_unpadded = padded ? calloc(cells, sizeof *d_unpadded) : d_live;
+  if (!d_live || !d_unpadded) {
+    free(d_live);
+    if (padded)
+      free(d_unpadded);
+    return false;
+  }
+  add_ranges(a, d_live, false);
+  running_sum(d_live, (uint64_t *)d_live, n);
+  a->live = (uint64_t *)d_live;
+  if (padded) {
+    add_ranges(a, d_unpadded, true);
+    running_sum(d_unpadded, (uint64_t *)d_unpadded, n);
+  }
+  a->unpadded = (uint64_t *)d_unpadded;
+  return true;
+}
+
+/* An absurd or hostile file whose sizes could add up past HBM_BYTES_MAX: step_sums cells,
+ * saturated, and the summary says it overflowed. */
+static bool compute_live_wide(hbm_analysis_t *a, uint64_t total, uint64_t total_unpadded) {
+  int64_t n = a->p->n_steps;
   step_sums_t live, unpadded;
   a->live = malloc(((size_t)n + 1) * sizeof *a->live);
   a->unpadded = malloc(((size_t)n + 1) * sizeof *a->unpadded);
@@ -150,6 +219,21 @@ static bool compute_live(hbm_analysis_t *a) {
   a->summary.overflowed |= sums_finish(&live, n, a->live);
   a->summary.overflowed |= sums_finish(&unpadded, n, a->unpadded);
   return true;
+}
+
+/* live[] and unpadded[]: +size where a buffer starts, -size where it ends, summed. */
+static bool compute_live(hbm_analysis_t *a) {
+  uint64_t total = 0, total_unpadded = 0;
+  bool padded = false;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    total = hbm__bytes_add(total, clamp_bytes(b->size));
+    total_unpadded = hbm__bytes_add(total_unpadded, clamp_bytes(b->unpadded_size));
+    padded |= b->unpadded_size != b->size;
+  }
+  if (total < HBM_BYTES_MAX && total_unpadded < HBM_BYTES_MAX)
+    return compute_live_narrow(a, padded);
+  return compute_live_wide(a, total, total_unpadded);
 }
 
 static bool reserve_adds(const hbm_reserve_event_t *e) {
@@ -338,6 +422,48 @@ static bool collect_groups(hbm_analysis_t *a) {
   return true;
 }
 
+/* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
+static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
+  size_t g = 0;
+  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
+    g++;
+  if (g == *n)
+    groups[(*n)++] = (hbm_group_total_t){.name = name};
+  return &groups[g];
+}
+
+hbm_group_total_t *hbm__analysis_run_groups(const hbm_analysis_t *a, size_t *n) {
+  *n = 0;
+  size_t cap = a->digest ? a->n_run_groups : 16;
+  hbm_group_total_t *groups = malloc((cap + 1) * sizeof *groups);
+  if (groups && a->digest) {
+    memcpy(groups, a->run_groups, a->n_run_groups * sizeof *groups);
+    *n = a->n_run_groups;
+  }
+  for (size_t k = 0; groups && !a->digest && k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    if (*n == cap) {
+      hbm_group_total_t *grown = hbm__grow_array(groups, &cap, cap + 1, sizeof *groups, 16);
+      if (!grown) {
+        free(groups);
+        groups = NULL;
+        break;
+      }
+      groups = grown;
+    }
+    hbm_group_total_t *g =
+        group_row(groups, n, b->group ? b->group : hbm_category_name(b->category));
+    g->bytes = hbm__bytes_add(g->bytes, b->size);
+    g->count++;
+  }
+  if (!groups) {
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory totalling groups");
+    return NULL;
+  }
+  qsort(groups, *n, sizeof *groups, group_bytes_desc);
+  return groups;
+}
+
 typedef struct span {
   uint64_t begin, end;
 } span_t;
@@ -461,6 +587,8 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
                p ? p->n_spaces : 0);
     return NULL;
   }
+  if (p->digest) /* read from its index: the numbers as they were computed here */
+    return hbm__digest_analyze(p->digest, p, space);
   hbm_analysis_t *a = calloc(1, sizeof *a);
   if (!a) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile");
@@ -497,15 +625,46 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
 void hbm_analysis_free(hbm_analysis_t *a) {
   if (!a)
     return;
+  if (a->unpadded != a->live)
+    free(a->unpadded);
   free(a->live);
-  free(a->unpadded);
   free(a->reserved);
   free(a->members);
+  free(a->block_end);
   free(a->at_peak);
   free(a->by_size);
   free(a->by_padding);
   free(a->groups);
+  free(a->run_groups);
   free(a);
+}
+
+hbm_analysis_t *hbm__analysis_stored(const hbm_profile_t *p, const hbm__digest_t *d,
+                                     const hbm_summary_t *s, int64_t *at_peak, int64_t *by_size,
+                                     int64_t *by_padding, hbm_group_total_t *groups,
+                                     size_t n_groups, hbm_group_total_t *run_groups,
+                                     size_t n_run_groups) {
+  hbm_analysis_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    free(at_peak), free(by_size), free(by_padding), free(groups), free(run_groups);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  *a = (hbm_analysis_t){.p = p,
+                        .summary = *s,
+                        .at_peak = at_peak,
+                        .by_size = by_size,
+                        .by_padding = by_padding,
+                        .groups = groups,
+                        .n_groups = n_groups,
+                        .run_groups = run_groups,
+                        .n_run_groups = n_run_groups,
+                        .digest = d};
+  return a;
+}
+
+const uint64_t *hbm__analysis_series(const hbm_analysis_t *a, int which) {
+  return which == 0 ? a->live : which == 1 ? a->unpadded : a->reserved;
 }
 
 const hbm_summary_t *hbm_analysis_summary(const hbm_analysis_t *a) { return &a->summary; }
@@ -519,6 +678,8 @@ static hbm_timeline_point_t point_at(const hbm_analysis_t *a, int64_t s) {
 
 size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, size_t max_points,
                              hbm_timeline_point_t *out) {
+  if (a->digest)
+    return hbm__digest_timeline(a->digest, a->summary.space, from, to, max_points, out);
   int64_t n = a->p->n_steps;
   from = from < 0 ? 0 : from;
   to = to > n || to < 0 ? n : to;
@@ -544,6 +705,8 @@ size_t hbm_analysis_timeline(const hbm_analysis_t *a, int64_t from, int64_t to, 
 }
 
 uint64_t hbm_analysis_bytes_at(const hbm_analysis_t *a, int64_t step) {
+  if (a->digest)
+    return hbm__digest_bytes_at(a->digest, a->summary.space, step);
   return step >= 0 && step < a->p->n_steps ? a->live[step] : 0;
 }
 
@@ -569,8 +732,23 @@ const hbm_group_total_t *hbm_analysis_groups(const hbm_analysis_t *a, size_t *n)
 
 size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int64_t to,
                                       int64_t *out, size_t cap) {
-  size_t total = 0;
-  for (size_t k = 0; k < a->n_members; k++) {
+  size_t total = 0; /* a stored analysis (from an index) has no buffers but those at the peak */
+  size_t n = a->n_members;
+  if (a->block_end) { /* starts in order: only the members that start before `to` */
+    size_t lo = 0;
+    while (lo < n) {
+      size_t mid = lo + (n - lo) / 2;
+      if (a->p->buffers[a->members[mid]].start < to)
+        lo = mid + 1;
+      else
+        n = mid;
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (a->block_end && k % MEMBER_BLOCK == 0 && a->block_end[k / MEMBER_BLOCK] <= from) {
+      k += MEMBER_BLOCK - 1; /* the whole block ended before the window */
+      continue;
+    }
     const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
     bool meets = (b->flags & HBM_BUF_INDEFINITE) || (b->start < to && b->end > from);
     if (!meets || b->start == b->end)

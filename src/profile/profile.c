@@ -6,6 +6,7 @@
  * A profile is a set of buffers with live ranges [start, end) over a sequence of steps, plus
  * reservation changes, OOM events and markers, each tied to a step and a memory space. All
  * strings are interned in the profile, so tags that repeat a million times cost one copy. */
+#include "profile/index.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -58,6 +59,7 @@ void hbm_profile_free(hbm_profile_t *p) {
   free(p->ooms);
   free(p->markers);
   hbm_intern_free(p->strings);
+  hbm__digest_free(p->digest);
   free(p);
 }
 
@@ -109,18 +111,23 @@ int hbm_profile_find_space(const hbm_profile_t *p, const char *name, const char 
 }
 
 int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *label) {
-  size_t cap_label = p->cap_steps;
-  if (!GROW(p, step_time, p->n_steps, cap_steps) ||
-      !grow_array((void **)&p->step_label, &cap_label, (size_t)p->n_steps + 1,
-                  sizeof *p->step_label)) {
+  if (!GROW(p, step_time, p->n_steps, cap_steps)) {
     out_of_memory("a step");
     return -1;
   }
   const char *l = hbm_intern(p->strings, label);
   if (label && !l)
     return -1;
+  if (l || p->step_label) { /* labels take memory only in profiles that have some */
+    size_t had = p->cap_labels;
+    if (!GROW(p, step_label, p->n_steps, cap_labels)) {
+      out_of_memory("a step");
+      return -1;
+    }
+    memset(p->step_label + had, 0, (p->cap_labels - had) * sizeof *p->step_label);
+    p->step_label[p->n_steps] = l;
+  }
   p->step_time[p->n_steps] = time_ns;
-  p->step_label[p->n_steps] = l;
   return p->n_steps++;
 }
 
@@ -334,19 +341,31 @@ const hbm_space_info_t *hbm_profile_space(const hbm_profile_t *p, int i) {
   return i >= 0 && i < p->n_spaces ? &p->spaces[i] : NULL;
 }
 
-int64_t hbm_profile_step_count(const hbm_profile_t *p) { return p->n_steps; }
+/* A summary profile (read from its index) answers from the index: index_read.c. */
+
+int64_t hbm_profile_step_count(const hbm_profile_t *p) {
+  return p->digest ? hbm__digest_step_count(p->digest) : p->n_steps;
+}
 
 int64_t hbm_profile_step_time(const hbm_profile_t *p, int64_t step) {
+  if (p->digest)
+    return hbm__digest_step_time(p->digest, step);
   return step >= 0 && step < p->n_steps ? p->step_time[step] : 0;
 }
 
 const char *hbm_profile_step_label(const hbm_profile_t *p, int64_t step) {
-  return step >= 0 && step < p->n_steps ? p->step_label[step] : NULL;
+  if (p->digest)
+    return hbm__digest_step_label(p->digest, step);
+  return step >= 0 && step < p->n_steps && p->step_label ? p->step_label[step] : NULL;
 }
 
-int64_t hbm_profile_buffer_count(const hbm_profile_t *p) { return p->n_buffers; }
+int64_t hbm_profile_buffer_count(const hbm_profile_t *p) {
+  return p->digest ? hbm__digest_buffer_count(p->digest) : p->n_buffers;
+}
 
 const hbm_buffer_t *hbm_profile_buffer(const hbm_profile_t *p, int64_t i) {
+  if (p->digest)
+    return hbm__digest_buffer(p->digest, i);
   return i >= 0 && i < p->n_buffers ? &p->buffers[i] : NULL;
 }
 

@@ -24,9 +24,9 @@ struct hbm_profile {
   size_t cap_spaces;
 
   int64_t *step_time;
-  const char **step_label;
+  const char **step_label; /* NULL until a step has a label (runtime profiles never do) */
   int64_t n_steps;
-  size_t cap_steps;
+  size_t cap_steps, cap_labels;
 
   hbm_buffer_t *buffers;
   int64_t n_buffers;
@@ -38,6 +38,8 @@ struct hbm_profile {
   size_t n_ooms, cap_ooms;
   hbm_marker_t *markers;
   size_t n_markers, cap_markers;
+
+  struct hbm__digest *digest; /* a summary profile read from its index (index.h), else NULL */
 };
 
 #endif /* HBM_PROFILE_INTERNAL_H */

@@ -5,6 +5,7 @@
  * For each memory space: the peak in use and when, reserved memory, the limit, fragmentation
  * at the peak, a timeline chart, the buffers live at the peak (largest first, with tags),
  * totals by category and group, and every OOM event with its diagnosis. */
+#include "profile/index.h"
 #include "profile/json_out.h"
 
 #include <inttypes.h>
@@ -202,6 +203,30 @@ static void draw_chart(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *
 
 /* ---- text sections ---- */
 
+/* A long run's profile says which of its training steps it holds (the step markers of
+ * hbm_profiler_step_begin/end): the first and last, and whether any between is missing. */
+static void write_steps_held(FILE *out, const hbm_profile_t *p) {
+  int64_t first = 0, last = 0, count = 0;
+  for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
+    const hbm_marker_t *m = hbm_profile_marker(p, i);
+    if (m->kind != HBM_MARKER_STEP_BEGIN)
+      continue;
+    if (!count || m->value < first)
+      first = m->value;
+    if (!count || m->value > last)
+      last = m->value;
+    count++;
+  }
+  if (!count)
+    return;
+  if (count == last - first + 1)
+    fprintf(out, "  %-12s %lld to %lld, all %lld recorded\n", "steps", (long long)first,
+            (long long)last, (long long)count);
+  else
+    fprintf(out, "  %-12s %lld to %lld, %lld of them recorded (the others are missing)\n", "steps",
+            (long long)first, (long long)last, (long long)count);
+}
+
 static void write_header(FILE *out, const hbm_profile_t *p) {
   int64_t n = hbm_profile_step_count(p);
   int spaces = hbm_profile_space_count(p);
@@ -215,6 +240,7 @@ static void write_header(FILE *out, const hbm_profile_t *p) {
     if (v && *v)
       fprintf(out, "  %-12s %s\n", shown_meta[i], v);
   }
+  write_steps_held(out, p);
   const char *notes[] = {"lost", "unmatched_frees", "missing_frees", "notes"};
   const char *what[] = {"", " frees of blocks the profile never saw allocated",
                         " blocks allocated again without a recorded free", ""};
@@ -314,36 +340,25 @@ static int group_row_desc(const void *x, const void *y) {
   return strcmp(a->name, b->name);
 }
 
-/* The analysis's groups at the peak, with what each allocated over the profile; *n rows. Group
- * names are interned in the profile, so a name is found by comparing strings once per group. */
-static group_row_t *group_rows(const hbm_profile_t *p, const hbm_analysis_t *a, size_t *n) {
-  size_t n_peak;
+/* The analysis's groups at the peak, with what each allocated over the profile; *n rows. */
+static group_row_t *group_rows(const hbm_analysis_t *a, size_t *n) {
+  size_t n_peak, n_run;
   const hbm_group_total_t *g = hbm_analysis_groups(a, &n_peak);
-  size_t cap = n_peak + 16, rows = 0;
-  group_row_t *r = malloc(cap * sizeof *r);
+  hbm_group_total_t *run = hbm__analysis_run_groups(a, &n_run);
+  group_row_t *r = run ? malloc((n_peak + n_run + 1) * sizeof *r) : NULL;
+  size_t rows = 0;
   for (size_t i = 0; r && i < n_peak; i++)
     r[rows++] = (group_row_t){g[i].name, g[i].bytes, 0, g[i].count, 0};
-  int space = hbm_analysis_summary(a)->space;
-  for (int64_t i = 0; r && i < hbm_profile_buffer_count(p); i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
-    if (b->space != space)
-      continue;
-    const char *name = b->group ? b->group : hbm_category_name(b->category);
+  for (size_t i = 0; r && i < n_run; i++) { /* every buffer is in one of these */
     size_t k = 0;
-    while (k < rows && strcmp(r[k].name, name))
+    while (k < rows && strcmp(r[k].name, run[i].name))
       k++;
-    if (k == rows) {
-      group_row_t *grown = rows == cap ? hbm__grow_array(r, &cap, rows + 1, sizeof *r, 16) : r;
-      if (!grown) {
-        free(r);
-        return NULL;
-      }
-      r = grown;
-      r[rows++] = (group_row_t){.name = name};
-    }
-    r[k].all_bytes += b->size;
-    r[k].all_count++;
+    if (k == rows)
+      r[rows++] = (group_row_t){.name = run[i].name};
+    r[k].all_bytes = run[i].bytes;
+    r[k].all_count = run[i].count;
   }
+  free(run);
   if (r)
     qsort(r, rows, sizeof *r, group_row_desc);
   *n = rows;
@@ -356,7 +371,7 @@ hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const cha
   if (!a)
     return hbm_last_status();
   size_t n = 0;
-  group_row_t *r = group_rows(p, a, &n);
+  group_row_t *r = group_rows(a, &n);
   uint64_t peak = hbm_analysis_summary(a)->peak_bytes;
   hbm_analysis_free(a);
   if (!r)
@@ -500,6 +515,12 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
 
 /* Spaces worth showing when the caller asked for all: those with buffers or OOMs. */
 static bool space_has_content(const hbm_profile_t *p, int space) {
+  if (hbm__profile_is_summary(p)) { /* read from its index: it holds the counts */
+    hbm_analysis_t *a = hbm_analyze(p, space);
+    bool any = a && (hbm_analysis_summary(a)->n_buffers > 0 || hbm_analysis_summary(a)->n_oom);
+    hbm_analysis_free(a);
+    return any;
+  }
   for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
     if (hbm_profile_buffer(p, i)->space == space)
       return true;

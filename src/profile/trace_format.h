@@ -26,6 +26,8 @@
 #define HBM_TRACE_BLOCK_TARGET (256u << 10) /* writers start a new block past this */
 #define HBM_TRACE_MAX_META 4096             /* metadata entries a reader accepts */
 #define HBM_TRACE_MAX_SPACES 4096           /* memory spaces a reader accepts */
+#define HBM_TRACE_RAW_PER_BYTE 64           /* decompressed record bytes per file byte ... */
+#define HBM_TRACE_RAW_BASE (1ull << 20)     /* ... plus this, at most (docs/limits.md) */
 
 /* Record types. */
 enum {
@@ -123,6 +125,9 @@ void hbm__tw_ev_close(hbm_trace_writer_t *w, int64_t time_ns, int space);
 
 /* ---- reader (trace_read.c) ---- */
 
+/* The raw (decompressed) bytes the file's block headers announce, without reading the blocks:
+ * what a reader would decode (to tell a file too big for memory before reading it). */
+uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len);
 /* True when data starts with the .hbmtrace magic. */
 bool hbm__trace_is(const void *data, size_t len);
 /* Builds a profile from a whole .hbmtrace file in memory. name is used in messages.

@@ -6,24 +6,33 @@
  * The reader trusts nothing: every length is checked against the bytes that are really there,
  * block sizes and the total decompressed size are capped, and a file cut short or damaged is
  * read up to its last good block, with profile meta "lost" saying what was lost. */
+#include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zstd.h>
 
+/* An event record as read, 32 bytes (a 10^8-event run is held as 3.2 GB, not 6.4): the
+ * tags of an allocation are one entry of a table of distinct tag tuples. */
 typedef struct event {
   int64_t time;
-  uint64_t seq; /* file order, to keep the sort stable */
   uint64_t address;
-  uint64_t size; /* size / requested / reserve size */
-  int64_t value; /* marker value */
-  uint32_t str[4];
-  int32_t space;
-  uint8_t type, flags, op; /* op: category, reserve op or marker kind */
+  uint64_t size; /* size / requested / reserve size; a marker's value */
+  uint32_t ref;  /* EV_ALLOC: its tags (index into tags); EV_OOM, EV_MARKER: a string id */
+  uint16_t space;
+  uint8_t type;
+  uint8_t bits; /* flags << 4 | op (category, reserve op or marker kind) */
 } event_t;
+
+typedef struct tags {
+  uint32_t str[4];           /* op, shape, group, source: string ids */
+  const char *in_profile[4]; /* the same strings interned in the profile, once replayed */
+  bool interned;
+} tags_t;
 
 typedef struct reader {
   const char *name;
@@ -31,8 +40,12 @@ typedef struct reader {
   hbm_intern_t *strings;
   const char **string_of; /* id - 1 → string */
   size_t n_strings, cap_strings;
-  event_t *events;
+  event_t *events; /* mapped: the replay gives back what it has passed */
   size_t n_events, cap_events;
+  bool in_order; /* every event so far at or after the one before it */
+  tags_t *tags;  /* distinct tag tuples of the allocations */
+  size_t n_tags, cap_tags;
+  hbm_u64map_t tag_index; /* hash of a tuple → index + 1 (probing on) */
   int64_t last_time;
   bool ended;
   uint64_t block;  /* blocks read whole */
@@ -194,11 +207,51 @@ static bool read_marker(reader_t *r, cursor_t *c) {
 
 /* ---- event records: collected here, replayed once the whole file is read ---- */
 
+/* The index of a tag tuple, added when new; UINT32_MAX when out of memory. */
+static uint32_t tags_index(reader_t *r, const uint32_t *str) {
+  uint64_t h = 0x7a9c;
+  for (int i = 0; i < 4; i++)
+    h = (h ^ str[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 31;
+  uint64_t at;
+  for (;; h++) {
+    if (!hbm_u64map_get(&r->tag_index, h, &at))
+      break;
+    if (!memcmp(r->tags[at].str, str, sizeof r->tags[at].str))
+      return (uint32_t)at;
+  }
+  tags_t *grown = hbm__grow_array(r->tags, &r->cap_tags, r->n_tags + 1, sizeof *grown, 64);
+  if (!grown || r->n_tags >= UINT32_MAX || !hbm_u64map_put(&r->tag_index, h, r->n_tags))
+    return UINT32_MAX;
+  r->tags = grown;
+  memset(&r->tags[r->n_tags], 0, sizeof r->tags[r->n_tags]);
+  memcpy(r->tags[r->n_tags].str, str, sizeof r->tags[r->n_tags].str);
+  return (uint32_t)r->n_tags++;
+}
+
+/* Room for one more event: the array is mapped (not malloc'd), so it can grow in place and the
+ * replay can give its pages back as it passes them. */
+static bool room_for_event(reader_t *r) {
+  if (r->n_events < r->cap_events)
+    return true;
+  size_t cap = r->cap_events ? r->cap_events * 2 : 4096;
+  void *grown = r->events ? mremap(r->events, r->cap_events * sizeof *r->events,
+                                   cap * sizeof *r->events, MREMAP_MAYMOVE)
+                          : mmap(NULL, cap * sizeof *r->events, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (grown == MAP_FAILED)
+    return bad(r, "out of host memory after %zu events (%zu bytes)", r->n_events,
+               r->n_events * sizeof *r->events);
+  r->events = grown;
+  r->cap_events = cap;
+  return true;
+}
+
 static bool read_event(reader_t *r, int type, cursor_t *c) {
-  event_t e = {.type = (uint8_t)type, .seq = r->n_events};
+  event_t e = {.type = (uint8_t)type};
   r->last_time = (int64_t)((uint64_t)r->last_time + (uint64_t)get_s(c));
   e.time = r->last_time;
-  uint64_t space = 0, op = 0;
+  uint64_t space = 0, op = 0, flags = 0;
+  uint32_t str[4] = {0, 0, 0, 0};
   if (type != HBM_REC_EV_MARKER)
     space = get_u(c);
   switch (type) {
@@ -207,9 +260,9 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     e.size = get_u(c);
     get_s(c); /* allocated - size: kept in the file, not in the profile model */
     op = get_u(c);
-    e.flags = (uint8_t)get_u(c);
+    flags = get_u(c);
     for (int i = 0; i < 4; i++)
-      e.str[i] = (uint32_t)get_u(c);
+      str[i] = (uint32_t)get_u(c);
     break;
   case HBM_REC_EV_FREE: e.address = get_u(c); break;
   case HBM_REC_EV_RESERVE:
@@ -219,31 +272,31 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     break;
   case HBM_REC_EV_OOM:
     e.size = get_u(c);
-    e.str[0] = (uint32_t)get_u(c);
+    str[0] = (uint32_t)get_u(c);
     break;
   case HBM_REC_EV_MARKER:
     op = get_u(c);
-    e.value = get_s(c);
-    e.str[0] = (uint32_t)get_u(c);
+    e.size = (uint64_t)get_s(c);
+    str[0] = (uint32_t)get_u(c);
     break;
   default: break; /* EV_CLOSE: the space only */
   }
   if (c->bad)
     return bad(r, "an event record (type 0x%x) is cut short", (unsigned)type);
-  if (space > INT32_MAX || op > 255)
+  if (space >= HBM_TRACE_MAX_SPACES || op > 15)
     return bad(r, "an event record has a bad space or kind");
   for (int i = 0; i < 4; i++)
-    if (e.str[i] > r->n_strings)
-      return bad(r, "string id %u used before it was defined", (unsigned)e.str[i]);
-  e.space = (int32_t)space;
-  e.op = (uint8_t)op;
-  if (r->n_events == r->cap_events) {
-    event_t *grown =
-        hbm__grow_array(r->events, &r->cap_events, r->n_events + 1, sizeof *grown, 4096);
-    if (!grown)
-      return bad(r, "out of host memory after %zu events", r->n_events);
-    r->events = grown;
-  }
+    if (str[i] > r->n_strings)
+      return bad(r, "string id %u used before it was defined", (unsigned)str[i]);
+  e.space = (uint16_t)space;
+  e.bits = (uint8_t)((flags & HBM_EV_PREEXISTING) << 4 | op);
+  e.ref = type == HBM_REC_EV_ALLOC ? tags_index(r, str) : str[0];
+  if (e.ref == UINT32_MAX)
+    return bad(r, "out of host memory after %zu tag sets", r->n_tags);
+  if (!room_for_event(r))
+    return false;
+  if (r->n_events && e.time < r->events[r->n_events - 1].time)
+    r->in_order = false;
   r->events[r->n_events++] = e;
   return true;
 }
@@ -288,11 +341,122 @@ static bool read_records(reader_t *r, const uint8_t *data, size_t len) {
 
 /* ---- replaying events ---- */
 
-static int event_order(const void *x, const void *y) {
-  const event_t *a = x, *b = y;
-  if (a->time != b->time)
-    return a->time < b->time ? -1 : 1;
-  return a->seq < b->seq ? -1 : a->seq > b->seq;
+/* The end of the run of events in time order that starts at `lo` (at most `n`). */
+static size_t run_end(const event_t *e, size_t lo, size_t n) {
+  size_t i = lo + 1;
+  while (i < n && e[i].time >= e[i - 1].time)
+    i++;
+  return i;
+}
+
+/* A heap of runs by their next event's time (ties: the earlier run, so the merge is stable). */
+typedef struct run_heap {
+  size_t *at, *end, *run; /* per heap entry: next event, end, the run's number */
+  size_t n;
+} run_heap_t;
+
+static bool run_before(const run_heap_t *h, const event_t *e, size_t a, size_t b) {
+  int64_t x = e[h->at[a]].time, y = e[h->at[b]].time;
+  return x != y ? x < y : h->run[a] < h->run[b];
+}
+
+static void run_swap(run_heap_t *h, size_t a, size_t b) {
+  size_t t = h->at[a];
+  h->at[a] = h->at[b], h->at[b] = t;
+  t = h->end[a], h->end[a] = h->end[b], h->end[b] = t;
+  t = h->run[a], h->run[a] = h->run[b], h->run[b] = t;
+}
+
+static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && run_before(h, e, l, m))
+      m = l;
+    if (r < h->n && run_before(h, e, r, m))
+      m = r;
+    if (m == i)
+      return;
+    run_swap(h, i, m);
+    i = m;
+  }
+}
+
+/* Merges the k runs of `from` into `to` in one pass (k-way, by a heap). */
+static bool merge_runs(const event_t *from, event_t *to, size_t n, size_t k) {
+  run_heap_t h = {malloc(k * sizeof *h.at), malloc(k * sizeof *h.end), malloc(k * sizeof *h.run),
+                  0};
+  bool ok = h.at && h.end && h.run;
+  for (size_t lo = 0; ok && lo < n; h.n++) {
+    h.at[h.n] = lo;
+    h.end[h.n] = lo = run_end(from, lo, n);
+    h.run[h.n] = h.n;
+  }
+  for (size_t i = h.n; ok && i-- > 0;)
+    run_sift_down(&h, from, i);
+  for (size_t k_out = 0; ok && h.n > 0; k_out++) {
+    to[k_out] = from[h.at[0]++];
+    if (h.at[0] == h.end[0]) {
+      h.n--;
+      run_swap(&h, 0, h.n);
+    }
+    run_sift_down(&h, from, 0);
+  }
+  free(h.at);
+  free(h.end);
+  free(h.run);
+  return ok;
+}
+
+/* Events by time, ties in file order (stable), with a buffer as big as the events — needed
+ * only when threads' blocks interleave. The runs already in order (a thread's, between
+ * markers) are merged in one pass when they are few (10^8 events took 27 passes over 3.2 GB
+ * as a plain merge sort), else two by two, pass after pass. */
+#define MERGE_RUNS_AT_ONCE 4096
+
+static bool sort_events(reader_t *r) {
+  size_t n = r->n_events;
+  if (r->in_order || n < 2)
+    return true;
+  event_t *tmp =
+      mmap(NULL, n * sizeof *tmp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED)
+    return false;
+  event_t *from = r->events, *to = tmp;
+  size_t runs = 0;
+  for (size_t lo = 0; lo < n && runs <= MERGE_RUNS_AT_ONCE; runs++)
+    lo = run_end(from, lo, n);
+  bool ok = true;
+  if (runs <= MERGE_RUNS_AT_ONCE) {
+    ok = merge_runs(from, to, n, runs);
+    from = tmp;
+  } else {
+    for (;;) {
+      runs = 0;
+      for (size_t lo = 0; lo < n;) {
+        size_t mid = run_end(from, lo, n), hi = mid < n ? run_end(from, mid, n) : n;
+        size_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi)
+          to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
+        memcpy(to + k, from + i, (mid - i) * sizeof *from);
+        k += mid - i;
+        memcpy(to + k, from + j, (hi - j) * sizeof *from);
+        runs++;
+        lo = hi;
+      }
+      event_t *t = from;
+      from = to, to = t;
+      if (runs == 1)
+        break;
+    }
+  }
+  if (ok && from != r->events) { /* the sorted copy becomes the events */
+    munmap(r->events, r->cap_events * sizeof *r->events);
+    r->events = from;
+    r->cap_events = n;
+  } else {
+    munmap(tmp, n * sizeof *tmp);
+  }
+  return ok;
 }
 
 typedef struct replay {
@@ -309,7 +473,7 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
   hbm_u64map_t *live = &rp->live[e->space];
   uint64_t old;
   if (hbm_u64map_get(live, e->address, &old)) {
-    if (e->flags & HBM_EV_PREEXISTING)
+    if ((e->bits >> 4) & HBM_EV_PREEXISTING)
       return HBM_OK; /* recorded after the capture began and listed again by describe */
     rp->missing_frees++;
     hbm_u64map_remove(live, e->address, NULL);
@@ -317,18 +481,29 @@ static hbm_status_t replay_alloc(reader_t *r, replay_t *rp, const event_t *e) {
       return hbm_last_status();
   }
   int64_t step = hbm_profile_add_step(r->p, e->time, NULL);
+  tags_t *t = &r->tags[e->ref];
+  if (!t->interned) { /* each distinct tag set's strings go into the profile once */
+    for (int i = 0; i < 4; i++) {
+      const char *text = str_of(r, t->str[i]);
+      if (text && !(t->in_profile[i] = hbm_intern(hbm__profile_strings(r->p), text)))
+        return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
+    }
+    t->interned = true;
+  }
+  unsigned category = e->bits & 15;
   hbm_buffer_t b = {.address = e->address,
                     .size = e->size,
                     .unpadded_size = e->size,
                     .start = step,
                     .end = -1,
                     .space = e->space,
-                    .category = e->op < HBM_CAT_COUNT ? (hbm_category_t)e->op : HBM_CAT_UNKNOWN,
-                    .op = str_of(r, e->str[0]),
-                    .shape = str_of(r, e->str[1]),
-                    .group = str_of(r, e->str[2]),
-                    .source = str_of(r, e->str[3])};
-  int64_t idx = step < 0 ? -1 : hbm_profile_add_buffer(r->p, &b);
+                    .category =
+                        category < HBM_CAT_COUNT ? (hbm_category_t)category : HBM_CAT_UNKNOWN,
+                    .op = t->in_profile[0],
+                    .shape = t->in_profile[1],
+                    .group = t->in_profile[2],
+                    .source = t->in_profile[3]};
+  int64_t idx = step < 0 ? -1 : hbm__profile_add_buffer_interned(r->p, &b);
   if (idx < 0)
     return hbm_last_status();
   if (!hbm_u64map_put(live, e->address, (uint64_t)idx))
@@ -372,34 +547,46 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
   case HBM_REC_EV_CLOSE: return replay_close(r, rp, e);
   case HBM_REC_EV_RESERVE: {
     /* Reserved memory changes before the next event (the alloc that needed it). */
-    hbm_reserve_event_t re = {next_step, e->space, (hbm_reserve_op_t)e->op, e->address, e->size};
+    hbm_reserve_event_t re = {next_step, e->space, (hbm_reserve_op_t)(e->bits & 15), e->address,
+                              e->size};
     return hbm_profile_add_reserve(r->p, &re);
   }
   case HBM_REC_EV_OOM: {
     /* The failure happened with the memory of the last event in use. */
-    hbm_oom_event_t oe = {next_step > 0 ? next_step - 1 : 0, e->space, e->size,
-                          str_of(r, e->str[0])};
+    hbm_oom_event_t oe = {next_step > 0 ? next_step - 1 : 0, e->space, e->size, str_of(r, e->ref)};
     return hbm_profile_add_oom(r->p, &oe);
   }
   default: {
-    hbm_marker_t m = {next_step, (hbm_marker_kind_t)e->op, e->value, str_of(r, e->str[0])};
+    hbm_marker_t m = {next_step, (hbm_marker_kind_t)(e->bits & 15), (int64_t)e->size,
+                      str_of(r, e->ref)};
     return hbm_profile_add_marker(r->p, &m);
   }
   }
 }
 
+/* Gives back the pages of the events before i (read, replayed, not needed again). */
+static void drop_events_before(reader_t *r, size_t i) {
+  size_t page = 4096, end = i * sizeof *r->events / page * page;
+  if (end >= 16 * page)
+    madvise(r->events, end, MADV_DONTNEED);
+}
+
 static hbm_status_t replay_events(reader_t *r) {
   if (r->n_events == 0)
     return HBM_OK;
-  qsort(r->events, r->n_events, sizeof *r->events, event_order);
+  if (!sort_events(r))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
+                      r->n_events);
   replay_t rp = {.n_spaces = hbm_profile_space_count(r->p)};
   rp.live = calloc((size_t)rp.n_spaces + 1, sizeof *rp.live);
   if (!rp.live)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
   hbm_status_t s = HBM_OK;
   for (size_t i = 0; i < r->n_events && s == HBM_OK; i++) {
+    if (i % (1u << 20) == 0)
+      drop_events_before(r, i);
     const event_t *e = &r->events[i];
-    if (e->type != HBM_REC_EV_MARKER && (e->space < 0 || e->space >= rp.n_spaces))
+    if (e->type != HBM_REC_EV_MARKER && e->space >= rp.n_spaces)
       s = hbm__error(HBM_ERR_PARSE,
                      "%s: event %zu refers to memory space %d, which the file "
                      "never defines",
@@ -569,15 +756,32 @@ static void prefix_error(hbm_status_t s, const char *name) {
   free(message);
 }
 
+uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len) {
+  if (len < HBM_TRACE_HEADER_FIXED)
+    return 0;
+  uint64_t total = 0;
+  size_t offset = HBM_TRACE_HEADER_FIXED + hbm__get_le32(data + 12);
+  while (offset <= len && len - offset >= HBM_TRACE_BLOCK_HEAD &&
+         !memcmp(data + offset, HBM_TRACE_BLOCK_MAGIC, 4)) {
+    uint32_t clen = hbm__get_le32(data + offset + 4);
+    total += hbm__get_le32(data + offset + 8);
+    if (clen > len - offset - HBM_TRACE_BLOCK_HEAD)
+      break;
+    offset += HBM_TRACE_BLOCK_HEAD + clen;
+  }
+  return total;
+}
+
 bool hbm__trace_is(const void *data, size_t len) {
   return len >= HBM_TRACE_MAGIC_LEN && memcmp(data, HBM_TRACE_MAGIC, HBM_TRACE_MAGIC_LEN) == 0;
 }
 
 hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
                                 uint64_t max_raw_bytes) {
-  reader_t r = {.name = name ? name : "profile"};
-  if (!max_raw_bytes)
-    max_raw_bytes = (256ull << 20) + 256ull * len;
+  reader_t r = {.name = name ? name : "profile", .in_order = true};
+  hbm_u64map_init(&r.tag_index);
+  if (!max_raw_bytes) /* records at most 64 times the file, whatever zstd makes of them */
+    max_raw_bytes = HBM_TRACE_RAW_BASE + HBM_TRACE_RAW_PER_BYTE * (uint64_t)len;
   size_t offset = 0;
   hbm_status_t s = HBM_ERR_HOST_MEMORY;
   if (!(r.strings = hbm_intern_new()))
@@ -590,7 +794,10 @@ hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *nam
 done:
   hbm_intern_free(r.strings);
   free(r.string_of);
-  free(r.events);
+  if (r.events)
+    munmap(r.events, r.cap_events * sizeof *r.events);
+  free(r.tags);
+  hbm_u64map_free(&r.tag_index);
   if (s != HBM_OK) {
     hbm_profile_free(r.p);
     return NULL;

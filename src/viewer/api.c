@@ -3,6 +3,7 @@
  * the logdir and one profile as a whole: /api/runs, /api/profiles, /api/profile,
  * /api/summary, /api/timeline. Every number comes from the profile readers and the analysis
  * (hbm_analyze); nothing here computes a peak. docs/viewer.md documents the API. */
+#include "profile/index.h"
 #include "viewer/viewer.h"
 
 #include <errno.h>
@@ -158,6 +159,26 @@ bool hbm__target_open(hbm__viewer_t *v, const hbm__query_t *q, const char *prefi
   t->space = (int)space;
   t->summary = hbm_analysis_summary(t->analysis);
   return true;
+}
+
+bool hbm__target_full(hbm__viewer_t *v, const hbm__query_t *q, bool with_space, hbm__target_t *t,
+                      hbm__response_t *r) {
+  for (int tries = 0; tries < 4; tries++) { /* a summary first: its file is being read */
+    if (!hbm__target_open(v, q, "", with_space, t, r))
+      return false;
+    if (!t->entry->summary_only)
+      return true;
+    hbm__loaded_t *full = hbm__cache_get_full(&v->cache, t->entry);
+    t->entry = NULL;
+    hbm__target_close(v, t);
+    if (!full) {
+      hbm__respond_error(r, 500, "%s", hbm_last_error());
+      return false;
+    }
+    hbm__cache_release(&v->cache, full); /* opened again below, as any request would */
+  }
+  hbm__respond_error(r, 503, "the profile keeps changing while it is read: try again");
+  return false;
 }
 
 void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t) {
@@ -338,6 +359,8 @@ static json_t *json_profile_info(const hbm__target_t *t) {
   set_new(o, "n_markers", json_integer((json_int_t)hbm_profile_marker_count(p)));
   set_new(o, "bytes", hbm__json_u64(t->entry->bytes));
   set_new(o, "load_ms", json_real(t->entry->load_ms));
+  /* the first view from the profile's index, while the whole file is read behind it */
+  set_new(o, "from_index", json_boolean(t->entry->summary_only));
   const char *lost = hbm_profile_meta(p, "lost");
   set_new(o, "warning",
           lost ? hbm__json_text(lost) : json_null()); /* a truncated trace: what was lost */
@@ -434,6 +457,8 @@ static const char *step_op(hbm__target_t *t, int64_t step, int *event) {
   const char *label = hbm_profile_step_label(t->profile, step);
   if (label)
     return label;
+  if (hbm__profile_is_summary(t->profile)) /* read from its index, which keeps the step's op */
+    return hbm__profile_step_op(t->profile, step, event);
   bool is_free;
   int64_t idx = hbm__loaded_step_buffer(t->entry, step, &is_free);
   if (idx < 0)

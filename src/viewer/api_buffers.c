@@ -83,7 +83,7 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
 
 void hbm__api_buffer(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", false, &t, r))
+  if (!hbm__target_full(v, q, false, &t, r)) /* its row and band: the whole layout */
     return;
   int64_t id;
   if (!hbm__query_get(q, "id")) {
@@ -117,14 +117,36 @@ static json_t *json_bar(const hbm_profile_t *p, int64_t index) {
   return o;
 }
 
-/* The bars of a list of buffers: the first `limit` (0: all) one by one, the others summed in
- * "rest" (a peak of 50k live buffers stays a small answer; the page draws the rest as one
- * bar, as XProf does with its small buffers). */
+static bool text_has(const char *text, const char *q) { return text && strcasestr(text, q); }
+
+/* The buffers of idx[0..n) whose op, shape or group holds q (any case), in a new array. */
+static int64_t *matching(const hbm_profile_t *p, const int64_t *idx, size_t *n, const char *q) {
+  int64_t *out = malloc((*n ? *n : 1) * sizeof *out);
+  size_t k = 0;
+  for (size_t i = 0; out && i < *n; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, idx[i]);
+    if (b && (text_has(b->op, q) || text_has(b->shape, q) || text_has(b->group, q)))
+      out[k++] = idx[i];
+  }
+  *n = k;
+  return out;
+}
+
+/* The bars of a list of buffers (with q, those whose op, shape or group holds it): `limit`
+ * (0: all) one by one from `offset` (a page of a list of any length), the ones after them
+ * summed in "rest" (a peak of 50k live buffers stays a small answer; the page draws the rest
+ * as one bar, as XProf does with its small buffers). */
 static void set_bars(json_t *root, const hbm_profile_t *p, const int64_t *idx, size_t n,
-                     int64_t limit) {
-  size_t shown = limit > 0 && (size_t)limit < n ? (size_t)limit : n;
+                     const hbm__query_t *q, int64_t offset, int64_t limit) {
+  const char *text = hbm__query_get(q, "q");
+  int64_t *found = text && *text && idx ? matching(p, idx, &n, text) : NULL;
+  if (found)
+    idx = found;
+  set_new(root, "q", found ? hbm__json_text(text) : json_null());
+  size_t first = (uint64_t)offset < n ? (size_t)offset : n;
+  size_t shown = limit > 0 && (size_t)limit < n - first ? first + (size_t)limit : n;
   json_t *bars = json_array();
-  for (size_t i = 0; idx && i < shown; i++)
+  for (size_t i = first; idx && i < shown; i++)
     json_array_append_new(bars, json_bar(p, idx[i]));
   uint64_t size = 0, unpadded = 0;
   for (size_t i = shown; idx && i < n; i++) {
@@ -140,8 +162,10 @@ static void set_bars(json_t *root, const hbm_profile_t *p, const int64_t *idx, s
     set_new(rest, "unpadded", hbm__json_u64(unpadded));
   }
   set_new(root, "count", json_integer((json_int_t)n));
+  set_new(root, "offset", json_integer((json_int_t)first));
   set_new(root, "buffers", bars);
   set_new(root, "rest", rest);
+  free(found);
 }
 
 void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
@@ -163,13 +187,14 @@ void hbm__api_buffers_at_peak(hbm__viewer_t *v, const hbm__query_t *q, hbm__resp
     hbm__target_close(v, &t);
     return;
   }
-  int64_t limit;
-  if (hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r)) {
+  int64_t limit, offset;
+  if (hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r) &&
+      hbm__query_int(q, "offset", 0, 0, INT64_MAX, &offset, r)) {
     json_t *root = json_object();
     set_new(root, "order", json_string(order));
     set_new(root, "peak_step", json_integer(t.summary->peak_step));
     set_new(root, "peak_bytes", hbm__json_u64(t.summary->peak_bytes));
-    set_bars(root, t.profile, idx, n, limit);
+    set_bars(root, t.profile, idx, n, q, offset, limit);
     hbm__respond_json(r, 200, root);
   }
   hbm__target_close(v, &t);
@@ -201,9 +226,9 @@ static int cmp_padding_desc(const void *a, const void *b, void *ctx) {
  * buffers at the peak: to look at the moment before an OOM, or anywhere on the timeline. */
 void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", true, &t, r))
+  if (!hbm__target_full(v, q, true, &t, r))
     return;
-  int64_t step, limit;
+  int64_t step, limit, offset;
   const char *order = hbm__query_get(q, "order");
   int (*cmp)(const void *, const void *, void *) = NULL;
   if (!order || !*order || !strcmp(order, "program"))
@@ -220,7 +245,8 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
     hbm__respond_error(r, 400, "missing argument step");
   } else if (hbm__query_int(q, "step", 0, 0, t.summary->n_steps > 0 ? t.summary->n_steps - 1 : 0,
                             &step, r) &&
-             hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r)) {
+             hbm__query_int(q, "limit", 0, 0, INT64_MAX, &limit, r) &&
+             hbm__query_int(q, "offset", 0, 0, INT64_MAX, &offset, r)) {
     int64_t one;
     size_t n = hbm_analysis_buffers_in_window(t.analysis, step, step + 1, &one, 0);
     int64_t *idx = malloc((n ? n : 1) * sizeof *idx);
@@ -235,7 +261,7 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
       set_new(root, "step", json_integer(step));
       set_new(root, "label", hbm__json_text(hbm_profile_step_label(t.profile, step)));
       set_new(root, "bytes", hbm__json_u64(hbm_analysis_bytes_at(t.analysis, step)));
-      set_bars(root, t.profile, idx, n, limit);
+      set_bars(root, t.profile, idx, n, q, offset, limit);
       hbm__respond_json(r, 200, root);
       free(idx);
     }
@@ -248,7 +274,8 @@ void hbm__api_buffers_at(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_
 #define RECTS_DEFAULT 4000
 #define RECTS_MAX 50000
 
-/* A min-heap on size keeps the `cap` largest buffers seen so far. */
+/* A min-heap keeps the `cap` largest buffers seen so far, in a total order (by size, then the
+ * lower index first), so that pages of the same list never overlap or skip one. */
 typedef struct rect_heap {
   int64_t *idx;
   uint64_t *size;
@@ -264,12 +291,17 @@ static void heap_swap(rect_heap_t *h, size_t a, size_t b) {
   h->size[b] = s;
 }
 
+/* Whether entry a comes after entry b in the list (smaller, or as large and later). */
+static bool heap_less(const rect_heap_t *h, size_t a, size_t b) {
+  return h->size[a] != h->size[b] ? h->size[a] < h->size[b] : h->idx[a] > h->idx[b];
+}
+
 static void heap_sift_down(rect_heap_t *h, size_t i) {
   for (;;) {
     size_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && h->size[l] < h->size[m])
+    if (l < h->n && heap_less(h, l, m))
       m = l;
-    if (r < h->n && h->size[r] < h->size[m])
+    if (r < h->n && heap_less(h, r, m))
       m = r;
     if (m == i)
       return;
@@ -283,11 +315,11 @@ static void heap_offer(rect_heap_t *h, int64_t idx, uint64_t size) {
     size_t i = h->n++;
     h->idx[i] = idx;
     h->size[i] = size;
-    while (i > 0 && h->size[(i - 1) / 2] > h->size[i]) {
+    while (i > 0 && heap_less(h, i, (i - 1) / 2)) {
       heap_swap(h, i, (i - 1) / 2);
       i = (i - 1) / 2;
     }
-  } else if (h->cap > 0 && size > h->size[0]) {
+  } else if (h->cap > 0 && (size > h->size[0] || (size == h->size[0] && idx < h->idx[0]))) {
     h->idx[0] = idx;
     h->size[0] = size;
     heap_sift_down(h, 0);
@@ -296,9 +328,9 @@ static void heap_offer(rect_heap_t *h, int64_t idx, uint64_t size) {
 
 typedef struct alloc_args {
   hbm__window_t w;
-  const uint64_t *row; /* each buffer's row in the layout */
-  int64_t limit, cols, rows;
-  const char *q; /* op substring (case-insensitive), NULL for all */
+  const uint64_t *row;               /* each buffer's row in the layout */
+  int64_t limit, offset, cols, rows; /* the rectangles: the limit largest after the offset */
+  const char *q;                     /* op substring (case-insensitive), NULL for all */
 } alloc_args_t;
 
 static bool op_matches(const char *op, const char *q, hbm_u64map_t *seen) {
@@ -320,12 +352,39 @@ static bool rect_passes(const hbm_buffer_t *b, int64_t index, const alloc_args_t
   return !a->q || op_matches(b->op, a->q, seen);
 }
 
-/* Rectangles columns, with op names given once in "ops" and referred to by index. */
-static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
-                          const uint64_t *row) {
+void hbm__classes_of(const hbm__target_t *t, hbm__classes_t *c) {
+  memset(c, 0, sizeof *c);
+  const hbm_summary_t *s = t->summary;
+  size_t n_groups = 0;
+  const hbm_group_total_t *g = hbm_analysis_groups(t->analysis, &n_groups);
+  c->by_group =
+      s->peak_bytes > 0 && s->category_bytes[HBM_CAT_UNKNOWN] == s->peak_bytes && n_groups > 1;
+  if (!c->by_group) {
+    c->n = HBM_CAT_COUNT;
+    return;
+  }
+  for (size_t i = 0; i < n_groups && c->n < HBM__CLASSES_MAX - 1; i++)
+    c->names[c->n++] = g[i].name;
+  c->names[c->n++] = "other";
+}
+
+int hbm__class_of(const hbm__classes_t *c, const hbm_buffer_t *b) {
+  if (!c->by_group)
+    return (unsigned)b->category < HBM_CAT_COUNT ? (int)b->category : 0;
+  const char *name = b->group ? b->group : hbm_category_name(b->category);
+  for (int i = 0; i < c->n - 1; i++) /* group names are interned: most match by address */
+    if (c->names[i] == name || !strcmp(c->names[i], name))
+      return i;
+  return c->n - 1;
+}
+
+/* Rectangles columns, with op names given once in "ops" and referred to by index; by group,
+ * each rectangle's colour class too. */
+static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n, const uint64_t *row,
+                          const hbm__classes_t *classes) {
   json_t *ids = json_array(), *offs = json_array(), *sizes = json_array();
   json_t *starts = json_array(), *ends = json_array(), *cats = json_array();
-  json_t *opi = json_array(), *ops = json_array();
+  json_t *opi = json_array(), *ops = json_array(), *cls = json_array();
   hbm_u64map_t seen;
   hbm_u64map_init(&seen);
   for (size_t i = 0; i < n; i++) {
@@ -345,6 +404,8 @@ static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
     json_array_append_new(ends, json_integer(b->end));
     json_array_append_new(cats, json_integer(b->category));
     json_array_append_new(opi, k == UINT64_MAX ? json_integer(-1) : json_integer((json_int_t)k));
+    if (classes->by_group)
+      json_array_append_new(cls, json_integer(hbm__class_of(classes, b)));
   }
   hbm_u64map_free(&seen);
   json_t *o = json_object();
@@ -356,6 +417,15 @@ static json_t *json_rects(const hbm_profile_t *p, const int64_t *idx, size_t n,
   set_new(o, "category", cats);
   set_new(o, "op", opi);
   set_new(o, "ops", ops);
+  if (classes->by_group) {
+    json_t *names = json_array();
+    for (int c = 0; c < classes->n; c++)
+      json_array_append_new(names, hbm__json_text(classes->names[c]));
+    set_new(o, "class", cls);
+    set_new(o, "classes", names);
+  } else {
+    json_decref(cls);
+  }
   return o;
 }
 
@@ -384,6 +454,7 @@ static bool read_alloc_args(const hbm__query_t *q, hbm__target_t *t, alloc_args_
   if (!hbm__query_int(q, "from", 0, 0, n_steps, &a->w.from, r) ||
       !hbm__query_int(q, "to", n_steps, 0, n_steps, &a->w.to, r) ||
       !hbm__query_int(q, "limit", RECTS_DEFAULT, 0, RECTS_MAX, &a->limit, r) ||
+      !hbm__query_int(q, "offset", 0, 0, INT32_MAX, &a->offset, r) ||
       !hbm__query_int(q, "lo", 0, 0, INT64_MAX, &lo, r) ||
       !hbm__query_int(q, "hi", (int64_t)(extent > INT64_MAX ? INT64_MAX : extent), 0, INT64_MAX,
                       &hi, r) ||
@@ -420,20 +491,26 @@ static json_t *allocations_json(hbm__target_t *t, const alloc_args_t *a, int64_t
   set_new(root, "in_window", json_integer((json_int_t)in_window));
   set_new(root, "matched", json_integer((json_int_t)n_passed));
   set_new(root, "matched_bytes", hbm__json_u64(bytes));
-  set_new(root, "shown", json_integer((json_int_t)heap->n));
+  size_t first = (size_t)a->offset < heap->n ? (size_t)a->offset : heap->n;
+  set_new(root, "offset", json_integer((json_int_t)first));
+  set_new(root, "shown", json_integer((json_int_t)(heap->n - first)));
   set_new(root, "q", a->q ? hbm__json_text(a->q) : json_null());
-  set_new(root, "rects", json_rects(t->profile, heap->idx, heap->n, a->row));
+  hbm__classes_t classes; /* by group when nothing has a category (PyTorch snapshots) */
+  hbm__classes_of(t, &classes);
+  set_new(root, "color_by", json_string(classes.by_group ? "group" : "category"));
+  set_new(root, "rects",
+          json_rects(t->profile, heap->idx + first, heap->n - first, a->row, &classes));
   set_new(root, "density",
-          a->cols && a->rows && n_passed > heap->n
+          a->cols && a->rows && n_passed > heap->n - first
               ? hbm__json_density(t->profile, a->row, passed, n_passed, &a->w, (int)a->cols,
-                                  (int)a->rows)
+                                  (int)a->rows, &classes)
               : json_null());
   return root;
 }
 
 void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r) {
   hbm__target_t t;
-  if (!hbm__target_open(v, q, "", true, &t, r))
+  if (!hbm__target_full(v, q, true, &t, r))
     return;
   alloc_args_t a;
   if (!read_alloc_args(q, &t, &a, r)) {
@@ -443,8 +520,6 @@ void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response
   /* Room for every buffer of the space, so the window is listed in one pass. */
   size_t cap = t.summary->n_buffers > 0 ? (size_t)t.summary->n_buffers : 1;
   int64_t *all = malloc(cap * sizeof *all);
-  rect_heap_t heap = {malloc(((size_t)a.limit + 1) * sizeof(int64_t)),
-                      malloc(((size_t)a.limit + 1) * sizeof(uint64_t)), 0, (size_t)a.limit};
   size_t total = all ? hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, all, cap) : 0;
   if (all && total > cap) {
     free(all);
@@ -452,6 +527,11 @@ void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response
     all = malloc(cap * sizeof *all);
     total = all ? hbm_analysis_buffers_in_window(t.analysis, a.w.from, a.w.to, all, cap) : 0;
   }
+  /* the heap holds the page and the pages before it, at most every buffer of the window */
+  size_t keep = (size_t)a.offset + (size_t)a.limit;
+  keep = keep < total ? keep : total;
+  rect_heap_t heap = {malloc((keep + 1) * sizeof(int64_t)), malloc((keep + 1) * sizeof(uint64_t)),
+                      0, keep};
   hbm_u64map_t op_matches; /* op strings are interned: each distinct op is searched once */
   hbm_u64map_init(&op_matches);
   if (!all || !heap.idx || !heap.size) {

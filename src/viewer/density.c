@@ -12,8 +12,8 @@
 #include <string.h>
 
 typedef struct grid {
-  int cols, rows;
-  float *diff[HBM_CAT_COUNT]; /* (cols + 1) × (rows + 1) each */
+  int cols, rows, n_classes;
+  float *diff[HBM__CLASSES_MAX]; /* (cols + 1) × (rows + 1) each, per colour class */
 } grid_t;
 
 /* Adds w to every cell in columns [c0, c1] × rows [r0, r1] of category `cat`. */
@@ -107,13 +107,13 @@ static char *base64(const unsigned char *data, size_t n) {
   return out;
 }
 
-/* Each cell as one byte: category * 42 + coverage in 0..41. */
-static unsigned char *encode_cells(grid_t *g) {
+/* Each cell as one byte: its main class * levels + coverage in 0..levels-1. */
+static unsigned char *encode_cells(grid_t *g, int levels) {
   int stride = g->cols + 1;
   unsigned char *cells = calloc((size_t)g->cols * (size_t)g->rows, 1);
   if (!cells)
     return NULL;
-  for (int c = 0; c < HBM_CAT_COUNT; c++) { /* 2-D prefix sums turn differences into values */
+  for (int c = 0; c < g->n_classes; c++) { /* 2-D prefix sums turn differences into values */
     float *d = g->diff[c];
     for (int r = 0; r <= g->rows; r++)
       for (int k = 1; k <= g->cols; k++)
@@ -125,29 +125,33 @@ static unsigned char *encode_cells(grid_t *g) {
   for (int r = 0; r < g->rows; r++)
     for (int k = 0; k < g->cols; k++) {
       float total = 0, best = 0;
-      int best_cat = 0;
-      for (int c = 0; c < HBM_CAT_COUNT; c++) {
+      int best_class = 0;
+      for (int c = 0; c < g->n_classes; c++) {
         float v = g->diff[c][r * stride + k];
         total += v;
         if (v > best) {
           best = v;
-          best_cat = c;
+          best_class = c;
         }
       }
-      int cov = total <= 0.001f ? 0 : total >= 1.0f ? 41 : 1 + (int)(total * 40.0f);
-      cells[(size_t)r * (size_t)g->cols + (size_t)k] = (unsigned char)(best_cat * 42 + cov);
+      int top = levels - 1;
+      int cov = total <= 0.001f ? 0 : total >= 1.0f ? top : 1 + (int)(total * (float)(top - 1));
+      cells[(size_t)r * (size_t)g->cols + (size_t)k] = (unsigned char)(best_class * levels + cov);
     }
   return cells;
 }
 
 json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int64_t *idx, size_t n,
-                          const hbm__window_t *w, int cols, int rows) {
+                          const hbm__window_t *w, int cols, int rows,
+                          const hbm__classes_t *classes) {
   if (cols <= 0 || rows <= 0 || w->to <= w->from || w->hi <= w->lo)
     return json_null();
-  grid_t g = {cols, rows, {0}};
+  int n_classes = classes->n > 0 && classes->n <= HBM__CLASSES_MAX ? classes->n : 1;
+  int levels = 252 / n_classes > 42 ? 42 : 252 / n_classes;
+  grid_t g = {cols, rows, n_classes, {0}};
   size_t cells = (size_t)(cols + 1) * (size_t)(rows + 1);
   json_t *out = NULL;
-  for (int c = 0; c < HBM_CAT_COUNT; c++)
+  for (int c = 0; c < n_classes; c++)
     if (!(g.diff[c] = calloc(cells, sizeof(float))))
       goto done;
   double sx = cols / (double)(w->to - w->from), sy = rows / (double)(w->hi - w->lo);
@@ -160,20 +164,28 @@ json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int
         !cell_span((off - (double)w->lo) * sy, (off + (double)b->size - (double)w->lo) * sy, rows,
                    &y))
       continue;
-    add_rect(&g, (unsigned)b->category < HBM_CAT_COUNT ? b->category : 0, &x, &y);
+    int c = hbm__class_of(classes, b);
+    add_rect(&g, c >= 0 && c < n_classes ? c : 0, &x, &y);
   }
-  unsigned char *bytes = encode_cells(&g);
+  unsigned char *bytes = encode_cells(&g, levels);
   char *text = bytes ? base64(bytes, (size_t)cols * (size_t)rows) : NULL;
   if (text) {
     out = json_object();
     json_object_set_new(out, "cols", json_integer(cols));
     json_object_set_new(out, "rows", json_integer(rows));
+    json_object_set_new(out, "levels", json_integer(levels));
     json_object_set_new(out, "cells", json_string(text));
+    if (classes->by_group) {
+      json_t *names = json_array();
+      for (int c = 0; c < classes->n; c++)
+        json_array_append_new(names, hbm__json_text(classes->names[c]));
+      json_object_set_new(out, "classes", names);
+    }
   }
   free(bytes);
   free(text);
 done:
-  for (int c = 0; c < HBM_CAT_COUNT; c++)
+  for (int c = 0; c < n_classes; c++)
     free(g.diff[c]);
   return out ? out : json_null();
 }

@@ -13,6 +13,8 @@
  * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is dropped
  * first. */
 #include "import/load.h"
+#include "profile/index.h"
+#include "profile/profile_build.h"
 #include "viewer/viewer.h"
 
 #include <errno.h>
@@ -31,6 +33,8 @@ hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir) {
     free(c->real_logdir);
     return hbm__error(HBM_ERR_IO, "logdir %s: cannot resolve its path", logdir);
   }
+  uint64_t avail = hbm__memory_available() / 2;
+  c->max_bytes = avail > HBM__CACHE_BYTES_MIN ? (size_t)avail : HBM__CACHE_BYTES_MIN;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->loaded, NULL);
   return HBM_OK;
@@ -66,6 +70,11 @@ static void entry_free(hbm__loaded_t *e) {
 }
 
 void hbm__cache_destroy(hbm__cache_t *c) {
+  pthread_mutex_lock(&c->lock); /* the background readers and index writers finish first */
+  c->stopping = true;
+  while (c->n_workers)
+    pthread_cond_wait(&c->loaded, &c->lock);
+  pthread_mutex_unlock(&c->lock);
   hbm__loaded_t *e = c->entries;
   while (e) {
     hbm__loaded_t *next = e->next;
@@ -128,13 +137,17 @@ static hbm__loaded_t *evict_locked(hbm__cache_t *c) {
       }
     }
   }
-  while (c->n_entries > HBM__CACHE_MAX) {
+  size_t bytes = 0;
+  for (hbm__loaded_t *e = c->entries; e; e = e->next)
+    bytes += e->memory;
+  while (c->n_entries > HBM__CACHE_MAX || (bytes > c->max_bytes && c->n_entries > 1)) {
     hbm__loaded_t *oldest = NULL;
     for (hbm__loaded_t *e = c->entries; e; e = e->next)
       if (!e->loading && e->refs == 1 && (!oldest || e->last_used < oldest->last_used))
         oldest = e;
     if (!oldest)
       break; /* all in use: keep them until released */
+    bytes -= oldest->memory;
     hbm__loaded_t *dead = drop_locked(c, oldest);
     if (dead) {
       dead->next = to_free;
@@ -323,6 +336,18 @@ static int open_listed(const hbm__cache_t *c, const hbm__loaded_t *e) {
   return -1;
 }
 
+/* About the bytes a loaded profile takes with what the viewer derives from it (analyses,
+ * layout, the buffer of each step): what the cache's byte bound counts. */
+static size_t entry_memory(const hbm__loaded_t *e) {
+  if (!e->profile)
+    return 0;
+  int64_t steps = hbm_profile_step_count(e->profile),
+          buffers = hbm_profile_buffer_count(e->profile);
+  if (e->summary_only) /* the index is mapped; a few tables beside it */
+    return (size_t)steps / 64 * 16 + ((size_t)1 << 20);
+  return hbm__profile_memory(e->profile) + (size_t)steps * 25 + (size_t)buffers * 16;
+}
+
 /* Loads e's file; runs without the cache lock while e->loading keeps others waiting. */
 static void load_entry(const hbm__cache_t *c, hbm__loaded_t *e) {
   int64_t t0 = hbm__now_ns();
@@ -338,6 +363,103 @@ static void load_entry(const hbm__cache_t *c, hbm__loaded_t *e) {
   } else {
     e->n_spaces = hbm_profile_space_count(e->profile);
   }
+  e->memory = entry_memory(e);
+}
+
+/* The summary from the profile's index, when there is one that matches the file. */
+static bool read_summary(hbm__loaded_t *e) {
+  if (!hbm__index_allowed() || !(e->profile = hbm__index_open(e->path)))
+    return false;
+  e->summary_only = true;
+  e->n_spaces = hbm_profile_space_count(e->profile);
+  e->loaded_at_ns = hbm__now_ns();
+  e->memory = entry_memory(e);
+  return true;
+}
+
+typedef struct worker_job {
+  hbm__cache_t *c;
+  hbm__loaded_t *e; /* a reference held for the job */
+} worker_job_t;
+
+static void worker_done(hbm__cache_t *c) {
+  pthread_mutex_lock(&c->lock);
+  c->n_workers--;
+  pthread_cond_broadcast(&c->loaded);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Reads the whole profile behind a summary and puts it in the summary's place. */
+static void *read_whole(void *arg) {
+  worker_job_t *job = arg;
+  hbm__cache_t *c = job->c;
+  hbm__loaded_t *e = job->e, *full = calloc(1, sizeof *full), *dead = NULL;
+  if (full) {
+    *full = (hbm__loaded_t){.mtime = e->mtime,
+                            .bytes = e->bytes,
+                            .changed = e->changed,
+                            .inode = e->inode,
+                            .loading = true,
+                            .refs = 1};
+    memcpy(full->run, e->run, sizeof full->run);
+    memcpy(full->file, e->file, sizeof full->file);
+    memcpy(full->path, e->path, sizeof full->path);
+    memcpy(full->real, e->real, sizeof full->real);
+    full->outside = e->outside;
+    pthread_mutex_init(&full->lock, NULL);
+    load_entry(c, full);
+    full->memory = entry_memory(full);
+    full->loading = false;
+    bool is_free; /* the op of each step, before a timeline asks for it */
+    hbm__loaded_step_buffer(full, 0, &is_free);
+  }
+  pthread_mutex_lock(&c->lock);
+  if (full && find_entry_locked(c, e->path) == e && !c->stopping) {
+    dead = drop_locked(c, e);
+    full->last_used = ++c->clock;
+    full->next = c->entries;
+    c->entries = full;
+    c->n_entries++;
+    full = NULL;
+  }
+  pthread_mutex_unlock(&c->lock);
+  entry_free(dead);
+  entry_free(full); /* not wanted any more: the file changed, or the viewer stops */
+  hbm__cache_release(c, e);
+  free(job);
+  worker_done(c);
+  return NULL;
+}
+
+static void *write_index(void *arg) {
+  worker_job_t *job = arg;
+  bool is_free; /* the op of each step, before a timeline asks for it */
+  hbm__loaded_step_buffer(job->e, 0, &is_free);
+  hbm__index_write(job->e->profile, job->e->path);
+  hbm__cache_release(job->c, job->e);
+  worker_done(job->c);
+  free(job);
+  return NULL;
+}
+
+/* A detached thread on e (under the cache's lock; e gets a reference for it). */
+static void start_worker(hbm__cache_t *c, hbm__loaded_t *e, void *(*fn)(void *)) {
+  worker_job_t *job = malloc(sizeof *job);
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (job) {
+    *job = (worker_job_t){c, e};
+    e->refs++;
+    c->n_workers++;
+    if (pthread_create(&thread, &attr, fn, job) != 0) {
+      e->refs--;
+      c->n_workers--;
+      free(job);
+    }
+  }
+  pthread_attr_destroy(&attr);
 }
 
 hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file) {
@@ -393,13 +515,39 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
   free_list(to_free);
   free_list(evicted);
 
-  load_entry(c, fresh);
+  int64_t t0 = hbm__now_ns();
+  bool summary = read_summary(fresh);
+  if (!summary)
+    load_entry(c, fresh);
+  int64_t load_ns = hbm__now_ns() - t0;
 
   pthread_mutex_lock(&c->lock);
   fresh->loading = false;
+  if (summary) /* the first view from the index; the whole file behind it */
+    start_worker(c, fresh, read_whole);
+  else if (fresh->profile && hbm__index_wanted(fresh->path, load_ns))
+    start_worker(c, fresh, write_index);
   pthread_cond_broadcast(&c->loaded);
   pthread_mutex_unlock(&c->lock);
   return fresh;
+}
+
+hbm__loaded_t *hbm__cache_get_full(hbm__cache_t *c, hbm__loaded_t *e) {
+  pthread_mutex_lock(&c->lock);
+  while (e->summary_only && find_entry_locked(c, e->path) == e && !c->stopping)
+    pthread_cond_wait(&c->loaded, &c->lock);
+  hbm__loaded_t *full = find_entry_locked(c, e->path);
+  if (full && !full->summary_only && !full->loading) {
+    full->refs++;
+    full->last_used = ++c->clock;
+  } else {
+    full = NULL;
+  }
+  pthread_mutex_unlock(&c->lock);
+  hbm__cache_release(c, e);
+  if (!full)
+    hbm__error(HBM_ERR_NOT_FOUND, "the profile changed or was dropped while it was read");
+  return full;
 }
 
 void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e) {
@@ -456,8 +604,8 @@ static void compute_layouts_locked(hbm__loaded_t *e) {
 }
 
 const hbm__layout_t *hbm__loaded_layout(hbm__loaded_t *e, int space) {
-  if (!e->profile || space < 0 || space >= e->n_spaces)
-    return NULL;
+  if (!e->profile || e->summary_only || space < 0 || space >= e->n_spaces)
+    return NULL; /* a summary has only the buffers at the peaks */
   pthread_mutex_lock(&e->lock);
   if (!e->layout_ready)
     compute_layouts_locked(e);
@@ -504,7 +652,7 @@ static void index_steps_locked(hbm__loaded_t *e) {
 
 int64_t hbm__loaded_step_buffer(hbm__loaded_t *e, int64_t step, bool *is_free) {
   *is_free = false;
-  if (!e->profile || step < 0 || step >= hbm_profile_step_count(e->profile))
+  if (!e->profile || e->summary_only || step < 0 || step >= hbm_profile_step_count(e->profile))
     return -1;
   pthread_mutex_lock(&e->lock);
   if (!e->step_buffer)

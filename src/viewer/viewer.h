@@ -99,6 +99,9 @@ typedef struct hbm__loaded {
   uint64_t inode;
   int64_t loaded_at_ns;   /* a file still being written is reloaded at most this often */
   hbm_profile_t *profile; /* NULL when loading failed */
+  bool summary_only;      /* profile is the summary read from its index (index.h): the whole
+                             file is being read in the background and replaces this entry */
+  size_t memory;          /* bytes the profile and what is derived from it take, about */
   hbm_status_t status;    /* of the load */
   char *error;            /* the loader's message when profile is NULL */
   double load_ms;
@@ -155,10 +158,17 @@ typedef struct hbm__cache {
   size_t n_skipped;           /* in all (at most HBM_LOGDIR_SKIPS_KEPT kept) */
   int64_t listed_at_ns;
   char *listing_error; /* non-NULL when the last listing failed */
+  size_t max_bytes;    /* what the loaded profiles may take in all (HBM__CACHE_BYTES) */
+  size_t n_workers;    /* threads reading whole profiles behind their summaries, or writing
+                          their indexes: waited for when the cache goes */
+  bool stopping;
 } hbm__cache_t;
 
 #define HBM__LISTING_MS 500 /* new runs show up within half a second */
 #define HBM__CACHE_MAX 8    /* profiles kept loaded (least recently used evicted first) */
+/* ... and the bytes they may take: half the memory available when the viewer starts, at
+ * least 256 MiB (one profile is kept whatever its size) */
+#define HBM__CACHE_BYTES_MIN ((size_t)256 << 20)
 
 hbm_status_t hbm__cache_init(hbm__cache_t *c, const char *logdir);
 void hbm__cache_destroy(hbm__cache_t *c);
@@ -172,6 +182,10 @@ hbm_status_t hbm__cache_listing(hbm__cache_t *c, hbm_logdir_entry_t **out, size_
  * entry carries the loader's status and message. Release with hbm__cache_release. */
 hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file);
 void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e);
+/* Until a whole profile is read (its entry summary_only), waits for it: the entry of the same
+ * file that replaces the summary, or NULL when it is gone or failed (the error set). The
+ * caller's reference to `e` is released. */
+hbm__loaded_t *hbm__cache_get_full(hbm__cache_t *c, hbm__loaded_t *e);
 /* The analysis of one space of a loaded entry (computed once); NULL with an error. */
 const hbm_analysis_t *hbm__loaded_analysis(hbm__loaded_t *e, int space);
 /* The allocation timeline's layout of a space (NULL when out of memory or no such space), and
@@ -240,6 +254,10 @@ typedef struct hbm__target {
  * "b_" for the second profile of a comparison). */
 bool hbm__target_open(hbm__viewer_t *v, const hbm__query_t *q, const char *prefix, bool with_space,
                       hbm__target_t *t, hbm__response_t *r);
+/* For endpoints that need every buffer (not only those at the peaks a summary holds): the
+ * target on the whole profile, waiting for it to be read. false with r filled on failure. */
+bool hbm__target_full(hbm__viewer_t *v, const hbm__query_t *q, bool with_space, hbm__target_t *t,
+                      hbm__response_t *r);
 void hbm__target_close(hbm__viewer_t *v, hbm__target_t *t);
 /* Reads an integer argument in [min, max] (def when absent); fills r with 400 on bad text. */
 bool hbm__query_int(const hbm__query_t *q, const char *key, int64_t def, int64_t min, int64_t max,
@@ -274,11 +292,26 @@ typedef struct hbm__window {
   uint64_t lo, hi;
 } hbm__window_t;
 
+/* What colours an allocation view: buffer categories, or (when every buffer at the peak is
+ * of unknown category, as in a PyTorch snapshot) the largest groups at the peak, the others
+ * as one more class (HBM__CLASSES_MAX in all). */
+#define HBM__CLASSES_MAX 12
+typedef struct hbm__classes {
+  bool by_group;
+  const char *names[HBM__CLASSES_MAX]; /* by_group: the groups, the last one "other" */
+  int n;
+} hbm__classes_t;
+
+void hbm__classes_of(const hbm__target_t *t, hbm__classes_t *c);
+int hbm__class_of(const hbm__classes_t *c, const hbm_buffer_t *b);
+
 /* The overview raster of the buffers idx[0..n) over w (density.c), row[] giving each buffer's
- * row: {cols, rows, cells}, cells base64 of one byte per cell, row 0 at the lowest row:
- * category * 42 + coverage (0..41). */
+ * row: {cols, rows, cells, levels}, cells base64 of one byte per cell, row 0 at the lowest row:
+ * class * levels + coverage (0..levels-1), class a category (levels 42) or, by group, an index
+ * into "classes" (levels 21). */
 json_t *hbm__json_density(const hbm_profile_t *p, const uint64_t *row, const int64_t *idx, size_t n,
-                          const hbm__window_t *w, int cols, int rows);
+                          const hbm__window_t *w, int cols, int rows,
+                          const hbm__classes_t *classes);
 
 /* JSON helpers shared by the endpoints. */
 json_t *hbm__json_u64(uint64_t v);

@@ -7,7 +7,7 @@
 // allocation of a plan (the temp heap, every argument, output, constant) in a band of its own,
 // and a runtime profile's never-used address gaps cut out; bands are separated by lines and
 // named, and the axis gives offsets inside each band.
-import { formatBytes, formatOffset, escapeHtml, categoryColor, CATEGORIES } from './format.js';
+import { formatBytes, formatOffset, escapeHtml, categoryColor, groupColors, CATEGORIES } from './format.js';
 
 const HEIGHT = 380;
 const M = { left: 84, right: 12, top: 18, bottom: 26 };
@@ -26,6 +26,13 @@ function niceBytesStep(span, count) {
   let step = 1;
   while (step * 2 <= raw) step *= 2;
   return step * 2 <= raw * 1.5 ? step * 2 : step;
+}
+
+// By group (when no buffer has a category, as in a PyTorch snapshot): the groups' colours of
+// the summary's bars (largest first), the last class ("other") grey.
+function classColor(classes) {
+  const colors = groupColors(classes.slice(0, -1).map((name) => ({ name })));
+  return (name) => colors.get(name) || categoryColor('unknown');
 }
 
 export class AllocView {
@@ -220,22 +227,24 @@ export class AllocView {
   densityImage(d, rgb) {
     const bytes = atob(d.cells);
     const img = new ImageData(d.cols, d.rows);
-    const colors = CATEGORIES.map((c) => {
-      const n = parseInt(categoryColor(c).slice(1), 16);
+    // each cell's main class: a category, or (by group: PyTorch snapshots) one of d.classes
+    const levels = d.levels || 42;
+    const colors = (d.classes ? d.classes.map(classColor(d.classes)) : CATEGORIES.map(categoryColor)).map((hex) => {
+      const n = parseInt(hex.slice(1), 16);
       return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
     });
     for (let r = 0; r < d.rows; r++) {
       const dst = (d.rows - 1 - r) * d.cols; // row 0 is the lowest offset: bottom of the image
       for (let c = 0; c < d.cols; c++) {
         const v = bytes.charCodeAt(r * d.cols + c);
-        const cov = v % 42;
+        const cov = v % levels;
         if (!cov) continue;
-        const [red, green, blue] = rgb || colors[Math.floor(v / 42)] || colors[0];
+        const [red, green, blue] = rgb || colors[Math.floor(v / levels)] || colors[0];
         const o = (dst + c) * 4;
         img.data[o] = red;
         img.data[o + 1] = green;
         img.data[o + 2] = blue;
-        img.data[o + 3] = Math.round(60 + (195 * cov) / 41);
+        img.data[o + 3] = Math.round(60 + (195 * cov) / (levels - 1));
       }
     }
     const canvas = document.createElement('canvas');
@@ -250,8 +259,9 @@ export class AllocView {
     const n = r.id.length;
     const byColor = new Map();
     ctx.globalAlpha = alpha;
+    const byGroup = r.classes ? classColor(r.classes) : null;
     for (let i = 0; i < n; i++) {
-      const color = highlight || categoryColor(CATEGORIES[r.category[i]] || 'unknown');
+      const color = highlight || (byGroup ? byGroup(r.classes[r.class[i]]) : categoryColor(CATEGORIES[r.category[i]] || 'unknown'));
       let list = byColor.get(color);
       if (!list) byColor.set(color, (list = []));
       list.push(i);

@@ -17,6 +17,7 @@ import {
   formatBytes, formatCount, escapeHtml, categoryColor, groupColors,
   CATEGORY_LABELS,
 } from './format.js';
+import { PeakTable } from './peak_table.js';
 
 const $ = (id) => document.getElementById(id);
 const RUN_POLL_MS = 4000;
@@ -458,34 +459,11 @@ function renderBars() {
     views.bars[order].show(items, color, log);
     $(`rest-${order}`).textContent = restNote(order, state.bars[order].rest);
   }
-  renderTable();
+  peakTable.reset();
 }
 
-const TABLE_ROWS = 200;
-
-// The buffers of the bar charts as a table, largest first, filtered by text; a row pins its
-// card. Thousands of buffers at a peak are easier to read (and search) this way.
-function renderTable() {
-  const wrap = $('peak-table-wrap');
-  if (!wrap.open) return;
-  const filter = $('peak-filter').value.trim().toLowerCase();
-  const items = state.bars.size.filter((b) => !b.merged && (!filter
-    || [b.op, b.shape, b.group, b.source].some((t) => t && t.toLowerCase().includes(filter))));
-  const rows = items.slice(0, TABLE_ROWS).map((b, i) => `<tr data-i="${i}">
-    <td class="num">${i + 1}</td><td class="opname">${escapeHtml(b.op || '(untagged)')}</td>
-    <td><code>${escapeHtml(b.shape || '')}</code></td><td class="num">${formatBytes(b.size)}</td>
-    <td class="num">${formatBytes(b.unpadded)}</td><td class="num">${formatBytes(b.size - b.unpadded)}</td>
-    <td>${escapeHtml(b.category)}</td><td class="group">${escapeHtml(b.group || '')}</td>
-    <td class="source" title="${escapeHtml(b.source || '')}">${escapeHtml((b.source || '').split('/').pop())}</td></tr>`);
-  $('peak-table').innerHTML = `<thead><tr><th>#</th><th>op</th><th>shape</th><th>size</th><th>unpadded</th>
-    <th>padding</th><th>category</th><th>group</th><th>source</th></tr></thead><tbody>${rows.join('')}</tbody>`;
-  const rest = state.bars.size.rest;
-  const among = rest ? ` among the ${formatCount(state.bars.size.length)} largest of ${formatCount(state.bars.size.length + rest.count)}` : '';
-  $('peak-table-count').textContent = `${formatCount(items.length)} buffer${items.length === 1 ? '' : 's'}${among}${items.length > TABLE_ROWS ? ` (the ${TABLE_ROWS} largest shown)` : ''}`;
-  $('peak-table').querySelectorAll('tbody tr').forEach((tr) => tr.addEventListener('click', () => {
-    pinBuffer(items[Number(tr.dataset.i)]);
-  }));
-}
+// The table of the buffers at the peak: searched and paged by the server (peak_table.js).
+let peakTable = null;
 
 async function cardFor(item) {
   if (item.merged) return item;
@@ -632,8 +610,10 @@ function bind() {
   $('log-scale').addEventListener('change', renderBars);
   $('timeline-reset').addEventListener('click', () => views.timeline.reset());
   $('peak-back').addEventListener('click', backToPeak);
-  $('peak-table-wrap').addEventListener('toggle', renderTable);
-  $('peak-filter').addEventListener('input', renderTable);
+  peakTable = new PeakTable(
+    { wrap: $('peak-table-wrap'), filter: $('peak-filter'), table: $('peak-table'), count: $('peak-table-count') },
+    args, (item) => pinBuffer(item));
+  $('peak-table-wrap').addEventListener('toggle', () => peakTable.render());
   $('show-reserved').addEventListener('change', (e) => views.timeline.setReservedShown(e.target.checked));
   $('alloc-reset').addEventListener('click', () => views.alloc.reset());
   $('alloc-fit').addEventListener('click', () => views.alloc.fitMatches());

@@ -1,0 +1,93 @@
+/* index.h — the profile index: what `hbm report` and the viewer's first view need from a
+ * profile, kept on disk beside it (index_write.c), so that opening the same file again costs
+ * milliseconds instead of reading it (index_read.c). docs/trace-format.md describes the file.
+ *
+ * Read back, an index is a summary profile: an hbm_profile_t with the profile's metadata,
+ * memory spaces, step count, OOM events and markers, and only the buffers live at each
+ * space's peak; hbm_analyze on it gives the analysis as it was computed when the index was
+ * written (summary, buffers at the peak, groups), and its timeline, at any range and
+ * resolution, from per-step values and their maxima over blocks of 64·2^k steps. Such a
+ * profile has no other buffers (hbm_profile_buffer answers NULL for them;
+ * hbm_analysis_buffers_in_window finds none): the viewer loads the whole file for those.
+ *
+ * An index is keyed on the profile's path, size, modification time, inode and the index
+ * format; one that does not match, or is damaged in any byte (checksums), is ignored and
+ * written again. */
+#ifndef HBM_PROFILE_INDEX_H
+#define HBM_PROFILE_INDEX_H
+
+#include "base/base.h"
+
+#define HBM_INDEX_MAGIC "HBMINDEX"
+#define HBM_INDEX_VERSION 2
+#define HBM_INDEX_HEADER 64                      /* fixed header bytes */
+#define HBM_INDEX_BLOCK_STEPS 4096               /* steps per compressed block of per-step values */
+#define HBM_INDEX_LEVEL0 64                      /* the finest maxima: blocks of this many steps */
+#define HBM_INDEX_MIN_BYTES ((uint64_t)16 << 20) /* HBM_INDEX=auto: files this big get one */
+
+typedef struct hbm__digest hbm__digest_t;
+
+/* Where the index of `path` is (beside it: DIR/.NAME.hbmindex, else in $XDG_CACHE_HOME/hbm,
+ * else ~/.cache/hbm); `writable` picks the place a new one can be written. false when none. */
+bool hbm__index_path(const char *path, bool writable, char *out, size_t cap);
+
+/* Whether a profile read from `path` in `load_ns` gets an index (HBM_INDEX=auto, the
+ * default: files of at least HBM_INDEX_MIN_BYTES or that took half a second to read;
+ * HBM_INDEX=always; HBM_INDEX=never). */
+bool hbm__index_wanted(const char *path, int64_t load_ns);
+/* Whether indexes are read at all (not with HBM_INDEX=never). */
+bool hbm__index_allowed(void);
+
+/* Writes the index of p, read from `path`, atomically (a temporary file renamed). Best
+ * effort: a profile is fine without one; HBM_OK or an error saying why not. */
+hbm_status_t hbm__index_write(const hbm_profile_t *p, const char *path);
+
+/* The summary profile of `path` from its index; NULL when there is none that matches the file
+ * as it is now (hbm_last_error() then says why, for tests; callers read the file instead). */
+hbm_profile_t *hbm__index_open(const char *path);
+
+/* The same from index bytes, for a profile file of this stat (tests and the fuzzer: not
+ * mapped; `mapped`: data is a mapping the summary profile takes over). */
+struct stat;
+hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct stat *st,
+                                bool mapped);
+
+/* A profile read from its index (a summary profile) or not. */
+bool hbm__profile_is_summary(const hbm_profile_t *p);
+/* A summary profile's op of a step (hbm__digest_step_op); NULL for other profiles. */
+const char *hbm__profile_step_op(const hbm_profile_t *p, int64_t step, int *event);
+
+/* ---- for profile.c and analysis.c: a summary profile's answers ---- */
+
+void hbm__digest_free(hbm__digest_t *d);
+int64_t hbm__digest_step_count(const hbm__digest_t *d);
+int64_t hbm__digest_buffer_count(const hbm__digest_t *d);
+int64_t hbm__digest_step_time(const hbm__digest_t *d, int64_t step);
+const char *hbm__digest_step_label(const hbm__digest_t *d, int64_t step);
+/* The buffer of (whole-profile) index i when the index kept it, else NULL. */
+const hbm_buffer_t *hbm__digest_buffer(const hbm__digest_t *d, int64_t i);
+/* Runtime profiles: the op of the buffer the step allocated (*event 1) or, when it allocated
+ * none, freed (*event 2); NULL and 0 when none. */
+const char *hbm__digest_step_op(const hbm__digest_t *d, int64_t step, int *event);
+hbm_analysis_t *hbm__digest_analyze(const hbm__digest_t *d, const hbm_profile_t *p, int space);
+size_t hbm__digest_timeline(const hbm__digest_t *d, int space, int64_t from, int64_t to,
+                            size_t max_points, hbm_timeline_point_t *out);
+uint64_t hbm__digest_bytes_at(const hbm__digest_t *d, int space, int64_t step);
+
+/* ---- analysis.c for the index ---- */
+
+/* An analysis whose numbers were stored (it takes the arrays; d answers its timeline). */
+hbm_analysis_t *hbm__analysis_stored(const hbm_profile_t *p, const hbm__digest_t *d,
+                                     const hbm_summary_t *s, int64_t *at_peak, int64_t *by_size,
+                                     int64_t *by_padding, hbm_group_total_t *groups,
+                                     size_t n_groups, hbm_group_total_t *run_groups,
+                                     size_t n_run_groups);
+/* Totals over the whole run by group: every buffer of the space once (group name, else its
+ * category's), largest first, computed when asked or as stored; the caller frees. NULL (with
+ * hbm_last_error) when out of memory. */
+hbm_group_total_t *hbm__analysis_run_groups(const hbm_analysis_t *a, size_t *n);
+/* The per-step series of a computed analysis: live bytes (0), unpadded (1), reserved (2,
+ * NULL when the profile records none); NULL for a stored one. */
+const uint64_t *hbm__analysis_series(const hbm_analysis_t *a, int which);
+
+#endif /* HBM_PROFILE_INDEX_H */

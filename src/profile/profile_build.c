@@ -1,0 +1,83 @@
+/* profile_build.c — the direct access of profile_build.h to a profile under construction. */
+#include "profile/profile_build.h"
+#include "profile/profile_internal.h"
+
+#include <stdlib.h>
+
+hbm_intern_t *hbm__profile_strings(hbm_profile_t *p) { return p->strings; }
+
+int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b) {
+  if (p->n_buffers == (int64_t)p->cap_buffers) {
+    hbm_buffer_t *grown =
+        hbm__grow_array(p->buffers, &p->cap_buffers, (size_t)p->n_buffers + 1, sizeof *grown, 64);
+    if (!grown)
+      return -1;
+    p->buffers = grown;
+  }
+  hbm_buffer_t *slot = &p->buffers[p->n_buffers];
+  *slot = *b;
+  slot->id = (uint64_t)p->n_buffers;
+  return p->n_buffers++;
+}
+
+hbm_status_t hbm__profile_reserve(hbm_profile_t *p, size_t buffers, size_t steps) {
+  size_t need_b = (size_t)p->n_buffers + buffers, need_s = (size_t)p->n_steps + steps;
+  hbm_buffer_t *b = hbm__grow_array(p->buffers, &p->cap_buffers, need_b, sizeof *b, 64);
+  if (!b)
+    return hbm_last_status();
+  p->buffers = b;
+  size_t cap = p->cap_steps;
+  int64_t *t = hbm__grow_array(p->step_time, &cap, need_s, sizeof *t, 64);
+  if (!t)
+    return hbm_last_status();
+  p->step_time = t;
+  p->cap_steps = cap;
+  return HBM_OK;
+}
+
+hbm_buffer_t *hbm__profile_buffers(hbm_profile_t *p, int64_t *n) {
+  *n = p->n_buffers;
+  return p->buffers;
+}
+
+int64_t *hbm__profile_step_times(hbm_profile_t *p, int64_t *n) {
+  *n = p->n_steps;
+  return p->step_time;
+}
+
+hbm_reserve_event_t *hbm__profile_reserves(hbm_profile_t *p, size_t *n) {
+  *n = p->n_reserves;
+  return p->reserves;
+}
+
+hbm_oom_event_t *hbm__profile_ooms(hbm_profile_t *p, size_t *n) {
+  *n = p->n_ooms;
+  return p->ooms;
+}
+
+void hbm__profile_truncate(hbm_profile_t *p, int64_t n_buffers, int64_t n_steps,
+                           size_t n_reserves) {
+  if (n_buffers >= 0 && n_buffers < p->n_buffers)
+    p->n_buffers = n_buffers;
+  if (n_steps >= 0 && n_steps < p->n_steps)
+    p->n_steps = n_steps;
+  if (n_reserves < p->n_reserves)
+    p->n_reserves = n_reserves;
+}
+
+hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, const char *device) {
+  if (i < 0 || i >= p->n_spaces)
+    return hbm__error(HBM_ERR_INVALID, "memory space %d does not exist", i);
+  const char *n = hbm_intern(p->strings, name), *d = hbm_intern(p->strings, device);
+  if (!n || !d)
+    return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory naming a memory space");
+  p->spaces[i].name = n;
+  p->spaces[i].device = d;
+  return HBM_OK;
+}
+
+size_t hbm__profile_memory(const hbm_profile_t *p) {
+  return p->cap_buffers * sizeof *p->buffers + p->cap_steps * sizeof *p->step_time +
+         p->cap_labels * sizeof *p->step_label + p->cap_reserves * sizeof *p->reserves +
+         p->cap_ooms * sizeof *p->ooms + p->cap_markers * sizeof *p->markers;
+}

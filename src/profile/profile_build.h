@@ -1,0 +1,34 @@
+/* profile_build.h — for readers that build a big profile in one pass (the PyTorch snapshot
+ * and .hbmtrace readers): the arrays being built, to fill and fix up in place before
+ * hbm_profile_finish, and buffers whose tag strings are already interned in the profile (a
+ * million allocations that share a thousand stacks then cost no hashing). Nothing here checks
+ * what the public building functions check: the caller keeps the profile consistent. */
+#ifndef HBM_PROFILE_BUILD_H
+#define HBM_PROFILE_BUILD_H
+
+#include "base/base.h"
+
+/* The profile's string table: strings interned here may be stored in its buffers as they are. */
+hbm_intern_t *hbm__profile_strings(hbm_profile_t *p);
+/* hbm_profile_add_buffer for a buffer whose strings come from hbm__profile_strings(p). */
+int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b);
+/* Room for this many more buffers and steps at once (a reader that knows its counts). */
+hbm_status_t hbm__profile_reserve(hbm_profile_t *p, size_t buffers, size_t steps);
+
+/* The arrays as built so far, writable, and their lengths. */
+hbm_buffer_t *hbm__profile_buffers(hbm_profile_t *p, int64_t *n);
+int64_t *hbm__profile_step_times(hbm_profile_t *p, int64_t *n);
+hbm_reserve_event_t *hbm__profile_reserves(hbm_profile_t *p, size_t *n);
+hbm_oom_event_t *hbm__profile_ooms(hbm_profile_t *p, size_t *n);
+/* Shortens the arrays to the given lengths (after moving what stays to the front). */
+void hbm__profile_truncate(hbm_profile_t *p, int64_t n_buffers, int64_t n_steps, size_t n_reserves);
+/* About the bytes p's arrays take (not its strings): what a cache of profiles counts. */
+size_t hbm__profile_memory(const hbm_profile_t *p);
+/* Renames space i. */
+hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, const char *device);
+
+/* An RMM CSV log (data, len: the whole file, not NUL-terminated) read straight into a profile,
+ * each event as it is parsed (alloc_log.c): no array of events. */
+hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name);
+
+#endif /* HBM_PROFILE_BUILD_H */

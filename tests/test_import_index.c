@@ -1,0 +1,277 @@
+/* test_import_index.c — the profile index (src/profile/index*.c): what `hbm report` and the
+ * viewer's first view read instead of the profile. For a runtime profile of 30,000 steps over
+ * two spaces (reservations, OOMs, markers; several blocks and levels of maxima) and a plan
+ * with labels and padding, the summary profile read from the index must answer exactly as
+ * the profile does: the text report at three widths and the JSON report byte for byte, and
+ * the timeline over random ranges at random resolutions point for point (both from
+ * hbm_analyze: the expected values are the profile's own analysis). An index that no longer
+ * matches its file (rewritten, touched), one damaged in any byte or cut short, is not used;
+ * HBM_INDEX=never reads none; a read-only directory's index goes to $XDG_CACHE_HOME/hbm. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "profile/index.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_random(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return rng;
+}
+
+/* A runtime profile: allocations and frees at random over two spaces, every op tagged. */
+static hbm_profile_t *make_runtime(int steps) {
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_RUNTIME, "host.42");
+  assert_non_null(p);
+  assert_int_equal(hbm_profile_set_meta(p, "host", "host"), HBM_OK);
+  assert_int_equal(hbm_profile_add_space(p, "HBM", "sim0", 0, 64ull << 30), 0);
+  assert_int_equal(hbm_profile_add_space(p, "HBM", "sim1", 0, 0), 1);
+  static const char *const ops[] = {"jit(step)/dot", "jit(step)/add", "embed", NULL};
+  int64_t live[2][64];
+  memset(live, -1, sizeof live);
+  int64_t t = 0;
+  for (int s = 0; s < steps; s++) {
+    int64_t step = hbm_profile_add_step(p, t += (int64_t)(next_random() % 1000), NULL);
+    int space = (int)(next_random() % 2), slot = (int)(next_random() % 64);
+    if (live[space][slot] >= 0) {
+      assert_int_equal(hbm_profile_end_buffer(p, live[space][slot], step), HBM_OK);
+      live[space][slot] = -1;
+      continue;
+    }
+    hbm_buffer_t b = {.address = (uint64_t)slot << 30,
+                      .size = (next_random() % 4096 + 1) << 12,
+                      .start = step,
+                      .end = -1,
+                      .space = space,
+                      .category = (hbm_category_t)(next_random() % HBM_CAT_COUNT),
+                      .op = ops[next_random() % 4],
+                      .group = slot % 3 ? "activations" : NULL};
+    b.unpadded_size = b.size;
+    assert_true((live[space][slot] = hbm_profile_add_buffer(p, &b)) >= 0);
+    if (s % 997 == 0) {
+      hbm_reserve_event_t r = {step, space, HBM_RESERVE_GROW, (uint64_t)s << 32, 1ull << 30};
+      assert_int_equal(hbm_profile_add_reserve(p, &r), HBM_OK);
+    }
+  }
+  hbm_oom_event_t o = {steps / 2, 1, 1ull << 40, "RESOURCE_EXHAUSTED: out of memory\nhere"};
+  assert_int_equal(hbm_profile_add_oom(p, &o), HBM_OK);
+  hbm_marker_t m = {steps / 3, HBM_MARKER_STEP_BEGIN, 7, "step 7"};
+  assert_int_equal(hbm_profile_add_marker(p, &m), HBM_OK);
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  return p;
+}
+
+/* A plan: labelled steps, padded buffers, indefinite ones. */
+static hbm_profile_t *make_plan(void) {
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_PLAN, "module_0001.jit_f");
+  assert_non_null(p);
+  assert_int_equal(hbm_profile_add_space(p, "HBM", "tpu", 0, 16ull << 30), 0);
+  char label[32];
+  for (int i = 0; i < 9000; i++) {
+    snprintf(label, sizeof label, "fusion.%d", i);
+    assert_int_equal(hbm_profile_add_step(p, 0, i % 5 ? label : NULL), i);
+  }
+  for (int i = 0; i < 8000; i++) {
+    hbm_buffer_t b = {.address = (uint64_t)(i % 50) * 65536,
+                      .size = (uint64_t)(i % 97 + 1) * 4096,
+                      .unpadded_size = (uint64_t)(i % 97 + 1) * 1000,
+                      .start = i,
+                      .end = i + 1 + i % 700,
+                      .category = i % 11 ? HBM_CAT_TEMPORARY : HBM_CAT_PARAMETER,
+                      .flags = i % 211 == 0 ? HBM_BUF_INDEFINITE : 0,
+                      .op = "fusion",
+                      .label = "%fusion = f32[8] fusion(%p)"};
+    if (b.end > 9000)
+      b.end = 9000;
+    assert_true(hbm_profile_add_buffer(p, &b) == i);
+  }
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  return p;
+}
+
+static char *report(const hbm_profile_t *p, bool json, int width) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  assert_int_equal(json ? hbm_report_json(p, -1, f) : hbm_report_text(p, -1, width, f), HBM_OK);
+  fclose(f);
+  return text;
+}
+
+/* The summary profile answers as the profile does. */
+static void assert_same(const hbm_profile_t *full, const hbm_profile_t *sum) {
+  assert_true(hbm__profile_is_summary(sum) && !hbm__profile_is_summary(full));
+  for (int k = 0; k < 4; k++) {
+    char *a = report(full, k == 3, 60 + 70 * k), *b = report(sum, k == 3, 60 + 70 * k);
+    if (strcmp(a, b))
+      fail_msg("report %d differs:\n%s\n---- from the index ----\n%s", k, a, b);
+    free(a);
+    free(b);
+  }
+  int64_t n = hbm_profile_step_count(full);
+  assert_int_equal(hbm_profile_step_count(sum), n);
+  for (int space = 0; space < hbm_profile_space_count(full); space++) {
+    hbm_analysis_t *a = hbm_analyze(full, space), *b = hbm_analyze(sum, space);
+    assert_non_null(a);
+    assert_non_null(b);
+    hbm_timeline_point_t pa[700], pb[700];
+    for (int q = 0; q < 300; q++) {
+      int64_t from = (int64_t)(next_random() % (uint64_t)n),
+              to = from + (int64_t)(next_random() % (uint64_t)(n - from + 1));
+      size_t points = 1 + next_random() % 700;
+      size_t na = hbm_analysis_timeline(a, from, to, points, pa);
+      size_t nb = hbm_analysis_timeline(b, from, to, points, pb);
+      assert_int_equal(na, nb);
+      for (size_t i = 0; i < na; i++)
+        if (memcmp(&pa[i], &pb[i], sizeof pa[i]))
+          fail_msg("space %d [%lld, %lld) in %zu points: point %zu is step %lld (%llu bytes), "
+                   "from the index step %lld (%llu)",
+                   space, (long long)from, (long long)to, points, i, (long long)pa[i].step,
+                   (unsigned long long)pa[i].bytes, (long long)pb[i].step,
+                   (unsigned long long)pb[i].bytes);
+      int64_t s = from < n ? from : 0;
+      assert_int_equal(hbm_analysis_bytes_at(a, s), hbm_analysis_bytes_at(b, s));
+      assert_int_equal(hbm_profile_step_time(full, s), hbm_profile_step_time(sum, s));
+      const char *la = hbm_profile_step_label(full, s), *lb = hbm_profile_step_label(sum, s);
+      assert_true((!la && !lb) || (la && lb && !strcmp(la, lb)));
+    }
+    hbm_analysis_free(a);
+    hbm_analysis_free(b);
+  }
+}
+
+/* Saves p, loads it back (the index belongs to a file), writes its index. */
+static char *indexed(hbm_profile_t *p, const char *name, hbm_profile_t **loaded) {
+  char *path = malloc(strlen(th_dir) + strlen(name) + 2);
+  sprintf(path, "%s/%s", th_dir, name);
+  assert_int_equal(hbm_profile_save(p, path), HBM_OK);
+  *loaded = hbm_profile_load(path);
+  assert_non_null(*loaded);
+  assert_int_equal(hbm__index_write(*loaded, path), HBM_OK);
+  return path;
+}
+
+static void summary_answers_as_the_profile(void **state) {
+  (void)state;
+  hbm_profile_t *made[2] = {make_runtime(30000), make_plan()};
+  for (int i = 0; i < 2; i++) {
+    hbm_profile_t *full;
+    char *path = indexed(made[i], i ? "plan.hbmtrace" : "run.hbmtrace", &full);
+    hbm_profile_t *sum = hbm__index_open(path);
+    if (!sum)
+      fail_msg("%s", hbm_last_error());
+    assert_same(full, sum);
+    hbm_profile_free(sum);
+    hbm_profile_free(full);
+    hbm_profile_free(made[i]);
+    free(path);
+  }
+}
+
+static void stale_or_damaged_index_is_not_used(void **state) {
+  (void)state;
+  hbm_profile_t *made = make_runtime(5000), *full;
+  char *path = indexed(made, "stale.hbmtrace", &full);
+  char where[4200];
+  assert_true(hbm__index_path(path, false, where, sizeof where));
+  size_t len;
+  char *good = th_read(where, &len);
+  assert_non_null(good);
+  /* any byte changed: the checksums say so */
+  for (size_t at = 0; at < len; at += len / 97 + 1) {
+    good[at] ^= 0x20;
+    assert_int_equal(th_write(where, good, len), 0);
+    hbm_profile_t *p = hbm__index_open(path);
+    if (p)
+      fail_msg("an index damaged at byte %zu of %zu was used", at, len);
+    good[at] ^= 0x20;
+  }
+  /* cut short */
+  assert_int_equal(th_write(where, good, len / 2), 0);
+  assert_null(hbm__index_open(path));
+  /* whole again: used; HBM_INDEX=never: not */
+  assert_int_equal(th_write(where, good, len), 0);
+  hbm_profile_t *p = hbm__index_open(path);
+  assert_non_null(p);
+  hbm_profile_free(p);
+  setenv("HBM_INDEX", "never", 1);
+  assert_false(hbm__index_allowed());
+  unsetenv("HBM_INDEX");
+  /* the profile rewritten (another mtime): not used */
+  struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 5, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, path, later, 0), 0);
+  assert_null(hbm__index_open(path));
+  free(good);
+  hbm_profile_free(full);
+  hbm_profile_free(made);
+  free(path);
+}
+
+/* In a child (as nobody when run as root, since root writes anywhere): the profile's directory
+ * cannot be written, so its index goes to $XDG_CACHE_HOME/hbm and is read from there. */
+static int index_in_cache(const char *path, const char *cache) {
+  if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+    return 77;
+  setenv("XDG_CACHE_HOME", cache, 1);
+  hbm_profile_t *p = hbm_profile_load(path);
+  if (!p || hbm__index_write(p, path) != HBM_OK)
+    return 1;
+  char where[4200];
+  if (!hbm__index_path(path, false, where, sizeof where) || strncmp(where, cache, strlen(cache)))
+    return 2;
+  hbm_profile_t *sum = hbm__index_open(path);
+  int rc = sum && hbm_profile_step_count(sum) == hbm_profile_step_count(p) ? 0 : 3;
+  hbm_profile_free(sum);
+  hbm_profile_free(p);
+  return rc;
+}
+
+static void read_only_logdir_uses_the_cache(void **state) {
+  (void)state;
+  char dir[4200], cache[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/readonly", th_dir);
+  snprintf(cache, sizeof cache, "%s/cache", th_dir);
+  snprintf(path, sizeof path, "%s/run.hbmtrace", dir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  assert_int_equal(mkdir(cache, 0777), 0);
+  assert_int_equal(chmod(cache, 0777), 0);
+  hbm_profile_t *made = make_runtime(3000);
+  assert_int_equal(hbm_profile_save(made, path), HBM_OK);
+  hbm_profile_free(made);
+  assert_int_equal(chmod(dir, 0555), 0);
+  assert_int_equal(chmod(th_dir, 0755), 0);
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(index_in_cache(path, cache));
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  chmod(dir, 0755);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+    skip();
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status))
+    fail_msg("the index in the cache directory: step %d failed", WEXITSTATUS(status));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(summary_answers_as_the_profile),
+      cmocka_unit_test(stale_or_damaged_index_is_not_used),
+      cmocka_unit_test(read_only_logdir_uses_the_cache),
+  };
+  return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
+}
