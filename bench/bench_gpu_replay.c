@@ -19,9 +19,9 @@
  *                         LOG...
  * Prints one JSON object on stdout, or writes it to FILE after every log (a table for people
  * goes to stderr). The budget is kept: a pair (log, allocator) that would start after it is
- * listed as not run, a replay running at its end stops there (and is listed as not run too), and
- * many as fit in the pair's share of it. Exit status: 0 when every pair ran and measured
- * something, 1 otherwise, 2 on usage errors, 3 when there is no GPU. */
+ * listed as not run, a replay running at its end stops there (and is listed as not run too),
+ * and the timed replays are as many as fit in the pair's share of it. Exit status: 0 when every
+ * pair ran and measured something, 1 otherwise, 2 on usage errors, 3 when there is no GPU. */
 #include "alloc/device/cuda_api.h"
 #include "hbm.h"
 #include "log_slots.h"
