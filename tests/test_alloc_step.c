@@ -148,6 +148,48 @@ static void repeating_loop_is_planned(void **state) {
   free(log.events);
 }
 
+/* Blocks of the step before, live when the plan begins (the survivors), are not held twice.
+ * The step (80 operations, 40 allocations): big[i] = 8 + 2i MiB (i = 0..3, 44 MiB: bfc puts
+ * them at the top of the range), 30 pairs s[j] = 64 KiB·(j + 1) + 256, allocated and freed at
+ * once, act[i] = 2 MiB·(i + 1) (i = 0..5, 42 MiB), then big[0..3] freed, then act[5..0]. The
+ * most live is 44 + 42 = 86 MiB, every block a whole number of 2 MiB granules but the s[j].
+ * The plan begins 64 operations into the second step, after the pairs: the four bigs are live
+ * (the survivors), and their frees are due 6 allocations later. Mapping the plan's span at
+ * once would hold 86 MiB beside them (130 MiB); the first planned step's own placement goes
+ * around them, its blocks map what they use, and from the second planned step on the span
+ * (86 MiB: the steps nest) is mapped: at no time more than the 86 MiB live. Falling back: the
+ * 64 operations before the plan and the 4 frees of the survivors, of 4 × 80. */
+static void survivors_are_not_held_twice(void **state) {
+  (void)state;
+  gen_t g = {0};
+  for (int s = 0; s < STEPS; s++) {
+    uint64_t big[4], act[6];
+    for (int i = 0; i < 4; i++)
+      big[i] = alloc_op(&g, (8 + 2 * (uint64_t)i) * MiB);
+    for (int j = 0; j < 30; j++)
+      free_op(&g, alloc_op(&g, 64 * KiB * (uint64_t)(j + 1) + 256));
+    for (int i = 0; i < 6; i++)
+      act[i] = alloc_op(&g, 2 * MiB * (uint64_t)(i + 1));
+    for (int i = 0; i < 4; i++)
+      free_op(&g, big[i]);
+    for (int i = 5; i >= 0; i--)
+      free_op(&g, act[i]);
+  }
+  hbm_replay_result_t r = replay(&g.log, HBM_MODE_LEARN, 1024 * MiB);
+  assert_int_equal(r.failed_allocations, 0);
+  assert_int_equal(r.step_operations, 80);
+  assert_int_equal(r.first_step_end_event, 80);
+  assert_int_equal(r.plans, 1);
+  assert_int_equal(r.fallback_operations, 64 + 4);
+  assert_int_equal(r.planned_operations, 4 * 80 - 68);
+  assert_int_equal(r.steady_peak_live_bytes, 86 * MiB);
+  assert_int_equal(r.plan_bound_bytes, 86 * MiB);
+  assert_int_equal(r.plan_bytes, 86 * MiB);
+  assert_int_equal(r.steady_reserved_bytes, 86 * MiB);
+  hbm_replay_result_free(&r);
+  free(g.log.events);
+}
+
 /* A later step that differs never costs an allocation the default mode serves: each variant
  * replays on the smallest memory bfc needs for it, rounded up to the 2 MiB granule mode learn
  * maps physical memory in (on a sim device of an odd number of MiB, bfc's one region is
@@ -377,6 +419,7 @@ static void plan_variable_is_parsed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(repeating_loop_is_planned),
+      cmocka_unit_test(survivors_are_not_held_twice),
       cmocka_unit_test(divergent_steps_never_fail),
       cmocka_unit_test(replay_command_reports_the_plan),
       cmocka_unit_test(plan_blocks_are_found_by_address),

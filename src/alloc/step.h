@@ -70,7 +70,8 @@ typedef struct hbm__step_item {
   uint32_t start, end;
   bool planned;    /* false: left to the memory underneath (its lifetime is not known) */
   bool live_now;   /* the block of the step before is live now, at `addr` */
-  bool fixed;      /* the solver keeps it at `offset` */
+  bool fixed;      /* the solver keeps it at `offset` (step_plan.c: the first planned step's
+                      blocks live past its end, at their steady offsets) */
   uint64_t addr;   /* the block live now (live_now) */
   uint64_t offset; /* in the plan's span (the solver's answer) */
 } hbm__step_item_t;
@@ -99,6 +100,33 @@ hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
                              uint64_t limit, uint64_t *heap);
 /* The most bytes live at once over the step (planned items): the bound no plan beats. */
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n);
+
+/* ---- step_plan.c: the places of a step in the range of the memory underneath ---- */
+
+#define HBM__STEP_NO_OFFSET UINT64_MAX
+
+typedef struct hbm__step_range {
+  uint64_t lo, hi;
+} hbm__step_range_t;
+
+typedef struct hbm__step_places {
+  uint64_t *steady;             /* per item: its offset from the second planned step on */
+  uint64_t *first;              /* per item: its offset in the first planned step */
+  hbm__step_range_t *stretches; /* what the steady placement uses, merged, in order */
+  size_t n_stretches;
+  hbm__step_range_t *held; /* what either uses */
+  size_t n_held;
+  uint64_t span;         /* the end of the highest of either */
+  uint64_t steady_bytes; /* the stretches' sum */
+  double solve_ms;
+} hbm__step_places_t;
+
+/* Both placements of the step (offsets from base, the range of mem; HBM__STEP_NO_OFFSET for
+ * items not planned): items whose block live now the walk of mem does not find are not
+ * planned. HBM_ERR_NO_MEMORY when a placement does not fit under limit. */
+hbm_status_t hbm__step_place(hbm__strategy_t *mem, uint64_t base, hbm__step_item_t *items,
+                             uint32_t n, uint64_t limit, hbm__step_places_t *out);
+void hbm__step_places_free(hbm__step_places_t *p);
 
 /* ---- step_serve.c: the strategy ---- */
 
