@@ -806,7 +806,12 @@ typedef struct hbm_replay_result {
   int64_t first_step_end_event;    /* the event where the second step began (-1: none) */
   uint64_t steady_reserved_bytes;  /* the most reserved at any point from there on */
   uint64_t steady_peak_live_bytes; /* the most bytes live from there on */
-  double planned_fraction;         /* of the operations from there on, served from the plan */
+  /* The same over the first planned step (from the second step's beginning to the end of the
+   * plan's first step: blocks of the step before are still live), and over the later steps
+   * (0 when the log ends before) */
+  uint64_t first_planned_reserved_bytes, first_planned_peak_live_bytes;
+  uint64_t later_reserved_bytes, later_peak_live_bytes;
+  double planned_fraction; /* of the operations from there on, served from the plan */
   uint64_t planned_operations, fallback_operations; /* from there on */
   uint64_t plan_bytes;                              /* memory the last plan holds for the step */
   uint64_t plan_bound_bytes;                        /* the most bytes its step had live at once */

@@ -186,6 +186,10 @@ static void survivors_are_not_held_twice(void **state) {
   assert_int_equal(r.plan_bound_bytes, 86 * MiB);
   assert_int_equal(r.plan_bytes, 86 * MiB);
   assert_int_equal(r.steady_reserved_bytes, 86 * MiB);
+  assert_int_equal(r.first_planned_reserved_bytes, 86 * MiB); /* survivors and the plan */
+  assert_int_equal(r.first_planned_peak_live_bytes, 86 * MiB);
+  assert_int_equal(r.later_reserved_bytes, 86 * MiB); /* the span, mapped whole */
+  assert_int_equal(r.later_peak_live_bytes, 86 * MiB);
   hbm_replay_result_free(&r);
   free(g.log.events);
 }
@@ -251,8 +255,9 @@ static void replay_command_reports_the_plan(void **state) {
   snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json", HBM_BIN,
            path);
   assert_int_equal(th_run(cmd, &out), 0);
-  const char *keys[] = {"\"peak_live_bytes\"", "\"steady_reserved_bytes\"", "\"planned_fraction\"",
-                        "\"ns_per_op\""};
+  const char *keys[] = {
+      "\"peak_live_bytes\"", "\"steady_reserved_bytes\"",        "\"planned_fraction\"",
+      "\"ns_per_op\"",       "\"first_planned_reserved_bytes\"", "\"later_reserved_bytes\""};
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
     if (!strstr(out, keys[k]))
       fail_msg("%s missing in:\n%s", keys[k], out);

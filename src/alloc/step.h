@@ -145,17 +145,21 @@ size_t hbm__step_live_count(hbm__step_t *st);
 
 /* What mode learn did (hbm replay, the report). */
 typedef struct hbm__step_stats {
-  uint64_t ops;             /* allocations and frees seen */
-  uint64_t first_step_end;  /* the operation where the second step began (0: no step found) */
-  uint64_t period;          /* operations per step of the last plan (0: none) */
-  uint64_t planned_ops;     /* operations served from a plan (allocations and frees) */
-  uint64_t fallback_ops;    /* operations after the first step that the plan did not serve */
-  uint64_t plans;           /* plans made */
-  uint64_t retired;         /* plans given up (the step changed, or memory was short) */
-  uint64_t heap_bytes;      /* the last plan's span */
-  uint64_t bound_bytes;     /* the most bytes its step had live at once */
-  uint64_t steady_reserved; /* most reserved at any point after the first step */
-  double solve_ms;          /* time spent solving */
+  uint64_t ops;               /* allocations and frees seen */
+  uint64_t first_step_end;    /* the operation where the second step began (0: no step found) */
+  uint64_t period;            /* operations per step of the last plan (0: none) */
+  uint64_t planned_ops;       /* operations served from a plan (allocations and frees) */
+  uint64_t fallback_ops;      /* operations after the first step that the plan did not serve */
+  uint64_t plans;             /* plans made */
+  uint64_t retired;           /* plans given up (the step changed, or memory was short) */
+  uint64_t heap_bytes;        /* the last plan's span */
+  uint64_t bound_bytes;       /* the most bytes its step had live at once */
+  uint64_t steady_reserved;   /* most reserved at any point after the first step */
+  uint64_t first_planned_end; /* the operation where the first plan's first step ended (0: not
+                                 yet): the survivors of the step before are gone */
+  uint64_t first_reserved;    /* most reserved from first_step_end to first_planned_end */
+  uint64_t later_reserved;    /* most reserved from first_planned_end on */
+  double solve_ms;            /* time spent solving */
 } hbm__step_stats_t;
 
 void hbm__step_get_stats(hbm__strategy_t *s, hbm__step_stats_t *out);

@@ -57,8 +57,8 @@ static int see_chunk(const hbm__chunk_info_t *c, void *ctx) {
 
 /* The survivors and the other used chunks as obstacles (*n_survivors of them first: those with
  * an end); survivors the walk did not find are not the step's (their items are not planned). */
-static bool find_obstacles(hbm__strategy_t *mem, hbm__step_item_t *items, uint32_t n,
-                           uint64_t base, walk_ctx_t *w) {
+static bool find_obstacles(hbm__strategy_t *mem, hbm__step_item_t *items, uint32_t n, uint64_t base,
+                           walk_ctx_t *w) {
   *w = (walk_ctx_t){.items = items, .n = n, .base = base};
   hbm_u64map_init(&w->survivors);
   for (uint32_t k = 0; k < n && !w->failed; k++)
@@ -116,8 +116,8 @@ static hbm_status_t solve(hbm__step_places_t *out, hbm__step_item_t *items, uint
 static hbm_status_t place_steady(hbm__step_places_t *out, hbm__step_item_t *items, uint32_t n,
                                  const walk_ctx_t *w, size_t n_survivors, uint64_t limit) {
   uint64_t heap;
-  hbm_status_t rc = solve(out, items, n, w->obstacles + n_survivors,
-                          w->n_obstacles - n_survivors, limit, &heap);
+  hbm_status_t rc =
+      solve(out, items, n, w->obstacles + n_survivors, w->n_obstacles - n_survivors, limit, &heap);
   if (rc == HBM_OK && meets_survivor(items, n, w->obstacles, n_survivors))
     rc = solve(out, items, n, w->obstacles, w->n_obstacles, limit, &heap);
   return rc;
@@ -125,8 +125,8 @@ static hbm_status_t place_steady(hbm__step_places_t *out, hbm__step_item_t *item
 
 /* The first planned step's placement, as a line: blocks live past its end where the steady
  * placement has them, the others around the survivors and the other blocks. */
-static hbm_status_t place_first(hbm__step_places_t *out, const hbm__step_item_t *items,
-                                uint32_t n, const walk_ctx_t *w, uint64_t limit) {
+static hbm_status_t place_first(hbm__step_places_t *out, const hbm__step_item_t *items, uint32_t n,
+                                const walk_ctx_t *w, uint64_t limit) {
   hbm__step_item_t *line = malloc((size_t)n * sizeof *line);
   if (!line)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory planning the step");
@@ -197,7 +197,7 @@ hbm_status_t hbm__step_place(hbm__strategy_t *mem, uint64_t base, hbm__step_item
   if (rc == HBM_OK)
     rc = place_first(out, items, n, &w, limit);
   const uint64_t *const steady_only[2] = {out->steady, NULL}, *const both[2] = {out->steady,
-                                                                               out->first};
+                                                                                out->first};
   if (rc == HBM_OK && (!(out->stretches = stretches(items, n, steady_only, &out->n_stretches)) ||
                        !(out->held = stretches(items, n, both, &out->n_held))))
     rc = hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory planning the step");

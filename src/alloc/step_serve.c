@@ -127,14 +127,21 @@ static void marker(const char *fmt, ...) {
   hbm_profiler_marker(text);
 }
 
-/* What is reserved moved: after the first step, the most of it counts. */
+static uint64_t most(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* What is reserved moved: after the first step, the most of it counts (in the first planned
+ * step, or later). */
 static void note_reserved(hbm__step_t *st) {
-  if (!st->stats.first_step_end)
+  hbm__step_stats_t *t = &st->stats;
+  if (!t->first_step_end)
     return;
   hbm__strategy_stats_t s;
   st->mem->ops->stats(st->mem, &s);
-  if (s.reserved > st->stats.steady_reserved)
-    st->stats.steady_reserved = s.reserved;
+  t->steady_reserved = most(t->steady_reserved, s.reserved);
+  if (t->first_planned_end)
+    t->later_reserved = most(t->later_reserved, s.reserved);
+  else
+    t->first_reserved = most(t->first_reserved, s.reserved);
 }
 
 /* ---- the plan's tables ---- */
@@ -433,8 +440,7 @@ static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items
   if (!s->first_step_end) { /* the operations since the second step began were not planned */
     s->first_step_end = s->ops - (st->hist.n - f->boundary);
     for (uint32_t i = f->boundary; i < st->hist.n; i++)
-      s->steady_reserved =
-          st->hist.reserved[i] > s->steady_reserved ? st->hist.reserved[i] : s->steady_reserved;
+      s->steady_reserved = s->first_reserved = most(s->steady_reserved, st->hist.reserved[i]);
   }
   uint64_t first = 0; /* what the first step (before the plan) reserved at most */
   for (uint32_t i = f->boundary >= f->period ? f->boundary - f->period : 0; i < f->boundary; i++)
@@ -592,6 +598,8 @@ static void end_step(hbm__step_t *st, plan_t *p) {
          (unsigned long long)p->step_other);
   bool changed = all && 2 * p->step_planned < all;
   p->step_planned = p->step_other = 0;
+  if (!st->stats.first_planned_end)
+    st->stats.first_planned_end = st->stats.ops;
   if (changed) {
     retire(st);
     return;

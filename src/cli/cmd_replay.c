@@ -186,6 +186,15 @@ static void print_plan(const hbm_replay_result_t *r) {
          bytes(r->steady_reserved_bytes, a),
          ratio(r->steady_reserved_bytes, r->steady_peak_live_bytes),
          bytes(r->steady_peak_live_bytes, b));
+  printf("    first planned step %s, %.4fx its peak live (%s): blocks of the step before live\n",
+         bytes(r->first_planned_reserved_bytes, a),
+         ratio(r->first_planned_reserved_bytes, r->first_planned_peak_live_bytes),
+         bytes(r->first_planned_peak_live_bytes, b));
+  if (r->later_peak_live_bytes)
+    printf("    later steps        %s, %.4fx their peak live (%s)\n",
+           bytes(r->later_reserved_bytes, a),
+           ratio(r->later_reserved_bytes, r->later_peak_live_bytes),
+           bytes(r->later_peak_live_bytes, b));
   if (r->timed_replays)
     printf("  timed replays        %.2f%% of their operations served from the plan\n",
            100.0 * r->planned_fraction_timed);
@@ -285,6 +294,14 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
                         json_integer((json_int_t)r->steady_reserved_bytes));
     json_object_set_new(root, "steady_peak_live_bytes",
                         json_integer((json_int_t)r->steady_peak_live_bytes));
+    json_object_set_new(root, "first_planned_reserved_bytes",
+                        json_integer((json_int_t)r->first_planned_reserved_bytes));
+    json_object_set_new(root, "first_planned_peak_live_bytes",
+                        json_integer((json_int_t)r->first_planned_peak_live_bytes));
+    json_object_set_new(root, "later_reserved_bytes",
+                        json_integer((json_int_t)r->later_reserved_bytes));
+    json_object_set_new(root, "later_peak_live_bytes",
+                        json_integer((json_int_t)r->later_peak_live_bytes));
     json_object_set_new(root, "planned_fraction", json_real(r->planned_fraction));
     json_object_set_new(root, "plan", plan_json(r));
   }
