@@ -745,6 +745,10 @@ typedef struct hbm_log_event {
 typedef struct hbm_alloc_log {
   hbm_log_event_t *events;
   size_t n_events;
+  /* The events before which the program began a step, by its own step markers (an XProf
+   * trace's step events), in order; mode learn takes them as hbm_profiler_step_begin. */
+  size_t *step_begins;
+  size_t n_step_begins;
   size_t skipped;       /* malformed lines skipped with lenient = 1 */
   char first_skip[512]; /* the message of the first skipped line */
 } hbm_alloc_log_t;

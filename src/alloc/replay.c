@@ -173,14 +173,19 @@ static bool note_failure(outcome_t *o, const replay_op_t *op) {
 }
 
 /* The first replay of a device: counts failures, reports progress, and stops at the first
- * failure when stop_early (the min-memory search only wants to know whether it fits). */
+ * failure when stop_early (the min-memory search only wants to know whether it fits). The
+ * log's step markers go to mode learn as the program's own would (not in the timed replays:
+ * they serve the plan the first one found). */
 static hbm_status_t replay_checked(replay_t *rp, hbm_device_t *dev, bool stop_early, outcome_t *o) {
   memset(o, 0, sizeof *o);
   o->first_event = -1;
   hbm_status_t st = HBM_OK;
-  size_t i = 0;
+  size_t i = 0, mark = 0;
+  const hbm_alloc_log_t *log = rp->log;
   for (; i < rp->n_ops && st == HBM_OK; i++) {
     const replay_op_t *op = &rp->ops[i];
+    for (; mark < log->n_step_begins && log->step_begins[mark] <= op->event; mark++)
+      hbm__step_mark(hbm__device_strategy(dev));
     if (!op->size) {
       if (rp->slots[op->slot])
         st = hbm_free(dev, rp->slots[op->slot]);

@@ -163,5 +163,8 @@ typedef struct hbm__step_stats {
 } hbm__step_stats_t;
 
 void hbm__step_get_stats(hbm__strategy_t *s, hbm__step_stats_t *out);
+/* A replayed log's step marker: a step begins with the next operation, as after
+ * hbm_profiler_step_begin, for this strategy alone (any thread; nothing for other modes). */
+void hbm__step_mark(hbm__strategy_t *s);
 
 #endif /* HBM_ALLOC_STEP_H */

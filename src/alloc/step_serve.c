@@ -105,7 +105,8 @@ struct hbm__step {
   hbm__strategy_t *mem; /* the tight expandable strategy */
   plan_t *active, *retiring;
   hbm__step_history_t hist;
-  uint64_t marks; /* hbm_profiler_step_begin calls seen */
+  uint64_t marks;                 /* step markers seen: the program's and the log's */
+  atomic_uint_fast64_t log_marks; /* a replayed log's (hbm__step_mark) */
   hbm__step_stats_t stats;
 };
 
@@ -381,7 +382,8 @@ static bool back_stretches(hbm__step_t *st, plan_t *p) {
   return true;
 }
 
-/* The first planned step is over: the steady stretches are backed for good. */
+/* The first planned step is over (and the step was served well): the steady stretches are
+ * backed for good. */
 static void warm_up(hbm__step_t *st, plan_t *p) {
   if (p->cold && back_stretches(st, p))
     p->cold = false;
@@ -402,8 +404,8 @@ static void settle(hbm__step_t *st, plan_t *p) {
   p->settled = true;
 }
 
-/* Retiring: each live block holds its own granules again, and the stretches no longer do, so
- * memory goes back as the blocks are freed. */
+/* Retiring, or a step served poorly: each live block holds its own granules again, and the
+ * stretches no longer do, so memory goes back as the blocks are freed. */
 static void cool_down(hbm__step_t *st, plan_t *p) {
   for (uint32_t k = 0; k < p->n && !p->cold; k++)
     if ((p->state[k] & (STATE_LIVE | STATE_ADOPTED | STATE_COLD)) == STATE_LIVE &&
@@ -597,6 +599,9 @@ static void end_step(hbm__step_t *st, plan_t *p) {
          (unsigned long long)p->step, (unsigned long long)p->step_planned, (unsigned long long)all,
          (unsigned long long)p->step_other);
   bool changed = all && 2 * p->step_planned < all;
+  /* the steady span is worth mapping whole while steps are served from it: else what falls
+   * back would be reserved beside all of it */
+  bool served = 10 * p->step_planned >= 9 * all;
   p->step_planned = p->step_other = 0;
   if (!st->stats.first_planned_end)
     st->stats.first_planned_end = st->stats.ops;
@@ -604,7 +609,10 @@ static void end_step(hbm__step_t *st, plan_t *p) {
     retire(st);
     return;
   }
-  warm_up(st, p);
+  if (served)
+    warm_up(st, p);
+  else
+    cool_down(st, p);
   settle(st, p);
   note_reserved(st);
 }
@@ -818,7 +826,8 @@ static void learn(hbm__step_t *st, uint64_t addr, uint64_t size, uint64_t bytes)
     hbm__step_history_clear(&st->hist);
     return;
   }
-  uint64_t marks = atomic_load_explicit(&hbm__rec_step_marks, memory_order_relaxed);
+  uint64_t marks = atomic_load_explicit(&hbm__rec_step_marks, memory_order_relaxed) +
+                   atomic_load_explicit(&st->log_marks, memory_order_relaxed);
   if (marks != st->marks) { /* a step began before this operation */
     st->marks = marks;
     hbm__step_history_mark(&st->hist);
@@ -933,6 +942,11 @@ hbm_status_t hbm__learn_create(const hbm__strategy_env_t *env, hbm__strategy_t *
   st->base.step = st;
   *out = &st->base;
   return HBM_OK;
+}
+
+void hbm__step_mark(hbm__strategy_t *s) {
+  if (s && s->step)
+    atomic_fetch_add_explicit(&s->step->log_marks, 1, memory_order_relaxed);
 }
 
 void hbm__step_get_stats(hbm__strategy_t *s, hbm__step_stats_t *out) {
