@@ -26,6 +26,7 @@
 
 #include <cmocka.h> /* after the headers it needs */
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,9 +397,37 @@ static void profile_records_the_plan(void **state) {
   FILE *out = open_memstream(&text, &len);
   assert_int_equal(hbm_report_text(p, -1, 80, out), HBM_OK);
   fclose(out);
+  /* per planned step (periods from the plan's start, 64 operations into the second step):
+   * the first serves all but the frees of the 4 blocks it took over, the second all 72 */
   if (!strstr(text, "step plan (mode learn)") || !strstr(text, "72 operations (36 allocations)") ||
-      !strstr(text, "operations from the plan"))
+      !strstr(text, "2 steps, 140 of 144 operations from the plan (97.22%), 4 fell back") ||
+      !strstr(text, "step 1         94.44% of 72 operations") ||
+      !strstr(text, "step 2        100.00% of 72 operations") || !strstr(text, "saved"))
     fail_msg("no step plan in the report:\n%s", text);
+  free(text);
+  out = open_memstream(&text, &len); /* the JSON, the viewer's panel's source */
+  assert_int_equal(hbm_report_json(p, -1, out), HBM_OK);
+  fclose(out);
+  json_error_t err;
+  json_t *root = json_loads(text, 0, &err), *plan = json_object_get(root, "step_plan");
+  assert_non_null(plan);
+  assert_int_equal(json_integer_value(json_object_get(plan, "step_operations")), 72);
+  assert_int_equal(json_integer_value(json_object_get(plan, "bound_bytes")), BOUND);
+  assert_int_equal(json_integer_value(json_object_get(plan, "served_operations")), 140);
+  json_t *planned = json_object_get(plan, "steps");
+  assert_int_equal(json_array_size(planned), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(planned, 0), "fell_back")), 4);
+  /* saved: the step before the plan's most reserved, less the planned steps' most */
+  json_int_t most = 0;
+  for (size_t i = 0; i < 2; i++) {
+    json_int_t r =
+        json_integer_value(json_object_get(json_array_get(planned, i), "reserved_bytes"));
+    most = r > most ? r : most;
+  }
+  assert_true(most > 0);
+  assert_int_equal(json_integer_value(json_object_get(plan, "saved_bytes")),
+                   json_integer_value(json_object_get(plan, "first_step_reserved_bytes")) - most);
+  json_decref(root);
   free(text);
   hbm_profile_free(p);
 }

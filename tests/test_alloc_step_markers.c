@@ -99,8 +99,7 @@ static void assert_plan(const char *out, long long events, long long period, lon
 static char *replay_json(const char *path) {
   char cmd[8400], *out = NULL;
   snprintf(cmd, sizeof cmd,
-           "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --repeat 0 --json", HBM_BIN,
-           path);
+           "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --repeat 0 --json", HBM_BIN, path);
   if (th_run(cmd, &out) != 0)
     fail_msg("hbm replay %s failed:\n%s", path, out ? out : "");
   return out;

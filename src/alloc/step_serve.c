@@ -96,6 +96,7 @@ typedef struct plan {
   hbm_u64map_t adopted; /* address → entry, survivors not yet freed */
   uint64_t step;        /* steps ended under this plan */
   uint64_t step_planned, step_other; /* operations of the step under way */
+  uint64_t step_reserved;            /* the most reserved in the step under way */
   uint32_t miss_run;
   bool retiring;
 } plan_t;
@@ -139,6 +140,8 @@ static void note_reserved(hbm__step_t *st) {
   hbm__strategy_stats_t s;
   st->mem->ops->stats(st->mem, &s);
   t->steady_reserved = most(t->steady_reserved, s.reserved);
+  if (st->active)
+    st->active->step_reserved = most(st->active->step_reserved, s.reserved);
   if (t->first_planned_end)
     t->later_reserved = most(t->later_reserved, s.reserved);
   else
@@ -595,14 +598,15 @@ static bool fits(const plan_t *p, uint64_t lo, uint64_t hi) {
 static void end_step(hbm__step_t *st, plan_t *p) {
   p->step++;
   uint64_t all = p->step_planned + p->step_other;
-  marker("hbm plan: step %llu: %llu of %llu operations served from the plan, %llu fell back",
+  marker("hbm plan: step %llu: %llu of %llu operations served from the plan, %llu fell back; "
+         "%llu bytes reserved at most",
          (unsigned long long)p->step, (unsigned long long)p->step_planned, (unsigned long long)all,
-         (unsigned long long)p->step_other);
+         (unsigned long long)p->step_other, (unsigned long long)p->step_reserved);
   bool changed = all && 2 * p->step_planned < all;
   /* the steady span is worth mapping whole while steps are served from it: else what falls
    * back would be reserved beside all of it */
   bool served = 10 * p->step_planned >= 9 * all;
-  p->step_planned = p->step_other = 0;
+  p->step_planned = p->step_other = p->step_reserved = 0; /* (note_reserved below sets it) */
   if (!st->stats.first_planned_end)
     st->stats.first_planned_end = st->stats.ops;
   if (changed) {
