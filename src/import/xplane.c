@@ -830,7 +830,8 @@ static bool log_steps(space_reader_t *sr, const mem_event_t *ev, const size_t *m
   out->step_begins = malloc((t->n + 1) * sizeof *out->step_begins);
   if (!out->step_begins)
     return false;
-  qsort(t->ps, t->n, sizeof *t->ps, compare_i64);
+  if (t->n) /* (t->ps may be NULL: qsort must not get it) */
+    qsort(t->ps, t->n, sizeof *t->ps, compare_i64);
   size_t k = 0;
   for (size_t i = 0; i < t->n; i++) {
     while (k < n && ev[mine[k]].time_ps < t->ps[i])
