@@ -105,7 +105,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--models", default="resnet18,mobilenet_v3_small,transformer")
+    parser.add_argument("--models", default="resnet18,mobilenet_v3_small,transformer,"
+                        "squeezenet1_0,mobilenet_v2,shufflenet_v2_x1_0")
     args = parser.parse_args()
     if "HBM_TORCH_HOOK_LOG" not in os.environ:
         preload_hook()

@@ -763,6 +763,10 @@ typedef struct hbm_log_event {
 typedef struct hbm_alloc_log {
   hbm_log_event_t *events;
   size_t n_events;
+  /* The events before which the program began a step, by its own step markers (an XProf
+   * trace's step events), in order; mode learn takes them as hbm_profiler_step_begin. */
+  size_t *step_begins;
+  size_t n_step_begins;
   size_t skipped;       /* malformed lines skipped with lenient = 1 */
   char first_skip[512]; /* the message of the first skipped line */
 } hbm_alloc_log_t;
@@ -824,7 +828,12 @@ typedef struct hbm_replay_result {
   int64_t first_step_end_event;    /* the event where the second step began (-1: none) */
   uint64_t steady_reserved_bytes;  /* the most reserved at any point from there on */
   uint64_t steady_peak_live_bytes; /* the most bytes live from there on */
-  double planned_fraction;         /* of the operations from there on, served from the plan */
+  /* The same over the first planned step (from the second step's beginning to the end of the
+   * plan's first step: blocks of the step before are still live), and over the later steps
+   * (0 when the log ends before) */
+  uint64_t first_planned_reserved_bytes, first_planned_peak_live_bytes;
+  uint64_t later_reserved_bytes, later_peak_live_bytes;
+  double planned_fraction; /* of the operations from there on, served from the plan */
   uint64_t planned_operations, fallback_operations; /* from there on */
   uint64_t plan_bytes;                              /* memory the last plan holds for the step */
   uint64_t plan_bound_bytes;                        /* the most bytes its step had live at once */

@@ -11,7 +11,7 @@
 # bench_replay.c --side-by-side), with hbm's arena alone (--ns-arena) timed beside them. The
 # project ships no such program (BENCHMARKS.md says how the offset allocator's was built,
 # outside the repository). `learn_table` and `side_by_side_learn` are mode learn's (the second
-# also needs HBM_BENCH_OFFSET_REPLAY).
+# also needs HBM_BENCH_OFFSET_REPLAY; HBM_BENCH_LEARN_LOGS=DIR adds DIR/*.csv to both).
 # Every benchmark prints the machine's facts (cores, CPU, clocksource, TSC flags, load
 # average); the script fails when any benchmark fails or measured nothing.
 set -uo pipefail
@@ -89,10 +89,15 @@ if wanted side_by_side; then
 fi
 
 # Mode learn (BENCHMARKS.md "Mode learn"): its table over the logs, and (with the other
-# allocator) its time side by side, the default mode beside them.
+# allocator) its time side by side, the default mode beside them. HBM_BENCH_LEARN_LOGS=DIR adds
+# DIR/*.csv (the multi-step logs bench/record_torch_steps.py records) to both.
+learn_logs=("${traces[@]}")
+if [[ -n ${HBM_BENCH_LEARN_LOGS:-} ]]; then
+  for f in "$HBM_BENCH_LEARN_LOGS"/*.csv; do [[ -f $f ]] && learn_logs+=("$f"); done
+fi
 if wanted learn_table; then
   if ((${#traces[@]})); then
-    run learn_table "$dir/bench/bench_replay" --learn "${traces[@]}"
+    run learn_table "$dir/bench/bench_replay" --learn "${learn_logs[@]}"
   else
     echo; echo "## learn_table"; echo; echo "(skipped: no ../shared/traces/*.csv)"
   fi
@@ -100,7 +105,7 @@ fi
 if wanted side_by_side_learn; then
   if [[ -n ${HBM_BENCH_OFFSET_REPLAY:-} ]] && ((${#traces[@]})); then
     run side_by_side_learn "$dir/bench/bench_replay" --side-by-side-learn \
-      "$HBM_BENCH_OFFSET_REPLAY" 9 "${traces[@]}"
+      "$HBM_BENCH_OFFSET_REPLAY" 9 "${learn_logs[@]}"
   else
     echo; echo "## side_by_side_learn"; echo
     echo "(not run: needs HBM_BENCH_OFFSET_REPLAY and ../shared/traces/*.csv)"

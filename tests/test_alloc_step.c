@@ -26,6 +26,7 @@
 
 #include <cmocka.h> /* after the headers it needs */
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,52 @@ static void repeating_loop_is_planned(void **state) {
   free(log.events);
 }
 
+/* Blocks of the step before, live when the plan begins (the survivors), are not held twice.
+ * The step (80 operations, 40 allocations): big[i] = 8 + 2i MiB (i = 0..3, 44 MiB: bfc puts
+ * them at the top of the range), 30 pairs s[j] = 64 KiB·(j + 1) + 256, allocated and freed at
+ * once, act[i] = 2 MiB·(i + 1) (i = 0..5, 42 MiB), then big[0..3] freed, then act[5..0]. The
+ * most live is 44 + 42 = 86 MiB, every block a whole number of 2 MiB granules but the s[j].
+ * The plan begins 64 operations into the second step, after the pairs: the four bigs are live
+ * (the survivors), and their frees are due 6 allocations later. Mapping the plan's span at
+ * once would hold 86 MiB beside them (130 MiB); the first planned step's own placement goes
+ * around them, its blocks map what they use, and from the second planned step on the span
+ * (86 MiB: the steps nest) is mapped: at no time more than the 86 MiB live. Falling back: the
+ * 64 operations before the plan and the 4 frees of the survivors, of 4 × 80. */
+static void survivors_are_not_held_twice(void **state) {
+  (void)state;
+  gen_t g = {0};
+  for (int s = 0; s < STEPS; s++) {
+    uint64_t big[4], act[6];
+    for (int i = 0; i < 4; i++)
+      big[i] = alloc_op(&g, (8 + 2 * (uint64_t)i) * MiB);
+    for (int j = 0; j < 30; j++)
+      free_op(&g, alloc_op(&g, 64 * KiB * (uint64_t)(j + 1) + 256));
+    for (int i = 0; i < 6; i++)
+      act[i] = alloc_op(&g, 2 * MiB * (uint64_t)(i + 1));
+    for (int i = 0; i < 4; i++)
+      free_op(&g, big[i]);
+    for (int i = 5; i >= 0; i--)
+      free_op(&g, act[i]);
+  }
+  hbm_replay_result_t r = replay(&g.log, HBM_MODE_LEARN, 1024 * MiB);
+  assert_int_equal(r.failed_allocations, 0);
+  assert_int_equal(r.step_operations, 80);
+  assert_int_equal(r.first_step_end_event, 80);
+  assert_int_equal(r.plans, 1);
+  assert_int_equal(r.fallback_operations, 64 + 4);
+  assert_int_equal(r.planned_operations, 4 * 80 - 68);
+  assert_int_equal(r.steady_peak_live_bytes, 86 * MiB);
+  assert_int_equal(r.plan_bound_bytes, 86 * MiB);
+  assert_int_equal(r.plan_bytes, 86 * MiB);
+  assert_int_equal(r.steady_reserved_bytes, 86 * MiB);
+  assert_int_equal(r.first_planned_reserved_bytes, 86 * MiB); /* survivors and the plan */
+  assert_int_equal(r.first_planned_peak_live_bytes, 86 * MiB);
+  assert_int_equal(r.later_reserved_bytes, 86 * MiB); /* the span, mapped whole */
+  assert_int_equal(r.later_peak_live_bytes, 86 * MiB);
+  hbm_replay_result_free(&r);
+  free(g.log.events);
+}
+
 /* A later step that differs never costs an allocation the default mode serves: each variant
  * replays on the smallest memory bfc needs for it, rounded up to the 2 MiB granule mode learn
  * maps physical memory in (on a sim device of an odd number of MiB, bfc's one region is
@@ -209,8 +256,9 @@ static void replay_command_reports_the_plan(void **state) {
   snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json", HBM_BIN,
            path);
   assert_int_equal(th_run(cmd, &out), 0);
-  const char *keys[] = {"\"peak_live_bytes\"", "\"steady_reserved_bytes\"", "\"planned_fraction\"",
-                        "\"ns_per_op\""};
+  const char *keys[] = {
+      "\"peak_live_bytes\"", "\"steady_reserved_bytes\"",        "\"planned_fraction\"",
+      "\"ns_per_op\"",       "\"first_planned_reserved_bytes\"", "\"later_reserved_bytes\""};
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
     if (!strstr(out, keys[k]))
       fail_msg("%s missing in:\n%s", keys[k], out);
@@ -349,9 +397,37 @@ static void profile_records_the_plan(void **state) {
   FILE *out = open_memstream(&text, &len);
   assert_int_equal(hbm_report_text(p, -1, 80, out), HBM_OK);
   fclose(out);
+  /* per planned step (periods from the plan's start, 64 operations into the second step):
+   * the first serves all but the frees of the 4 blocks it took over, the second all 72 */
   if (!strstr(text, "step plan (mode learn)") || !strstr(text, "72 operations (36 allocations)") ||
-      !strstr(text, "operations from the plan"))
+      !strstr(text, "2 steps, 140 of 144 operations from the plan (97.22%), 4 fell back") ||
+      !strstr(text, "step 1         94.44% of 72 operations") ||
+      !strstr(text, "step 2        100.00% of 72 operations") || !strstr(text, "saved"))
     fail_msg("no step plan in the report:\n%s", text);
+  free(text);
+  out = open_memstream(&text, &len); /* the JSON, the viewer's panel's source */
+  assert_int_equal(hbm_report_json(p, -1, out), HBM_OK);
+  fclose(out);
+  json_error_t err;
+  json_t *root = json_loads(text, 0, &err), *plan = json_object_get(root, "step_plan");
+  assert_non_null(plan);
+  assert_int_equal(json_integer_value(json_object_get(plan, "step_operations")), 72);
+  assert_int_equal(json_integer_value(json_object_get(plan, "bound_bytes")), BOUND);
+  assert_int_equal(json_integer_value(json_object_get(plan, "served_operations")), 140);
+  json_t *planned = json_object_get(plan, "steps");
+  assert_int_equal(json_array_size(planned), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(planned, 0), "fell_back")), 4);
+  /* saved: the step before the plan's most reserved, less the planned steps' most */
+  json_int_t most = 0;
+  for (size_t i = 0; i < 2; i++) {
+    json_int_t r =
+        json_integer_value(json_object_get(json_array_get(planned, i), "reserved_bytes"));
+    most = r > most ? r : most;
+  }
+  assert_true(most > 0);
+  assert_int_equal(json_integer_value(json_object_get(plan, "saved_bytes")),
+                   json_integer_value(json_object_get(plan, "first_step_reserved_bytes")) - most);
+  json_decref(root);
   free(text);
   hbm_profile_free(p);
 }
@@ -377,6 +453,7 @@ static void plan_variable_is_parsed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(repeating_loop_is_planned),
+      cmocka_unit_test(survivors_are_not_held_twice),
       cmocka_unit_test(divergent_steps_never_fail),
       cmocka_unit_test(replay_command_reports_the_plan),
       cmocka_unit_test(plan_blocks_are_found_by_address),

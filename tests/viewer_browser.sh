@@ -78,6 +78,12 @@ serve "$work/torch" "$work/serve-torch.log"
 torch_pid=${pids[-1]}
 node "$src/tests/browser/torch.test.mjs" --url "$url" --logdir "$work/torch" --hbm "$hbm" \
   --artifacts "$artifacts" --chromium "$chromium" --profiledir "$work/chromium-torch" || status=$?
+# Mode learn's step plan panel (tests/browser/step_plan.test.mjs), in a logdir of its own.
+"$build/tests/test_viewer_step_plan" --write-fixtures "$work/learn"
+serve "$work/learn" "$work/serve-learn.log"
+learn_pid=${pids[-1]}
+node "$src/tests/browser/step_plan.test.mjs" --url "$url" --artifacts "$artifacts" \
+  --chromium "$chromium" --profiledir "$work/chromium-learn" || status=$?
 # A real XProf profile (tests/browser/xplane.test.mjs): JAX's own when the venv has JAX.
 xp=$work/xprof; mkdir -p "$xp/plugins/profile/r"
 "$src/.venv/bin/python" "$src/tests/data/jax_xprof_profile.py" "$xp" >/dev/null 2>&1 ||
@@ -92,7 +98,7 @@ if ls "$xp"/plugins/profile/*/*.xplane.pb >/dev/null 2>&1; then
 fi
 
 # Ctrl-C stops the servers cleanly.
-for pid in "$main_pid" "$empty_pid" "$mainjob_pid" "$torch_pid"; do
+for pid in "$main_pid" "$empty_pid" "$mainjob_pid" "$torch_pid" "$learn_pid"; do
   kill -INT "$pid"
   rc=0
   wait "$pid" || rc=$?

@@ -160,16 +160,14 @@ hbm_status_t hbm__expandable_create_tight(const hbm__strategy_env_t *env, hbm__s
 hbm__arena_t *hbm__expandable_arena(hbm__strategy_t *s);
 /* The range's base, 0 before the first allocation or claim reserved it. */
 uint64_t hbm__expandable_base(hbm__strategy_t *s);
-/* Every free part of [lo, hi) becomes a used block with its granules mapped, handed to fn
- * (which keeps it: release it with hbm__expandable_release). The range is reserved first if
- * it is not. HBM_ERR_NO_MEMORY with *why when the mapping passes the limit. */
-hbm_status_t hbm__expandable_claim(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
-                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx,
-                                   hbm__failure_t *why);
-/* hbm__arena_split for a block of this strategy, its granules counted for both pieces. */
-hbm_status_t hbm__expandable_split(hbm__strategy_t *s, hbm__block_t *b, uint64_t keep,
-                                   hbm__block_t *rest);
-void hbm__expandable_release(hbm__strategy_t *s, const hbm__block_t *b);
+/* The granules that the bytes [lo, hi) of the range touch get one user more, mapped first
+ * where they have none (HBM_ERR_NO_MEMORY with *why past the limit); unback: one user less.
+ * The plan holds its span as used blocks of the arena that map nothing, and backs them so. */
+hbm_status_t hbm__expandable_back(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
+                                  hbm__failure_t *why);
+void hbm__expandable_unback(hbm__strategy_t *s, uint64_t lo, uint64_t hi);
+/* The device's granularity: what back and unback count. */
+uint64_t hbm__expandable_granule(hbm__strategy_t *s);
 
 /* ---- the best-fit-with-coalescing arena (arena.c), shared by the bfc, growth, async and
  * expandable strategies: host-side chunks over regions of device addresses. Not locked. ---- */

@@ -51,8 +51,8 @@
  * Mode learn (step_serve.c) uses this strategy as its memory underneath, made "tight": the
  * range is the limit itself, so the arena places blocks exactly as bfc's preallocated region
  * would (same region size, same rules), and the cache holds at most 1/128 of the granules in
- * use (what is reserved then follows what is live); the plan takes its span of the range
- * with hbm__expandable_claim. */
+ * use (what is reserved then follows what is live); the plan holds its span of the range in
+ * the arena and maps the granules its blocks use with hbm__expandable_back. */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
@@ -579,54 +579,29 @@ hbm__arena_t *hbm__expandable_arena(hbm__strategy_t *s) { return exp_of(s)->aren
 
 uint64_t hbm__expandable_base(hbm__strategy_t *s) { return exp_of(s)->range; }
 
-typedef struct claim_ctx {
-  expandable_t *e;
-  hbm_status_t (*fn)(void *ctx, const hbm__block_t *b);
-  void *ctx;
-  hbm__failure_t *why;
-} claim_ctx_t;
-
-/* A claimed block of the arena gets its granules mapped, as an allocation would. */
-static hbm_status_t back_claimed(void *ctx, const hbm__block_t *b) {
-  claim_ctx_t *c = ctx;
+/* The granules that [lo, hi) touches get one user more (the plan of mode learn backs its
+ * blocks this way: its span is held in the arena as used blocks that map nothing, and memory
+ * comes behind the parts of it that blocks use); those without users are mapped first. */
+hbm_status_t hbm__expandable_back(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
+                                  hbm__failure_t *why) {
+  expandable_t *e = exp_of(s);
+  hbm__block_t b = {lo, hi - lo, 0};
   uint64_t first, last;
-  granules_of(c->e, b, &first, &last);
-  hbm_status_t st = map_granules(c->e, first, last, c->why);
-  if (st != HBM_OK) {
-    hbm__arena_release(c->e->arena, b);
-    return st;
-  }
-  use_granules(c->e, first, last);
-  return c->fn(c->ctx, b);
+  granules_of(e, &b, &first, &last);
+  hbm_status_t st = map_granules(e, first, last, why);
+  if (st == HBM_OK)
+    use_granules(e, first, last);
+  return st;
 }
 
-hbm_status_t hbm__expandable_claim(hbm__strategy_t *s, uint64_t lo, uint64_t hi,
-                                   hbm_status_t (*fn)(void *ctx, const hbm__block_t *b), void *ctx,
-                                   hbm__failure_t *why) {
+/* ... one user less: a granule left without users goes to the cache. */
+void hbm__expandable_unback(hbm__strategy_t *s, uint64_t lo, uint64_t hi) {
   expandable_t *e = exp_of(s);
-  hbm_status_t st = e->range ? HBM_OK : reserve_range(e, why);
-  if (st != HBM_OK)
-    return st;
-  claim_ctx_t c = {e, fn, ctx, why};
-  return hbm__arena_claim_free(e->arena, lo, hi, back_claimed, &c);
+  hbm__block_t b = {lo, hi - lo, 0};
+  uint64_t first, last;
+  granules_of(e, &b, &first, &last);
+  e->ops++;
+  release_granules(e, first, last);
 }
 
-/* The block's granules were counted once each; its two pieces share the granule where they
- * meet, which now has one user more. */
-hbm_status_t hbm__expandable_split(hbm__strategy_t *s, hbm__block_t *b, uint64_t keep,
-                                   hbm__block_t *rest) {
-  expandable_t *e = exp_of(s);
-  hbm_status_t st = hbm__arena_split(e->arena, b, keep, rest);
-  if (st != HBM_OK)
-    return st;
-  uint64_t first, last, rest_first, rest_last;
-  granules_of(e, b, &first, &last);
-  granules_of(e, rest, &rest_first, &rest_last);
-  if (rest_first <= last)
-    use_granules(e, rest_first, last);
-  return HBM_OK;
-}
-
-void hbm__expandable_release(hbm__strategy_t *s, const hbm__block_t *b) {
-  exp_free(s, b, NULL, false);
-}
+uint64_t hbm__expandable_granule(hbm__strategy_t *s) { return exp_of(s)->gran; }

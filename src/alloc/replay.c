@@ -173,14 +173,19 @@ static bool note_failure(outcome_t *o, const replay_op_t *op) {
 }
 
 /* The first replay of a device: counts failures, reports progress, and stops at the first
- * failure when stop_early (the min-memory search only wants to know whether it fits). */
+ * failure when stop_early (the min-memory search only wants to know whether it fits). The
+ * log's step markers go to mode learn as the program's own would (not in the timed replays:
+ * they serve the plan the first one found). */
 static hbm_status_t replay_checked(replay_t *rp, hbm_device_t *dev, bool stop_early, outcome_t *o) {
   memset(o, 0, sizeof *o);
   o->first_event = -1;
   hbm_status_t st = HBM_OK;
-  size_t i = 0;
+  size_t i = 0, mark = 0;
+  const hbm_alloc_log_t *log = rp->log;
   for (; i < rp->n_ops && st == HBM_OK; i++) {
     const replay_op_t *op = &rp->ops[i];
+    for (; mark < log->n_step_begins && log->step_begins[mark] <= op->event; mark++)
+      hbm__step_mark(hbm__device_strategy(dev));
     if (!op->size) {
       if (rp->slots[op->slot])
         st = hbm_free(dev, rp->slots[op->slot]);
@@ -360,10 +365,10 @@ static hbm_status_t check_options(const hbm_replay_options_t *opt) {
   return HBM_OK;
 }
 
-/* The most bytes live from operation `from` of the replay on (requested sizes). */
-static uint64_t peak_live_from(const replay_t *rp, uint64_t from) {
+/* The most bytes live over operations [from, to) of the replay (requested sizes). */
+static uint64_t peak_live_between(const replay_t *rp, uint64_t from, uint64_t to) {
   uint64_t *sizes = calloc(rp->n_slots + 1, sizeof *sizes), live = 0, peak = 0;
-  for (size_t i = 0; sizes && i < rp->n_ops; i++) {
+  for (size_t i = 0; sizes && i < rp->n_ops && i < to; i++) {
     const replay_op_t *op = &rp->ops[i];
     live = op->size ? live + op->size : live - sizes[op->slot];
     sizes[op->slot] = op->size;
@@ -391,7 +396,13 @@ static void take_plan(const replay_t *rp, hbm_device_t *dev, hbm_replay_result_t
   uint64_t after = s.ops - s.first_step_end;
   out->first_step_end_event = rp->ops[s.first_step_end].event;
   out->steady_reserved_bytes = s.steady_reserved;
-  out->steady_peak_live_bytes = peak_live_from(rp, s.first_step_end);
+  out->steady_peak_live_bytes = peak_live_between(rp, s.first_step_end, rp->n_ops);
+  uint64_t first_end = s.first_planned_end ? s.first_planned_end : rp->n_ops;
+  out->first_planned_reserved_bytes = s.first_reserved;
+  out->first_planned_peak_live_bytes = peak_live_between(rp, s.first_step_end, first_end);
+  out->later_reserved_bytes = s.later_reserved;
+  out->later_peak_live_bytes =
+      s.first_planned_end ? peak_live_between(rp, s.first_planned_end, rp->n_ops) : 0;
   out->planned_operations = s.planned_ops;
   out->fallback_operations = after - s.planned_ops;
   out->planned_fraction = after ? (double)s.planned_ops / (double)after : 0;

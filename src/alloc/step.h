@@ -70,7 +70,8 @@ typedef struct hbm__step_item {
   uint32_t start, end;
   bool planned;    /* false: left to the memory underneath (its lifetime is not known) */
   bool live_now;   /* the block of the step before is live now, at `addr` */
-  bool fixed;      /* the solver keeps it at `offset` */
+  bool fixed;      /* the solver keeps it at `offset` (step_plan.c: the first planned step's
+                      blocks live past its end, at their steady offsets) */
   uint64_t addr;   /* the block live now (live_now) */
   uint64_t offset; /* in the plan's span (the solver's answer) */
 } hbm__step_item_t;
@@ -100,6 +101,33 @@ hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
 /* The most bytes live at once over the step (planned items): the bound no plan beats. */
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n);
 
+/* ---- step_plan.c: the places of a step in the range of the memory underneath ---- */
+
+#define HBM__STEP_NO_OFFSET UINT64_MAX
+
+typedef struct hbm__step_range {
+  uint64_t lo, hi;
+} hbm__step_range_t;
+
+typedef struct hbm__step_places {
+  uint64_t *steady;             /* per item: its offset from the second planned step on */
+  uint64_t *first;              /* per item: its offset in the first planned step */
+  hbm__step_range_t *stretches; /* what the steady placement uses, merged, in order */
+  size_t n_stretches;
+  hbm__step_range_t *held; /* what either uses */
+  size_t n_held;
+  uint64_t span;         /* the end of the highest of either */
+  uint64_t steady_bytes; /* the stretches' sum */
+  double solve_ms;
+} hbm__step_places_t;
+
+/* Both placements of the step (offsets from base, the range of mem; HBM__STEP_NO_OFFSET for
+ * items not planned): items whose block live now the walk of mem does not find are not
+ * planned. HBM_ERR_NO_MEMORY when a placement does not fit under limit. */
+hbm_status_t hbm__step_place(hbm__strategy_t *mem, uint64_t base, hbm__step_item_t *items,
+                             uint32_t n, uint64_t limit, hbm__step_places_t *out);
+void hbm__step_places_free(hbm__step_places_t *p);
+
 /* ---- step_serve.c: the strategy ---- */
 
 typedef struct hbm__step hbm__step_t;
@@ -117,19 +145,26 @@ size_t hbm__step_live_count(hbm__step_t *st);
 
 /* What mode learn did (hbm replay, the report). */
 typedef struct hbm__step_stats {
-  uint64_t ops;             /* allocations and frees seen */
-  uint64_t first_step_end;  /* the operation where the second step began (0: no step found) */
-  uint64_t period;          /* operations per step of the last plan (0: none) */
-  uint64_t planned_ops;     /* operations served from a plan (allocations and frees) */
-  uint64_t fallback_ops;    /* operations after the first step that the plan did not serve */
-  uint64_t plans;           /* plans made */
-  uint64_t retired;         /* plans given up (the step changed, or memory was short) */
-  uint64_t heap_bytes;      /* the last plan's span */
-  uint64_t bound_bytes;     /* the most bytes its step had live at once */
-  uint64_t steady_reserved; /* most reserved at any point after the first step */
-  double solve_ms;          /* time spent solving */
+  uint64_t ops;               /* allocations and frees seen */
+  uint64_t first_step_end;    /* the operation where the second step began (0: no step found) */
+  uint64_t period;            /* operations per step of the last plan (0: none) */
+  uint64_t planned_ops;       /* operations served from a plan (allocations and frees) */
+  uint64_t fallback_ops;      /* operations after the first step that the plan did not serve */
+  uint64_t plans;             /* plans made */
+  uint64_t retired;           /* plans given up (the step changed, or memory was short) */
+  uint64_t heap_bytes;        /* the last plan's span */
+  uint64_t bound_bytes;       /* the most bytes its step had live at once */
+  uint64_t steady_reserved;   /* most reserved at any point after the first step */
+  uint64_t first_planned_end; /* the operation where the first plan's first step ended (0: not
+                                 yet): the survivors of the step before are gone */
+  uint64_t first_reserved;    /* most reserved from first_step_end to first_planned_end */
+  uint64_t later_reserved;    /* most reserved from first_planned_end on */
+  double solve_ms;            /* time spent solving */
 } hbm__step_stats_t;
 
 void hbm__step_get_stats(hbm__strategy_t *s, hbm__step_stats_t *out);
+/* A replayed log's step marker: a step begins with the next operation, as after
+ * hbm_profiler_step_begin, for this strategy alone (any thread; nothing for other modes). */
+void hbm__step_mark(hbm__strategy_t *s);
 
 #endif /* HBM_ALLOC_STEP_H */

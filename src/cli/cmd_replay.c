@@ -1,6 +1,7 @@
 /* cmd_replay.c — `hbm replay LOG [--mode M] [--memory SIZE] [--min-memory] [--json]
- * [--lenient] [--repeat N] [--device N]`: an RMM allocation log, or the trace of a PyTorch
- * memory snapshot (beside PyTorch's own reserved bytes), replayed through libhbm on a private
+ * [--lenient] [--repeat N] [--device N]`: an RMM allocation log, the trace of a PyTorch
+ * memory snapshot (beside PyTorch's own reserved bytes), or the busiest allocator of an XProf
+ * trace (its step markers given to mode learn), replayed through libhbm on a private
  * simulated device (hbm_replay_run): the log's peak live bytes, the mode's peak reserved
  * bytes, the smallest memory the log runs on, the first allocation that fails and why, and
  * the time per operation. A progress bar goes to stderr when it is a terminal and the work
@@ -9,6 +10,7 @@
 #include "cli.h"
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
+#include "import/xprof.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -27,15 +29,17 @@ typedef struct options {
   int device;                     /* snapshots: the device to replay, -1: the busiest */
   bool torch;                     /* the input is a PyTorch memory snapshot */
   torch_device_summary_t pytorch; /* what the snapshot says about that device */
+  char xprof[256];                /* an XProf trace (.xplane.pb): the allocator replayed */
 } options_t;
 
 static void print_usage(FILE *out) {
   fprintf(out,
           "usage: hbm replay LOG [--mode MODE] [--memory SIZE] [--min-memory] [--json]\n"
           "                  [--lenient] [--repeat N] [--device N]\n\n"
-          "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream), or the trace\n"
-          "of a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot), through the\n"
-          "allocator on a private simulated device whose memory is never touched.\n\n"
+          "Replays an RMM allocation log (Thread,Time,Action,Pointer,Size,Stream), the trace\n"
+          "of a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot), or the busiest\n"
+          "allocator of an XProf trace (.xplane.pb; its step markers go to mode learn), through\n"
+          "the allocator on a private simulated device whose memory is never touched.\n\n"
           "  --mode MODE    bfc (default), growth, platform, async, expandable or learn\n"
           "                 (learn: the repeating step found and served from a plan)\n"
           "  --memory SIZE  device memory, all of it usable (default: 16GiB, or twice the\n"
@@ -186,6 +190,15 @@ static void print_plan(const hbm_replay_result_t *r) {
          bytes(r->steady_reserved_bytes, a),
          ratio(r->steady_reserved_bytes, r->steady_peak_live_bytes),
          bytes(r->steady_peak_live_bytes, b));
+  printf("    first planned step %s, %.4fx its peak live (%s): blocks of the step before live\n",
+         bytes(r->first_planned_reserved_bytes, a),
+         ratio(r->first_planned_reserved_bytes, r->first_planned_peak_live_bytes),
+         bytes(r->first_planned_peak_live_bytes, b));
+  if (r->later_peak_live_bytes)
+    printf("    later steps        %s, %.4fx their peak live (%s)\n",
+           bytes(r->later_reserved_bytes, a),
+           ratio(r->later_reserved_bytes, r->later_peak_live_bytes),
+           bytes(r->later_peak_live_bytes, b));
   if (r->timed_replays)
     printf("  timed replays        %.2f%% of their operations served from the plan\n",
            100.0 * r->planned_fraction_timed);
@@ -213,6 +226,9 @@ static void print_text(const options_t *o, const hbm_alloc_log_t *log,
          r->mode == HBM_MODE_EXPANDABLE ? " (physical memory mapped)" : "");
   if (o->torch)
     print_pytorch(o, r);
+  if (o->xprof[0])
+    printf("  XProf trace          allocator %s; %zu step marker%s\n", o->xprof, log->n_step_begins,
+           log->n_step_begins == 1 ? "" : "s");
   if (o->replay.min_memory) {
     if (r->min_memory_bytes)
       printf("  min memory           %s (%llu bytes), %.4fx peak live\n",
@@ -285,9 +301,21 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
                         json_integer((json_int_t)r->steady_reserved_bytes));
     json_object_set_new(root, "steady_peak_live_bytes",
                         json_integer((json_int_t)r->steady_peak_live_bytes));
+    json_object_set_new(root, "first_planned_reserved_bytes",
+                        json_integer((json_int_t)r->first_planned_reserved_bytes));
+    json_object_set_new(root, "first_planned_peak_live_bytes",
+                        json_integer((json_int_t)r->first_planned_peak_live_bytes));
+    json_object_set_new(root, "later_reserved_bytes",
+                        json_integer((json_int_t)r->later_reserved_bytes));
+    json_object_set_new(root, "later_peak_live_bytes",
+                        json_integer((json_int_t)r->later_peak_live_bytes));
     json_object_set_new(root, "planned_fraction", json_real(r->planned_fraction));
     json_object_set_new(root, "plan", plan_json(r));
   }
+  if (o->xprof[0])
+    json_object_set_new(root, "xprof",
+                        json_pack("{s:s, s:I}", "allocator", o->xprof, "step_markers",
+                                  (json_int_t)log->n_step_begins));
   if (o->torch)
     json_object_set_new(root, "pytorch",
                         json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "device", o->pytorch.device,
@@ -305,7 +333,8 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
   return 0;
 }
 
-/* An RMM CSV log, or (by its content) a PyTorch memory snapshot's trace. */
+/* An RMM CSV log, or (by its content) a PyTorch memory snapshot's trace, or an XProf trace's
+ * busiest allocator. */
 static hbm_status_t read_input(options_t *o, hbm_alloc_log_t *log) {
   memset(log, 0, sizeof *log);
   hbm__mapped_t in;
@@ -313,8 +342,11 @@ static hbm_status_t read_input(options_t *o, hbm_alloc_log_t *log) {
   if (st != HBM_OK)
     return st;
   o->torch = pk_looks_like_pickle(in.data, in.len);
+  bool xprof = !o->torch && hbm__xprof_is(o->path, in.data, in.len);
   if (o->torch) {
     st = hbm__torch_snapshot_log(in.data, in.len, o->path, o->device, log, &o->pytorch, &in);
+  } else if (xprof) {
+    st = hbm__xprof_log(o->path, in.data, in.len, log, o->xprof, sizeof o->xprof);
   } else { /* the CSV parser wants its text NUL-terminated */
     hbm__unmap(&in);
     char *data;

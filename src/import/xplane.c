@@ -6,6 +6,9 @@
  *     runtime events: allocator name or TPU chip, address, requested and allocated bytes,
  *     bytes in use and reserved, op, region type, data type, shape) — XProf's Memory Profile,
  *     one space per allocator (XProf's memory id), the 256 largest at most.
+ * and, for `hbm replay` (xprof_xspace_log), the program's step markers: the host's events
+ * with a step_num stat (jax.profiler.StepTraceAnnotation, tf.profiler's Trace(step_num=)),
+ * else the events of a device plane's "Steps" line.
  * A damaged plane or program is noted and skipped; the rest is still read. */
 #include "import/pb_wire.h"
 #include "import/xprof.h"
@@ -32,7 +35,8 @@ typedef enum stat_kind {
   STAT_DATA_TYPE,
   STAT_SHAPE,
   STAT_RESERVED,
-  STAT_MEMORY_INDEX /* index_on_host, device_ordinal: the allocator's id on TPUs */
+  STAT_MEMORY_INDEX, /* index_on_host, device_ordinal: the allocator's id on TPUs */
+  STAT_STEP_NUM      /* a step marker's step number */
 } stat_kind_t;
 
 static const struct {
@@ -53,7 +57,8 @@ static const struct {
                   {"shape", STAT_SHAPE},
                   {"bytes_reserved", STAT_RESERVED},
                   {"index_on_host", STAT_MEMORY_INDEX},
-                  {"device_ordinal", STAT_MEMORY_INDEX}};
+                  {"device_ordinal", STAT_MEMORY_INDEX},
+                  {"step_num", STAT_STEP_NUM}};
 
 typedef struct slice {
   const uint8_t *p;
@@ -80,13 +85,34 @@ typedef struct plane {
   const char *recent[4];    /* the last texts of stats, interned */
   unsigned next_recent;
   const char *numbers[16]; /* allocator ids 0-15 as text, interned when first seen */
+  int64_t step_stat;       /* the id of its stat "step_num" (-1: none) */
+  bool steps_only;         /* a device plane: only its "Steps" line is read */
 } plane_t;
+
+/* Step markers' times (ps), in the order read. */
+typedef struct step_times {
+  int64_t *ps;
+  size_t n, cap;
+} step_times_t;
 
 typedef struct space_reader {
   xprof_import_t *im;
   mem_event_t *events;
   size_t n_events, cap_events, dropped;
+  step_times_t host_steps;   /* events with a step_num stat */
+  step_times_t device_steps; /* the first device plane's "Steps" line */
+  bool device_steps_read;
 } space_reader_t;
+
+static void add_step_time(step_times_t *t, int64_t ps) {
+  if (t->n == t->cap) {
+    int64_t *grown = hbm__grow_array(t->ps, &t->cap, t->n + 1, sizeof *grown, 64);
+    if (!grown)
+      return; /* a marker less: the step is still found in the stream */
+    t->ps = grown;
+  }
+  t->ps[t->n++] = ps;
+}
 
 static bool slice_is(slice_t s, const char *text) {
   size_t n = strlen(text);
@@ -160,6 +186,8 @@ static bool read_stat_metadata(plane_t *pl, pb_reader_t *r, const pb_field_t *f)
     pl->stat_name = s;
   }
   pl->stat_name[pl->n_stats] = name;
+  if (slice_is(name, "step_num"))
+    pl->step_stat = key;
   return hbm_u64map_put(&pl->stat_ids, (uint64_t)key, pl->n_stats++) ||
          (hbm__error(HBM_ERR_HOST_MEMORY, "out of memory"), false);
 }
@@ -337,12 +365,14 @@ static mem_event_t *new_event(space_reader_t *sr) {
   return e;
 }
 
-/* One XEvent: kept when it is an allocator event. -1 when malformed. */
+/* One XEvent: kept when it is an allocator event (or, steps, a step marker: every event of
+ * a "Steps" line, or one with a step_num stat). -1 when malformed. */
 static int read_event(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_field_t *f,
-                      int64_t line_ps) {
+                      int64_t line_ps, step_times_t *steps) {
   pb_reader_t ev = pb_sub(r, f, "XEvent");
   pb_field_t g;
   int got, kind = 0;
+  bool step = steps == &sr->device_steps;
   mem_event_t e = {0};
   int64_t offset_ps = 0;
   while ((got = pb_next(&ev, &g)) > 0) {
@@ -350,20 +380,24 @@ static int read_event(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_
       uint64_t k = 0;
       if (!pb_expect(&ev, &g, PB_VARINT, "metadata_id"))
         return -1;
-      if (!hbm_u64map_get(&pl->memory_kind, g.varint, &k))
-        return 1; /* not an allocator event: skip the rest of it */
+      if (!hbm_u64map_get(&pl->memory_kind, g.varint, &k) && pl->step_stat < 0 && !step)
+        return 1; /* neither an allocator event nor a step marker: skip the rest of it */
       kind = (int)k;
     } else if (g.number == 2 && g.wire == PB_VARINT)
       offset_ps = (int64_t)g.varint;
-    else if (g.number == 4 && kind) {
+    else if (g.number == 4 && (kind || pl->step_stat >= 0)) {
       stat_value_t sv;
       if (!pb_expect(&ev, &g, PB_LEN, "stats") || read_stat(&ev, &g, &sv) < 0)
         return -1;
-      apply_stat(pl, &e, &sv);
+      if (kind)
+        apply_stat(pl, &e, &sv);
+      step = step || sv.id == pl->step_stat;
     }
   }
   if (got < 0)
     return -1;
+  if (step && !kind)
+    add_step_time(steps, (int64_t)((uint64_t)line_ps + (uint64_t)offset_ps));
   if (!kind)
     return 1;
   mem_event_t *slot = new_event(sr);
@@ -382,19 +416,27 @@ static bool read_line(plane_t *pl, space_reader_t *sr, pb_reader_t *r, const pb_
   pb_field_t g;
   int got;
   int64_t line_ps = 0;
+  bool steps_line = false;
   /* timestamp_ns (3) comes before the events (4) in files XProf writes; a file that puts it
    * later gets it on a second pass. */
   pb_reader_t first = line;
   while ((got = pb_next(&first, &g)) > 0)
     if (g.number == 3 && g.wire == PB_VARINT) /* unsigned: a corrupt time wraps, no UB */
       line_ps = (int64_t)(g.varint * 1000u);
+    else if (g.number == 2 && g.wire == PB_LEN)
+      steps_line = slice_is((slice_t){g.data, g.len}, "Steps");
   if (got < 0)
     return false;
+  if (pl->steps_only && (!steps_line || sr->device_steps_read))
+    return true;
+  step_times_t *steps = steps_line ? &sr->device_steps : &sr->host_steps;
   while ((got = pb_next(&line, &g)) > 0)
     if (g.number == 4) {
-      if (!pb_expect(&line, &g, PB_LEN, "events") || read_event(pl, sr, &line, &g, line_ps) < 0)
+      if (!pb_expect(&line, &g, PB_LEN, "events") ||
+          read_event(pl, sr, &line, &g, line_ps, steps) < 0)
         return false;
     }
+  sr->device_steps_read = sr->device_steps_read || (steps_line && sr->device_steps.n);
   return got == 0;
 }
 
@@ -425,7 +467,7 @@ static bool plane_pass(plane_t *pl, space_reader_t *sr, pb_reader_t r, int pass,
 }
 
 static void read_plane(space_reader_t *sr, pb_reader_t *r, const pb_field_t *f) {
-  plane_t pl = {.im = sr->im};
+  plane_t pl = {.im = sr->im, .step_stat = -1};
   hbm_u64map_init(&pl.stat_ids);
   hbm_u64map_init(&pl.memory_kind);
   pb_reader_t body = pb_sub(r, f, "XPlane");
@@ -435,7 +477,9 @@ static void read_plane(space_reader_t *sr, pb_reader_t *r, const pb_field_t *f) 
   bool host = slice_is(pl.name, "/host:CPU");
   if (ok && (metadata || host))
     ok = plane_pass(&pl, sr, body, 1, metadata);
-  if (ok && host && pl.memory_kind.count)
+  pl.steps_only = !host && !metadata;
+  if (ok && ((host && (pl.memory_kind.count || pl.step_stat >= 0)) ||
+             (pl.steps_only && !sr->device_steps_read)))
     ok = plane_pass(&pl, sr, body, 2, false);
   if (!ok)
     xprof_note_problem(sr->im);
@@ -702,9 +746,10 @@ static int backend_of(const xprof_import_t *im, const uint8_t *data, size_t len)
   return HBM_PLAN_BACKEND_CPU;
 }
 
-hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t len) {
-  space_reader_t sr = {.im = im};
-  im->backend = backend_of(im, data, len);
+/* Every plane into sr: HBM_OK, or HBM_ERR_PARSE when the damage came before any plane (later
+ * damage is noted, and what was read kept). */
+static hbm_status_t read_space(space_reader_t *sr, const uint8_t *data, size_t len) {
+  xprof_import_t *im = sr->im;
   pb_reader_t r = pb_reader(data, len, data, im->file, "XSpace");
   pb_field_t f;
   int got;
@@ -717,18 +762,124 @@ hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t l
       break;
     }
     planes++;
-    read_plane(&sr, &r, &f);
+    read_plane(sr, &r, &f);
   }
   hbm_status_t st = got < 0 ? HBM_ERR_PARSE : HBM_OK;
   if (st != HBM_OK && planes)
     xprof_note_problem(im), st = HBM_OK; /* keep the planes read before the damage */
-  if (sr.dropped) {
+  if (sr->dropped) {
     hbm__error(HBM_ERR_PARSE, "%s: %zu allocator events beyond the first %u were not read",
-               im->file, sr.dropped, MAX_MEMORY_EVENTS);
+               im->file, sr->dropped, MAX_MEMORY_EVENTS);
     xprof_note_problem(im);
   }
+  return st;
+}
+
+static void reader_free(space_reader_t *sr) {
+  free(sr->events);
+  free(sr->host_steps.ps);
+  free(sr->device_steps.ps);
+}
+
+hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t len) {
+  space_reader_t sr = {.im = im};
+  im->backend = backend_of(im, data, len);
+  hbm_status_t st = read_space(&sr, data, len);
   if (!build_allocators(&sr))
     st = hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory for the allocator events", im->file);
-  free(sr.events);
+  reader_free(&sr);
+  return st;
+}
+
+/* ---- the busiest allocator as an allocation log (hbm replay) ---- */
+
+static int compare_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* An allocator event as log events (a second allocation of a live address first frees it:
+ * the trace lost that free); a free of a block allocated before the trace is left out. How
+ * many it wrote. */
+static size_t log_events(const mem_event_t *e, int64_t t0_ps, hbm_u64map_t *live,
+                         hbm_log_event_t *out) {
+  hbm_log_event_t ev = {
+      .pointer = e->addr, .time_ns = (e->time_ps - t0_ps) / 1000, .line = (int64_t)e->seq + 1};
+  size_t n = 0;
+  if (!e->alloc) {
+    ev.action = HBM_LOG_FREE;
+    return hbm_u64map_remove(live, e->addr, NULL) ? (out[0] = ev, 1) : 0;
+  }
+  if (hbm_u64map_get(live, e->addr, NULL)) {
+    ev.action = HBM_LOG_FREE;
+    out[n++] = ev;
+  }
+  ev.action = HBM_LOG_ALLOCATE;
+  ev.size = e->requested ? e->requested : e->allocation;
+  if (!ev.size || !hbm_u64map_put(live, e->addr, 1))
+    return n;
+  out[n++] = ev;
+  return n;
+}
+
+/* The step markers (the host's; without them, a device's Steps line) as the log's events
+ * before which a step began. */
+static bool log_steps(space_reader_t *sr, const mem_event_t *ev, const size_t *mine, size_t n,
+                      const size_t *first_of, hbm_alloc_log_t *out) {
+  step_times_t *t = sr->host_steps.n ? &sr->host_steps : &sr->device_steps;
+  out->step_begins = malloc((t->n + 1) * sizeof *out->step_begins);
+  if (!out->step_begins)
+    return false;
+  if (t->n) /* (t->ps may be NULL: qsort must not get it) */
+    qsort(t->ps, t->n, sizeof *t->ps, compare_i64);
+  size_t k = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    while (k < n && ev[mine[k]].time_ps < t->ps[i])
+      k++;
+    size_t at = k < n ? first_of[k] : out->n_events;
+    if (at < out->n_events &&
+        (!out->n_step_begins || out->step_begins[out->n_step_begins - 1] != at))
+      out->step_begins[out->n_step_begins++] = at;
+  }
+  return true;
+}
+
+hbm_status_t xprof_xspace_log(xprof_import_t *im, const uint8_t *data, size_t len,
+                              hbm_alloc_log_t *out, const char **allocator) {
+  space_reader_t sr = {.im = im};
+  memset(out, 0, sizeof *out);
+  hbm_status_t st = read_space(&sr, data, len);
+  size_t n = 0, *order = NULL, busiest = 0;
+  allocator_group_t *g = NULL;
+  if (st == HBM_OK && sr.n_events) {
+    qsort(sr.events, sr.n_events, sizeof *sr.events, by_time);
+    if (!(g = group_events(&sr, &n, &order)))
+      st = hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", im->file);
+  }
+  for (size_t k = 1; k < n; k++)
+    busiest = g[k].count > g[busiest].count ? k : busiest;
+  size_t *mine = n ? order + g[busiest].at : NULL, count = n ? g[busiest].count : 0;
+  size_t *first_of = malloc((count + 1) * sizeof *first_of);
+  out->events = malloc((2 * count + 1) * sizeof *out->events);
+  hbm_u64map_t live;
+  hbm_u64map_init(&live);
+  if (st == HBM_OK && (!first_of || !out->events))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", im->file);
+  for (size_t i = 0; st == HBM_OK && i < count; i++) {
+    first_of[i] = out->n_events;
+    out->n_events += log_events(&sr.events[mine[i]], sr.events[mine[0]].time_ps, &live,
+                                out->events + out->n_events);
+  }
+  if (st == HBM_OK && !log_steps(&sr, sr.events, mine, count, first_of, out))
+    st = hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", im->file);
+  if (allocator)
+    *allocator = n ? g[busiest].name : NULL;
+  hbm_u64map_free(&live);
+  free(first_of);
+  free(g);
+  free(order);
+  reader_free(&sr);
+  if (st != HBM_OK)
+    hbm_alloc_log_free(out);
   return st;
 }

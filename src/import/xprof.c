@@ -250,22 +250,52 @@ bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len) {
   return false;
 }
 
-hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len) {
+/* A gzip'd or empty file: the error says so (false); else true. */
+static bool readable(const char *path, const uint8_t *data, size_t len) {
   if (is_gzip(data, len)) {
     hbm__error(HBM_ERR_PARSE,
                "%s: byte 0: a gzip-compressed file (magic 1f 8b); expected an "
                "uncompressed serialized XSpace (.xplane.pb) or HloProto (.hlo_proto.pb): gunzip "
                "it first",
                path);
-    return NULL;
+    return false;
   }
   if (!len) {
     hbm__error(HBM_ERR_PARSE,
                "%s: byte 0: an empty file; expected a serialized XSpace or "
                "HloProto",
                path);
-    return NULL;
+    return false;
   }
+  return true;
+}
+
+hbm_status_t hbm__xprof_log(const char *path, const uint8_t *data, size_t len, hbm_alloc_log_t *out,
+                            char *name, size_t cap) {
+  memset(out, 0, sizeof *out);
+  xprof_import_t im;
+  if (!readable(path, data, len))
+    return hbm_last_status();
+  if (!xprof_import_init(&im, path))
+    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", path);
+  const char *allocator = NULL;
+  hbm_status_t st = xprof_xspace_log(&im, data, len, out, &allocator);
+  if (st == HBM_OK && !allocator)
+    st = hbm__error(HBM_ERR_PARSE,
+                    "%s: no allocator events: expected MemoryAllocation / MemoryDeallocation "
+                    "events on the /host:CPU plane%s%s",
+                    path, im.n_problems ? "; " : "", hbm_strbuf_str(&im.problems));
+  if (st == HBM_OK)
+    snprintf(name, cap, "%s", allocator);
+  else
+    hbm_alloc_log_free(out);
+  xprof_import_free(&im);
+  return st;
+}
+
+hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len) {
+  if (!readable(path, data, len))
+    return NULL;
   xprof_import_t im;
   if (!xprof_import_init(&im, path)) {
     hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of memory", path);

@@ -70,8 +70,18 @@ hbm_status_t xprof_read_hlo_proto(xprof_import_t *im, const uint8_t *data, size_
  * MemoryAllocation / MemoryDeallocation events; problems are noted and reading goes on. */
 hbm_status_t xprof_read_xspace(xprof_import_t *im, const uint8_t *data, size_t len);
 
+/* xplane.c: the allocator with the most events of a serialized XSpace as an allocation log
+ * (hbm replay), time order, and the program's step markers as the log's step beginnings;
+ * *allocator gets its name (interned in im; NULL when the file has no allocator events). */
+hbm_status_t xprof_xspace_log(xprof_import_t *im, const uint8_t *data, size_t len,
+                              hbm_alloc_log_t *out, const char **allocator);
+
 /* The entry point for load.c: an .xplane.pb or .hlo_proto.pb in memory → a profile. */
 hbm_profile_t *hbm__xprof_load(const char *path, const uint8_t *data, size_t len);
+/* The entry point for `hbm replay`: an .xplane.pb in memory → its busiest allocator's events
+ * as a log (xprof_xspace_log); name (cap bytes) gets the allocator's name. */
+hbm_status_t hbm__xprof_log(const char *path, const uint8_t *data, size_t len, hbm_alloc_log_t *out,
+                            char *name, size_t cap);
 /* Whether the bytes look like a serialized XSpace or HloProto (or a gzip'd one). */
 bool hbm__xprof_is(const char *path, const uint8_t *data, size_t len);
 

@@ -395,8 +395,10 @@ void hbm_alloc_log_free(hbm_alloc_log_t *log) {
   if (!log)
     return;
   free(log->events);
+  free(log->step_begins);
   log->events = NULL;
-  log->n_events = 0;
+  log->step_begins = NULL;
+  log->n_events = log->n_step_begins = 0;
 }
 
 /* ---- as a profile ---- */

@@ -7,6 +7,7 @@
  * totals by category and group, and every OOM event with its diagnosis. */
 #include "profile/index.h"
 #include "profile/json_out.h"
+#include "profile/report_step.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -456,41 +457,6 @@ static void write_markers(FILE *out, const hbm_profile_t *p) {
   }
 }
 
-/* Mode learn's plan (src/alloc/step_serve.c records it as markers "hbm plan: ..."): the step
- * found, how much of each step the plan served, the memory it saved. */
-static void write_step_plan(FILE *out, const hbm_profile_t *p) {
-  unsigned long long ops = 0, alloc = 0, plan = 0, bound = 0, first = 0, steps = 0, served = 0,
-                     all = 0, n, of, back, step;
-  for (size_t i = 0; i < hbm_profile_marker_count(p); i++) {
-    const char *t = hbm_profile_marker(p, i)->text;
-    if (!t || strncmp(t, "hbm plan: ", 10))
-      continue;
-    if (sscanf(t,
-               "hbm plan: step of %llu operations (%llu allocations) found in the stream; plan "
-               "%llu bytes for a step live peak of %llu bytes; the first step reserved %llu",
-               &ops, &alloc, &plan, &bound, &first) == 5)
-      fprintf(out,
-              "\nstep plan (mode learn)\n  step found     %llu operations (%llu allocations), "
-              "from the stream\n",
-              ops, alloc);
-    else if (sscanf(t, "hbm plan: step %llu: %llu of %llu operations served from the plan, %llu",
-                    &step, &n, &of, &back) == 4)
-      steps++, served += n, all += of;
-  }
-  if (!ops)
-    return;
-  char a[32], b[32], c[32], d[32];
-  fprintf(out,
-          "  plan           %s for a step whose blocks peak at %s; the first step, before it, "
-          "reserved %s (%s%s saved)\n",
-          bytes_text(plan, a, sizeof a), bytes_text(bound, b, sizeof b), bytes_text(first, c, 32),
-          first >= plan ? "" : "-", bytes_text(first >= plan ? first - plan : plan - first, d, 32));
-  fprintf(out,
-          "  served         %llu steps, %llu of %llu operations from the plan (%.2f%%), %llu "
-          "fell back\n",
-          steps, served, all, all ? 100.0 * (double)served / (double)all : 0.0, all - served);
-}
-
 static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int space, int width) {
   hbm_analysis_t *a = hbm_analyze(p, space);
   if (!a)
@@ -553,7 +519,7 @@ hbm_status_t hbm_report_text(const hbm_profile_t *p, int space, int width, FILE 
   if (s == HBM_OK && shown == 0)
     fprintf(out, "\nno buffers: nothing was allocated in this profile\n");
   if (s == HBM_OK)
-    write_step_plan(out, p);
+    hbm__step_plan_text(out, p); /* mode learn's plan, when the profile holds one */
   if (s == HBM_OK)
     write_markers(out, p);
   if (s == HBM_OK && ferror(out))
@@ -703,6 +669,7 @@ hbm_status_t hbm_report_json(const hbm_profile_t *p, int space, FILE *out) {
                                            "peak_reserved_bytes", "limit_bytes", (json_int_t)0,
                                            "buffers_at_peak", "oom_events"));
   json_object_set_new(root, "spaces", spaces);
+  json_object_set_new(root, "step_plan", hbm__step_plan_json(p)); /* mode learn's, or null */
   if (s != HBM_OK) {
     json_decref(root);
     return s;

@@ -27,6 +27,7 @@ static const endpoint_t endpoints[] = {
     {"/api/oom", hbm__api_oom, true},
     {"/api/compare", hbm__api_compare, false},
     {"/api/devices", hbm__api_devices, false},
+    {"/api/step_plan", hbm__api_step_plan, true},
 };
 
 hbm__viewer_t *hbm__viewer_new(const char *logdir) {

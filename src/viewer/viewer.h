@@ -238,6 +238,7 @@ void hbm__api_allocations(hbm__viewer_t *v, const hbm__query_t *q, hbm__response
 void hbm__api_oom(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_compare(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 void hbm__api_devices(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
+void hbm__api_step_plan(hbm__viewer_t *v, const hbm__query_t *q, hbm__response_t *r);
 
 /* What an endpoint about one profile (and space) works on. */
 typedef struct hbm__target {

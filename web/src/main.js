@@ -13,6 +13,7 @@ import { renderCard } from './card.js';
 import { renderCompare } from './compare.js';
 import { fillDeviceSelect, renderDevices, selectShownDevice } from './devices.js';
 import { summaryHtml } from './summary.js';
+import { renderStepPlan } from './step_plan.js';
 import {
   formatBytes, formatCount, escapeHtml, categoryColor, groupColors,
   CATEGORY_LABELS,
@@ -353,6 +354,10 @@ async function selectSpace(space) {
   views.timeline.setMarkers([]);
   cachedApi('oom', args({ markers: 1 })).then((d) => {
     if (seq === state.loadSeq) views.timeline.setMarkers(d.markers);
+  }).catch(() => {});
+  // Mode learn's plan, when the profile holds one (step_plan.js): asked for after the view.
+  cachedApi('step_plan', { run: state.run, profile: state.profile }).then((d) => {
+    if (seq === state.loadSeq) renderStepPlan($('step-plan-panel'), $('step-plan-body'), d.step_plan);
   }).catch(() => {});
   timings.lastLoadMs = performance.now() - started;
   timings.lastRenderMs = performance.now() - fetched;
