@@ -285,6 +285,43 @@ static void shared_data_is_read_once(void **state) {
   hbm_profile_free(prof);
 }
 
+/* {'segments': [S] * 5}, S = {'device': 0, 'address': i, 'total_size': 2**62, 'blocks':
+ * [{'state': 'active_allocated', 'address': i, 'size': 2**62}]}: a hostile file's sizes add up
+ * to 5 * 2**62, past 2**64. By hand: every total saturates at HBM_BYTES_MAX (2**63 - 1); a
+ * wrapped sum would read 2**62 (5 * 2**62 mod 2**64). */
+static void sums_past_64_bits_saturate(void **state) {
+  (void)state;
+  char data[1024], *p = data;
+  const char two_to_62[] = "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40"; /* LONG1, 8 bytes */
+  PUT(&p, "\x80\x04}(\x8c\x08segments](");
+  for (char i = 1; i <= 5; i++) {
+    PUT(&p, "}(\x8c\x06"
+            "deviceK\x00\x8c\x07"
+            "addressK");
+    put(&p, &i, 1);
+    PUT(&p, "\x8c\x0atotal_size");
+    PUT(&p, two_to_62);
+    PUT(&p, "\x8c\x06"
+            "blocks](}(\x8c\x05state\x8c\x10"
+            "active_allocated\x8c\x07"
+            "addressK");
+    put(&p, &i, 1);
+    PUT(&p, "\x8c\x04size");
+    PUT(&p, two_to_62);
+    PUT(&p, "ueu");
+  }
+  PUT(&p, "eu.");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/huge_sums.pickle", th_dir);
+  assert_int_equal(th_write(path, data, (size_t)(p - data)), 0);
+  hbm_profile_t *prof = hbm_profile_load(path);
+  if (!prof)
+    fail_msg("%s", hbm_last_error());
+  assert_string_equal(hbm_profile_meta(prof, "pytorch_reserved_bytes"), "9223372036854775807");
+  assert_string_equal(hbm_profile_meta(prof, "pytorch_allocated_bytes"), "9223372036854775807");
+  hbm_profile_free(prof);
+}
+
 static const hbm_buffer_t *buffer_with_op(const hbm_profile_t *p, const char *op) {
   for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++) {
     const hbm_buffer_t *b = hbm_profile_buffer(p, i);
@@ -409,6 +446,7 @@ int main(void) {
       cmocka_unit_test(replay_beside_pytorch),
       cmocka_unit_test(logdir_of_snapshots),
       cmocka_unit_test(export_of_two_devices),
+      cmocka_unit_test(sums_past_64_bits_saturate),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

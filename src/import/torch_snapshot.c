@@ -431,8 +431,8 @@ static hbm_status_t add_meta(snapshot_t *s, const char *path, size_t len) {
   uint64_t reserved = 0, allocated = 0, events = 0, before = 0, inconsistent = 0;
   for (int d = 0; d < s->n_devices; d++) {
     const torch_device_summary_t *sum = &r->traces[s->trace_of[d]].sum;
-    reserved += sum->reserved_end;
-    allocated += sum->allocated_end;
+    reserved = hbm__bytes_add(reserved, sum->reserved_end);
+    allocated = hbm__bytes_add(allocated, sum->allocated_end);
     events += sum->trace_events;
     before += sum->before_trace;
     inconsistent += sum->inconsistent;

@@ -301,7 +301,7 @@ static bool read_blocks(ts_reader_t *r, ts_trace_t *t, int64_t list) {
     r->block_read[id] = 1;
     if (!b->live || !b->has_address || !b->has_size)
       continue;
-    t->sum.allocated_end += b->size;
+    t->sum.allocated_end = hbm__bytes_add(t->sum.allocated_end, b->size);
     if (hbm_u64map_get(&t->seen, b->address, NULL))
       continue;
     uint64_t size = b->has_requested && b->requested ? b->requested : b->size;
@@ -332,7 +332,7 @@ static bool read_segments(ts_reader_t *r, ts_trace_t *t, int device) {
     }
     r->seg_read[id] = 1;
     if (s->numbers) {
-      t->sum.reserved_end += s->total_size;
+      t->sum.reserved_end = hbm__bytes_add(t->sum.reserved_end, s->total_size);
       if (!hbm_u64map_get(&t->seg_seen, s->address, NULL) &&
           !add_before(t, EV_RESERVE, s->address, s->total_size, 0, -1))
         return false;
@@ -350,7 +350,11 @@ static bool balance_reserved(ts_trace_t *t) {
   for (size_t i = 0; i < t->n_before; i++)
     if (t->before[i].kind == EV_RESERVE)
       before += (int64_t)t->before[i].size;
-  int64_t want = (int64_t)t->sum.reserved_end - t->net_reserved;
+  /* a hostile file's segments may add up past any device: held at TS_MAX_TOTAL, and
+   * net_reserved is within ±TS_MAX_TOTAL, so the difference cannot overflow */
+  int64_t end =
+      t->sum.reserved_end > (uint64_t)TS_MAX_TOTAL ? TS_MAX_TOTAL : (int64_t)t->sum.reserved_end;
+  int64_t want = end - t->net_reserved;
   if (want < 0)
     want = 0; /* the trace releases more than it could have held: nothing to add */
   if (want == before)
