@@ -29,6 +29,18 @@ void th_skip_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
     th_skip_reason(__VA_ARGS__);                                                                   \
     skip();                                                                                        \
   } while (0)
+/* TH_SANITIZED: 1 in an ASan or TSan build (their shadow memory makes resident memory and
+ * address space no measure of hbm's). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TH_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TH_SANITIZED 1
+#endif
+#endif
+#ifndef TH_SANITIZED
+#define TH_SANITIZED 0
+#endif
 /* Skips the case (saying so) when ../shared is absent. */
 #define th_need_shared()                                                                           \
   do {                                                                                             \

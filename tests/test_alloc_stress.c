@@ -23,22 +23,14 @@
 #include <unistd.h>
 
 #include "alloc/alloc.h"
+#include "helpers.h"
 #include "mixed_sizes.h"
 
 #define THREADS 4
 #define LIVE_PER_THREAD 256
 #define PHASES 8
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
+#define SANITIZED TH_SANITIZED
 
 typedef struct shadow_block {
   uint8_t *ptr;

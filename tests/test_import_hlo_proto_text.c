@@ -368,7 +368,7 @@ static void real_xprof_files_planned(void **state) {
   struct dirent *de;
   size_t files = 0, programs = 0;
   while ((de = readdir(d)) != NULL) {
-    if (!strstr(de->d_name, ".pb"))
+    if (de->d_name[0] == '.' || !strstr(de->d_name, ".pb")) /* not an index beside one */
       continue;
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);

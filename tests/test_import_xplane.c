@@ -729,7 +729,7 @@ static void real_xprof_files(void **state) {
   struct dirent *de;
   int n = 0;
   while ((de = readdir(d)) != NULL) {
-    if (!strstr(de->d_name, ".pb"))
+    if (de->d_name[0] == '.' || !strstr(de->d_name, ".pb")) /* not an index beside one */
       continue;
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);

@@ -215,7 +215,7 @@ static int load_all(const hbm_logdir_entry_t *entries, size_t n, hbm_profile_t *
   for (size_t i = 0; i < n; i++) {
     names[i] = entries[i].path;
     int64_t t0 = hbm__now_ns();
-    if (index && (profiles[i] = hbm__index_open(entries[i].path)) != NULL)
+    if (index && (profiles[i] = hbm__index_open(entries[i].path, hbm_profile_load)) != NULL)
       continue;
     if (!(profiles[i] = hbm_profile_load(entries[i].path)))
       return cli_fail("report", 1, "%s", hbm_last_error());

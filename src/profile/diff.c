@@ -9,6 +9,7 @@
  * Every buffer then contributes (its bytes at B's peak) - (its bytes at A's peak), so each
  * table's rows sum to peak(B) - peak(A) exactly, whatever the grouping. */
 #include "profile/diff.h"
+#include "profile/index.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -447,6 +448,9 @@ hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
     hbm__error(HBM_ERR_INVALID, "diff: NULL analysis");
     return NULL;
   }
+  if (hbm__need_whole(hbm_analysis_profile(a), "a diff") != HBM_OK ||
+      hbm__need_whole(hbm_analysis_profile(b), "a diff") != HBM_OK)
+    return NULL;
   hbm_diff_t *d = calloc(1, sizeof *d);
   if (!d || !(d->strings = hbm_intern_new()))
     return fail(d);

@@ -7,6 +7,7 @@
  * and markers. Timestamps are microseconds: the step times of a runtime profile, the step
  * index of a plan. The values come from hbm_analyze, like every other view. Written as a
  * stream, so a profile of millions of events needs no document tree in memory. */
+#include "profile/index.h"
 #include "profile/json_out.h"
 
 #include <inttypes.h>
@@ -177,6 +178,8 @@ static hbm_status_t write_space(exporter_t *x, int space) {
 hbm_status_t hbm_export_chrome(const hbm_profile_t *p, FILE *out) {
   if (!p || !out)
     return hbm__error(HBM_ERR_INVALID, "hbm_export_chrome: NULL profile or stream");
+  if (hbm__need_whole(p, "the Chrome trace export") != HBM_OK)
+    return hbm_last_status();
   exporter_t x = {.p = p, .out = out, .first = true};
   hbm_strbuf_init(&x.sb);
   hbm_strbuf_puts(&x.sb, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"profile\":");

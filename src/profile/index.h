@@ -42,9 +42,12 @@ bool hbm__index_allowed(void);
  * effort: a profile is fine without one; HBM_OK or an error saying why not. */
 hbm_status_t hbm__index_write(const hbm_profile_t *p, const char *path);
 
+/* Reads a profile whole from its file (hbm_profile_load: the import layer, above this one). */
+typedef hbm_profile_t *(*hbm__whole_loader_t)(const char *path);
+
 /* The summary profile of `path` from its index; NULL when there is none that matches the file
  * as it is now (hbm_last_error() then says why, for tests; callers read the file instead). */
-hbm_profile_t *hbm__index_open(const char *path);
+hbm_profile_t *hbm__index_open(const char *path, hbm__whole_loader_t load_whole);
 
 /* The same from index bytes, for a profile file of this stat (tests and the fuzzer: not
  * mapped; `mapped`: data is a mapping the summary profile takes over). */
@@ -54,6 +57,10 @@ hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct st
 
 /* A profile read from its index (a summary profile) or not. */
 bool hbm__profile_is_summary(const hbm_profile_t *p);
+/* The whole profile a summary was indexed from, read from its file again (the caller frees). */
+hbm_profile_t *hbm__profile_load_whole(const hbm_profile_t *summary);
+/* HBM_OK for a whole profile; for a summary, an error saying that `what` needs every buffer. */
+hbm_status_t hbm__need_whole(const hbm_profile_t *p, const char *what);
 /* A summary profile's op of a step (hbm__digest_step_op); NULL for other profiles. */
 const char *hbm__profile_step_op(const hbm_profile_t *p, int64_t step, int *event);
 

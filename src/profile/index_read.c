@@ -54,6 +54,8 @@ struct hbm__digest {
   size_t map_len;
   const char **strings;
   uint64_t n_strings;
+  char *path; /* the profile's file, to read whole when a caller needs every buffer */
+  hbm__whole_loader_t load_whole;
   hbm_profile_kind_t kind;
   int64_t n_steps, n_buffers;
   hbm_buffer_t *buffers; /* those kept, by index */
@@ -551,6 +553,7 @@ void hbm__digest_free(hbm__digest_t *d) {
   free(d->strings);
   free(d->buffers);
   free(d->index);
+  free(d->path);
   if (d->map)
     munmap((void *)d->map, d->map_len);
   free(d);
@@ -649,7 +652,7 @@ hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct st
   return p;
 }
 
-hbm_profile_t *hbm__index_open(const char *path) {
+hbm_profile_t *hbm__index_open(const char *path, hbm__whole_loader_t load_whole) {
   struct stat st;
   char where[4200];
   if (stat(path, &st) != 0 || !hbm__index_path(path, false, where, sizeof where)) {
@@ -668,7 +671,30 @@ hbm_profile_t *hbm__index_open(const char *path) {
   hbm_profile_t *p = hbm__index_parse(m.data, m.len, &st, true);
   if (!p)
     hbm__unmap(&m); /* the parse took the mapping only when it succeeded */
+  else if (!(p->digest->path = strdup(path))) {
+    hbm_profile_free(p);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  } else
+    p->digest->load_whole = load_whole;
   return p;
+}
+
+hbm_profile_t *hbm__profile_load_whole(const hbm_profile_t *summary) {
+  if (!summary->digest->path || !summary->digest->load_whole) { /* parsed from bytes */
+    hbm__error(HBM_ERR_INVALID, "a profile read from its index alone has no file to read");
+    return NULL;
+  }
+  return summary->digest->load_whole(summary->digest->path);
+}
+
+hbm_status_t hbm__need_whole(const hbm_profile_t *p, const char *what) {
+  return hbm__profile_is_summary(p)
+             ? hbm__error(HBM_ERR_INVALID,
+                          "%s needs every buffer of the profile, and this one was read from its "
+                          "index (which keeps the buffers at the peaks): read it whole",
+                          what)
+             : HBM_OK;
 }
 
 bool hbm__profile_is_summary(const hbm_profile_t *p) { return p && p->digest; }
@@ -708,6 +734,14 @@ static uint64_t path_hash(const char *s) {
   return h;
 }
 
+/* A directory we may write in and that is not marked read-only: root may write anywhere, but
+ * a logdir whose mode grants no one write (as published data often is) keeps no index. */
+static bool dir_takes_files(const char *dir) {
+  struct stat st;
+  return access(dir, W_OK) == 0 && stat(dir, &st) == 0 &&
+         (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0;
+}
+
 bool hbm__index_path(const char *path, bool writable, char *out, size_t cap) {
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
@@ -718,7 +752,7 @@ bool hbm__index_path(const char *path, bool writable, char *out, size_t cap) {
     return false;
   char dir[4200];
   snprintf(dir, sizeof dir, "%.*s", slash ? dir_len : 1, slash ? path : ".");
-  if (writable ? access(dir, W_OK) == 0 : access(out, R_OK) == 0)
+  if (writable ? dir_takes_files(dir) : access(out, R_OK) == 0)
     return true;
   char *real = realpath(path, NULL), cache[4096];
   bool ok = real && cache_dir(cache, sizeof cache, writable);

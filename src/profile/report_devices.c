@@ -9,6 +9,7 @@
  * the spread, and what the largest holds at its peak that the median does not (hbm_diff of the
  * median against the largest: the rows add up to the difference). */
 #include "profile/diff.h"
+#include "profile/index.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -228,20 +229,38 @@ size_t hbm_report_device_count(const hbm_profile_t *const *profiles, const char 
   return count;
 }
 
-/* The diff of the median device against the largest; NULL when they peak alike. */
-static hbm_diff_t *difference(const ranking_t *r, hbm_analysis_t *an[2]) {
-  an[0] = an[1] = NULL;
+/* The diff of the median device against the largest; NULL when they peak alike. A profile
+ * read from its index keeps only the buffers at its peaks, so the two compared are read whole
+ * (into whole[], freed with the diff); the others never are. */
+typedef struct difference {
+  hbm_diff_t *diff;
+  hbm_analysis_t *an[2];
+  hbm_profile_t *whole[2];
+} difference_t;
+
+static void difference(const ranking_t *r, difference_t *d) {
+  *d = (difference_t){0};
   if (r->largest->peak == r->median->peak)
-    return NULL;
-  an[0] = hbm_analyze(r->median->p, r->median->space);
-  an[1] = hbm_analyze(r->largest->p, r->largest->space);
-  return an[0] && an[1] ? hbm_diff_new(an[0], an[1]) : NULL;
+    return;
+  const device_peak_t *dev[2] = {r->median, r->largest};
+  for (int s = 0; s < 2; s++) {
+    const hbm_profile_t *p = dev[s]->p;
+    if (s == 1 && p == dev[0]->p && d->whole[0]) /* two spaces of one profile: read it once */
+      p = d->whole[0];
+    else if (hbm__profile_is_summary(p))
+      p = d->whole[s] = hbm__profile_load_whole(p);
+    if (!p || !(d->an[s] = hbm_analyze(p, dev[s]->space)))
+      return;
+  }
+  d->diff = hbm_diff_new(d->an[0], d->an[1]);
 }
 
-static void free_difference(hbm_diff_t *d, hbm_analysis_t *an[2]) {
-  hbm_diff_free(d);
-  hbm_analysis_free(an[0]);
-  hbm_analysis_free(an[1]);
+static void free_difference(difference_t *d) {
+  hbm_diff_free(d->diff);
+  hbm_analysis_free(d->an[0]);
+  hbm_analysis_free(d->an[1]);
+  hbm_profile_free(d->whole[0]);
+  hbm_profile_free(d->whole[1]);
 }
 
 static const char *space_of(const device_peak_t *d) {
@@ -274,11 +293,15 @@ static void text_bars(FILE *out, const ranking_t *r) {
 }
 
 static void text_difference(FILE *out, const ranking_t *r) {
-  hbm_analysis_t *an[2];
-  hbm_diff_t *d = difference(r, an);
+  difference_t diff;
+  difference(r, &diff);
+  hbm_diff_t *d = diff.diff;
   if (!d) {
-    fprintf(out, "\n  every device peaks at the same bytes: nothing sets the largest apart\n");
-    free_difference(d, an);
+    if (r->largest->peak == r->median->peak)
+      fprintf(out, "\n  every device peaks at the same bytes: nothing sets the largest apart\n");
+    else
+      fprintf(out, "\n  the largest against the median: not compared (%s)\n", hbm_last_error());
+    free_difference(&diff);
     return;
   }
   size_t n;
@@ -297,7 +320,7 @@ static void text_difference(FILE *out, const ranking_t *r) {
   }
   if (n > DIFF_ROWS)
     fprintf(out, "    ... and %zu more rows (hbm diff shows them all)\n", n - DIFF_ROWS);
-  free_difference(d, an);
+  free_difference(&diff);
 }
 
 hbm_status_t hbm_report_devices_text(const hbm_profile_t *const *profiles, const char *const *names,
@@ -359,12 +382,12 @@ json_t *hbm__devices_json(const hbm_profile_t *const *profiles, const char *cons
     json_object_set_new(root, "smallest", device_json(r.smallest, names));
     json_object_set_new(root, "spread_bytes",
                         json_integer((json_int_t)(r.largest->peak - r.smallest->peak)));
-    hbm_analysis_t *an[2];
-    hbm_diff_t *d = difference(&r, an);
+    difference_t diff;
+    difference(&r, &diff);
     const char *labels[2] = {r.median->label, r.largest->label};
     json_object_set_new(root, "difference",
-                        d ? hbm__diff_to_json(d, labels, DIFF_ROWS) : json_null());
-    free_difference(d, an);
+                        diff.diff ? hbm__diff_to_json(diff.diff, labels, DIFF_ROWS) : json_null());
+    free_difference(&diff);
   }
   ranking_free(&r);
   return root;

@@ -2,6 +2,7 @@
  * hbm_profile_window): buffers live in the window clipped to it, reserved memory from before it
  * carried in at its first step, so the window's peak is the analysis's like any other. */
 #include "base/base.h"
+#include "profile/index.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -72,6 +73,8 @@ static bool copy_events(const hbm_profile_t *p, hbm_profile_t *w, int64_t from, 
 }
 
 hbm_profile_t *hbm_profile_window(const hbm_profile_t *p, int64_t from, int64_t to) {
+  if (p && hbm__need_whole(p, "a window of steps") != HBM_OK)
+    return NULL;
   int64_t n = p ? hbm_profile_step_count(p) : 0;
   if (!p || from < 0 || to > n || from >= to) {
     hbm__error(HBM_ERR_INVALID,

@@ -368,7 +368,7 @@ static void load_entry(const hbm__cache_t *c, hbm__loaded_t *e) {
 
 /* The summary from the profile's index, when there is one that matches the file. */
 static bool read_summary(hbm__loaded_t *e) {
-  if (!hbm__index_allowed() || !(e->profile = hbm__index_open(e->path)))
+  if (!hbm__index_allowed() || !(e->profile = hbm__index_open(e->path, hbm_profile_load)))
     return false;
   e->summary_only = true;
   e->n_spaces = hbm_profile_space_count(e->profile);

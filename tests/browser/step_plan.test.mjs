@@ -6,45 +6,14 @@
 //
 // Checks: the panel shows the step found, a bar a planned step with its share, the memory
 // saved, the same numbers /api/step_plan gives; a profile without a plan hides it.
-import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '../../web/package.json'));
-const { chromium } = require('playwright-core');
-
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
-
-let passed = 0;
-let failed = 0;
-function check(cond, what) {
-  if (cond) passed++;
-  else failed++;
-  console.log(`${cond ? 'ok' : 'not ok'} - ${what}`);
-}
-
-const loads = (page) => page.evaluate(() => window.hbmViewer?.loads ?? 0);
-const waitLoads = (page, n) => page.waitForFunction((k) => window.hbmViewer && window.hbmViewer.loads > k, n, { timeout: 20000 });
-
-async function choose(page, selector, value) {
-  if ((await page.locator(selector).inputValue()) === value) return;
-  const before = await loads(page);
-  await page.selectOption(selector, value);
-  await waitLoads(page, before);
-}
+import { args, check, choose, launch, run, waitLoads } from './harness.mjs';
 
 async function main() {
   mkdirSync(args.artifacts, { recursive: true });
   const api = await (await fetch(`${args.url}/api/step_plan?run=run1&profile=learn.hbmtrace`)).json();
-  const context = await chromium.launchPersistentContext(args.profiledir, {
-    executablePath: args.chromium || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  const context = await launch();
   try {
     const page = await context.newPage();
     const errors = [];
@@ -69,11 +38,6 @@ async function main() {
   } finally {
     await context.close();
   }
-  console.log(`# step plan: ${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
 }
 
-main().catch((e) => {
-  console.log(`not ok - ${e.stack || e}`);
-  process.exit(1);
-});
+run('step plan', main);

@@ -6,28 +6,15 @@
 // `hbm report --json`'s; the OOM PyTorch recorded is listed; a bar's card shows the user's
 // frame as the op and the stack; a two-GPU snapshot has a memory type per device, each with
 // its own peak. Screenshots go to --artifacts.
-import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { args, check, choose, launch, run, waitLoads } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '../../web/package.json'));
-const { chromium } = require('playwright-core');
-
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
 const DATA = path.join(here, '../data/torch');
 const RUN = 'run1';
-
-let passed = 0;
-let failed = 0;
-function check(cond, what) {
-  if (cond) passed++;
-  else failed++;
-  console.log(`${cond ? 'ok' : 'not ok'} - ${what}`);
-}
 
 // "cuda:N key value" lines from make_snapshots.py's simulation.
 function expected(name, device, key) {
@@ -49,25 +36,11 @@ async function apiJson(endpoint, query) {
   return res.json();
 }
 
-const loads = (page) => page.evaluate(() => window.hbmViewer?.loads ?? 0);
-const waitLoads = (page, n) => page.waitForFunction((k) => window.hbmViewer && window.hbmViewer.loads > k, n, { timeout: 20000 });
 const peakShown = async (page) => Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
-
-async function choose(page, selector, value) {
-  if ((await page.locator(selector).inputValue()) === value) return;
-  const before = await loads(page);
-  await page.selectOption(selector, value);
-  await waitLoads(page, before);
-}
 
 async function main() {
   mkdirSync(args.artifacts, { recursive: true });
-  const context = await chromium.launchPersistentContext(args.profiledir, {
-    executablePath: args.chromium || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  const context = await launch();
   try {
     const page = await context.newPage();
     const errors = [];
@@ -109,11 +82,6 @@ async function main() {
   } finally {
     await context.close();
   }
-  console.log(`# torch: ${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
 }
 
-main().catch((e) => {
-  console.log(`not ok - ${e.stack || e}`);
-  process.exit(1);
-});
+run('torch', main);

@@ -15,22 +15,11 @@
 // (the diff's tables, both timelines); the devices of a run (selector and summary);
 // an empty logdir that fills while the page is open; and that the page requests nothing but
 // its own server. Screenshots go to --artifacts.
-import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { args, check, launch, loads, run, waitLoads } from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '../../web/package.json'));
-const { chromium } = require('playwright-core');
-
-function parseArgs(argv) {
-  const out = {};
-  for (let i = 2; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
-  return out;
-}
-const args = parseArgs(process.argv);
 const RUN_PLANS = '2026_01_02_10_00_00';
 const RUN_TRAIN = '2026_01_01_09_00_00';
 const RUN_BROKEN = '2026_01_01_08_00_00';
@@ -39,19 +28,7 @@ const PLAN_A = 'module_0001.jit_train_step.hbmtrace';
 const PLAN_B = 'module_0002.jit_eval_step.hbmtrace';
 const TRAIN = 'testhost.4242.hbmtrace';
 
-let passed = 0;
-let failed = 0;
 const timings = {};
-
-function check(cond, what) {
-  if (cond) {
-    passed++;
-    console.log(`ok - ${what}`);
-  } else {
-    failed++;
-    console.log(`not ok - ${what}`);
-  }
-}
 
 async function apiJson(base, endpoint, query) {
   const res = await fetch(`${base}/api/${endpoint}?${new URLSearchParams(query)}`);
@@ -68,14 +45,6 @@ function reportPeak(file) {
   } catch {
     return null;
   }
-}
-
-async function waitLoads(page, before) {
-  await page.waitForFunction((n) => window.hbmViewer && window.hbmViewer.loads > n, before, { timeout: 20000 });
-}
-
-async function loads(page) {
-  return page.evaluate(() => window.hbmViewer?.loads ?? 0);
 }
 
 async function shot(page, name, selector) {
@@ -196,13 +165,7 @@ async function mainJob(context) {
 async function main() {
   mkdirSync(args.artifacts, { recursive: true });
   // A fresh profile directory each run (playwright passes it as --user-data-dir).
-  const context = await chromium.launchPersistentContext(args.profiledir, {
-    executablePath: args.chromium || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  const context = await launch(['--disable-quic', '--disable-component-update', '--disable-sync']);
   try {
     await mainJob(context);
     const page = await context.newPage();
@@ -396,12 +359,6 @@ async function main() {
     await context.close();
   }
   console.log(`# timings ${JSON.stringify(timings)}`);
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
 }
 
-main().catch((err) => {
-  console.log(`not ok - ${err.stack || err}`);
-  console.log(`${passed} passed, ${failed + 1} failed`);
-  process.exit(1);
-});
+run('viewer', main);

@@ -6,25 +6,10 @@
 // first view is zoomed to the program's own steps; hbm's own plan of the program is shown
 // beside XLA's; a buffer's source line in the table and on its card with its source stack;
 // no page errors. Screenshots: --artifacts.
-import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '../../web/package.json'));
-const { chromium } = require('playwright-core');
-
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
-
-let passed = 0;
-let failed = 0;
-function check(cond, what) {
-  if (cond) passed++; else failed++;
-  console.log(`${cond ? 'ok' : 'not ok'} - ${what}`);
-}
+import { args, check, launch, run, waitLoads } from './harness.mjs';
 
 function xplaneFile(logdir) {
   const runs = path.join(logdir, 'plugins/profile');
@@ -41,19 +26,13 @@ async function main() {
   const report = JSON.parse(execFileSync(args.hbm, ['report', '--json', file], { encoding: 'utf8', maxBuffer: 1 << 28 }));
   const spaces = report.spaces;
   console.log(`# ${path.basename(file)}: ${spaces.length} spaces, first ${spaces[0].space} of ${spaces[0].device}`);
-  const context = await chromium.launchPersistentContext(args.profiledir, {
-    executablePath: args.chromium || '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  const context = await launch();
   try {
     const page = await context.newPage();
     const errors = [];
     page.on('pageerror', (e) => errors.push(e.message));
-    const waitLoads = (n) => page.waitForFunction((k) => window.hbmViewer && window.hbmViewer.loads > k, n, { timeout: 30000 });
     await page.goto(args.url);
-    await waitLoads(0);
+    await waitLoads(page, 0, 30000);
     const groups = await page.locator('#space-select optgroup').evaluateAll((els) => els.map((e) => e.label));
     const programs = [...new Set(spaces.filter((s) => s.device !== 'allocator').map((s) => s.device))];
     check(groups.length >= programs.length && programs.every((p) => groups.includes(p)), `every program is listed (${programs.length})`);
@@ -98,7 +77,7 @@ async function main() {
     if (other > 0) {
       const before = await page.evaluate(() => window.hbmViewer.loads);
       await page.selectOption('#space-select', String(other));
-      await waitLoads(before);
+      await waitLoads(page, before, 30000);
       const peak = Number(await page.locator('#stat-peak .value').getAttribute('data-bytes'));
       check(peak === spaces[other].peak_bytes, `program ${spaces[other].device}: peak ${peak} equals hbm report's`);
       const steps = (await page.evaluate(() => fetch(`/api/profile?${new URLSearchParams({ run: new URLSearchParams(location.hash.slice(1)).get('run'), profile: new URLSearchParams(location.hash.slice(1)).get('profile') })}`).then((r) => r.json()))).meta.space_steps;
@@ -109,11 +88,6 @@ async function main() {
   } finally {
     await context.close();
   }
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
 }
 
-main().catch((err) => {
-  console.log(`not ok - ${err.stack || err}`);
-  process.exit(1);
-});
+run('xplane', main);
