@@ -195,43 +195,119 @@ static int by_size_desc(const void *pa, const void *pb) {
   return ia < ib ? -1 : ia > ib;
 }
 
-/* XLA orders buffers of one size by the post-order position of their first value, with
- * the computations taken callers first (the entry, then what it calls, breadth first
- * here) and instructions in their computation's order. NULL when memory ran out. */
+/* XLA's HloComputation::MakeInstructionPostOrder over one computation: from each
+ * instruction without users (in the computation's order), a depth-first walk with an
+ * explicit stack that emits an instruction once its operands are emitted, operands pushed
+ * last to first (so the first is walked first); an instruction pushed again before it is
+ * expanded is expanded at its latest push, as XLA's stack does. pos[id] gets the rank.
+ * scratch: n_instrs + the operands of every instruction entries; state: n_instrs. */
+static void instruction_post_order(const hlo_comp_t *c, uint32_t *pos, uint32_t *stack,
+                                   uint8_t *state, uint32_t *users) {
+  enum { NEW = 0, VISITING = 1, VISITED = 2 };
+  uint32_t n = c->n_instrs, next = 0;
+  memset(state, 0, n);
+  memset(users, 0, n * sizeof *users);
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = 0; k < c->instrs[i]->n_operands; k++)
+      if (c->instrs[i]->operands[k]->parent == c)
+        users[c->instrs[i]->operands[k]->id]++;
+  for (uint32_t r = 0; r < n; r++) {
+    if (users[r] != 0 || state[r] == VISITED)
+      continue;
+    size_t top = 0;
+    stack[top++] = r;
+    while (top > 0) {
+      uint32_t cur = stack[top - 1];
+      if (state[cur] != NEW) {
+        top--;
+        if (state[cur] != VISITED) {
+          state[cur] = VISITED;
+          pos[cur] = next++;
+        }
+        continue;
+      }
+      state[cur] = VISITING;
+      const hlo_instr_t *in = c->instrs[cur];
+      for (uint32_t k = in->n_operands; k-- > 0;) {
+        const hlo_instr_t *op = in->operands[k];
+        if (op->parent == c && state[op->id] != VISITED)
+          stack[top++] = op->id;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) /* unreachable (a cycle): after everything, in order */
+    if (state[i] != VISITED)
+      pos[i] = next++;
+}
+
+/* XLA orders buffers of one size by the smallest post-order position among their values,
+ * with the computations taken callers first (the entry, then what it calls, breadth first
+ * here) and each computation's instructions in MakeInstructionPostOrder's order. NULL when
+ * memory ran out. */
 static uint64_t *post_positions(const hlo_module_t *m, const hlo_assignment_t *as) {
   uint32_t n = m->n_comps;
+  size_t most = 1, most_scratch = 1;
+  for (uint32_t c = 0; c < n; c++) {
+    size_t ops = m->comps[c]->n_instrs;
+    for (uint32_t i = 0; i < m->comps[c]->n_instrs; i++)
+      ops += m->comps[c]->instrs[i]->n_operands;
+    most = m->comps[c]->n_instrs > most ? m->comps[c]->n_instrs : most;
+    most_scratch = ops > most_scratch ? ops : most_scratch;
+  }
   uint32_t *rank = malloc(((size_t)n + 1) * sizeof *rank);
   uint32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
   uint64_t *post = malloc(((size_t)as->n_buffers + 1) * sizeof *post);
-  if (!rank || !queue || !post) {
-    free(rank);
-    free(queue);
+  uint32_t **order = calloc((size_t)n + 1, sizeof *order);
+  uint32_t *stack = malloc(most_scratch * sizeof *stack), *users = malloc(most * sizeof *users);
+  uint8_t *state = malloc(most);
+  bool ok = rank && queue && post && order && stack && users && state;
+  for (uint32_t c = 0; ok && c < n; c++) {
+    order[c] = malloc(((size_t)m->comps[c]->n_instrs + 1) * sizeof **order);
+    ok = order[c] != NULL;
+    if (ok)
+      instruction_post_order(m->comps[c], order[c], stack, state, users);
+  }
+  if (ok) {
+    for (uint32_t c = 0; c < n; c++)
+      rank[c] = UINT32_MAX;
+    uint32_t head = 0, tail = 0, next = 0;
+    queue[tail++] = m->entry->id - 1;
+    rank[m->entry->id - 1] = next++;
+    while (head < tail) {
+      const hlo_comp_t *c = m->comps[queue[head++]];
+      for (uint32_t i = 0; i < c->n_instrs; i++)
+        for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
+          const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
+          if (callee && rank[callee->id - 1] == UINT32_MAX) {
+            rank[callee->id - 1] = next++;
+            queue[tail++] = callee->id - 1;
+          }
+        }
+    }
+    for (uint32_t b = 0; b < as->n_buffers; b++)
+      post[b] = UINT64_MAX;
+    for (uint32_t v = 0; v < as->n_values; v++) {
+      uint32_t b = as->value_buffer[v];
+      const hlo_instr_t *in = as->values[v].instr;
+      if (b == UINT32_MAX || !in->parent)
+        continue;
+      uint32_t c = in->parent->id - 1;
+      uint64_t key = ((uint64_t)rank[c] << 32) | order[c][in->id];
+      post[b] = key < post[b] ? key : post[b];
+    }
+  }
+  for (uint32_t c = 0; order && c < n; c++)
+    free(order[c]);
+  free(order);
+  free(stack);
+  free(users);
+  free(state);
+  free(rank);
+  free(queue);
+  if (!ok) {
     free(post);
     return NULL;
   }
-  for (uint32_t c = 0; c < n; c++)
-    rank[c] = UINT32_MAX;
-  uint32_t head = 0, tail = 0, next = 0;
-  queue[tail++] = m->entry->id - 1;
-  rank[m->entry->id - 1] = next++;
-  while (head < tail) {
-    const hlo_comp_t *c = m->comps[queue[head++]];
-    for (uint32_t i = 0; i < c->n_instrs; i++)
-      for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
-        const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
-        if (callee && rank[callee->id - 1] == UINT32_MAX) {
-          rank[callee->id - 1] = next++;
-          queue[tail++] = callee->id - 1;
-        }
-      }
-  }
-  for (uint32_t b = 0; b < as->n_buffers; b++) {
-    const hlo_instr_t *in = as->values[as->buffers[b].value].instr;
-    uint32_t r = in->parent ? rank[in->parent->id - 1] : UINT32_MAX;
-    post[b] = ((uint64_t)r << 32) | in->id;
-  }
-  free(rank);
-  free(queue);
   return post;
 }
 
