@@ -379,10 +379,12 @@ static bool insert(heap_state_t *h, uint32_t s, uint32_t e, range_t r) {
 
 /* ---- best fit ---- */
 
-/* The best-fit offset for `size` in the union of the ranges in the way, given the heap's
- * current top: the smallest gap that holds it (the lowest of equal ones; the gap up to the
- * top only when strictly smaller), else just above them. */
-static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top) {
+/* The best-fit offset for `size` in the union of the ranges in the way: the smallest gap
+ * between them that holds it (the lowest of equal ones), else just above them. As XLA's
+ * GlobalDecreasingSizeBestFitHeap (MakeFreeChunks, SlicedAllocationFinder::Find), the space
+ * above the last range in the way is one free chunk of unbounded size, whatever the heap's
+ * current top: it is taken only when no gap holds the buffer. */
+static uint64_t best_fit(heap_state_t *h, uint64_t size) {
   uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
   for (size_t i = 0; i < h->n_acc; i++) {
     const range_t *c = &h->acc[i];
@@ -395,11 +397,6 @@ static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top) {
     }
     if (c->hi > cursor)
       cursor = c->hi;
-  }
-  if (heap_top > cursor) {
-    uint64_t gap = heap_top - cursor;
-    if (gap >= size && gap < best_gap)
-      best = cursor;
   }
   return best != UINT64_MAX ? best : cursor;
 }
@@ -632,7 +629,7 @@ static bool place_group(heap_state_t *h, hlo_interval_t *iv, const order_key_t *
     if (takes_space(&iv[mem[j]]) && !query(h, iv[mem[j]].start, iv[mem[j]].end))
       return false;
   uint64_t size = key->size;
-  uint64_t offset = size ? best_fit(h, size, *top) : 0;
+  uint64_t offset = size ? best_fit(h, size) : 0;
   if (size && offset + size > *top)
     *top = offset + size;
   if (alone)

@@ -35,6 +35,10 @@ typedef struct occupant {
 
 typedef struct reuse_state {
   hlo_assignment_t *as;
+  const hlo_dataflow_t *df;
+  uint32_t *value_frame; /* top-level value → the frame (instance) defining it, or NIL */
+  uint32_t *by_buffer;   /* CSR of values by buffer: values[by_first[b] .. by_first[b+1]) */
+  uint32_t *by_first;
   uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
   uint32_t *share_to;
   uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
@@ -385,14 +389,50 @@ static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
   return true;
 }
 
+/* The allocation holding buffer b so far: its own when it is a reusable allocation, the one a
+ * temporary was put in, else NIL (parameters, constants, temporaries left for the heap). */
+static uint32_t allocation_of(const reuse_state_t *s, const uint8_t *is_alloc, uint32_t b) {
+  if (b == UINT32_MAX)
+    return NIL;
+  return is_alloc[b] ? b : s->alloc_of[b];
+}
+
+/* XLA's AssignSingleHloBuffer tries, before the list of reusable allocations, the
+ * allocations of the operands of each top-level array value of the buffer (GetAllSlices of
+ * the operand's top-level position). Returns the first that takes t, or NIL. */
+static uint32_t operand_allocation(const reuse_state_t *s, const uint8_t *is_alloc, uint32_t t) {
+  const hlo_assignment_t *as = s->as;
+  for (uint32_t k = s->by_first[t]; k < s->by_first[t + 1]; k++) {
+    uint32_t v = s->by_buffer[k];
+    const hlo_value_t *val = &as->values[v];
+    uint32_t f = s->value_frame[v];
+    if (f == NIL || val->subshape != 0 || val->shape->etype == HLO_T_TUPLE)
+      continue;
+    const hlo_frame_t *fr = &HLO_VEC_AT(&s->df->frames, hlo_frame_t, f);
+    const uint32_t *pos = &HLO_VEC_AT(&s->df->frame_pos, uint32_t, fr->pos);
+    for (uint32_t i = 0; i < val->instr->n_operands; i++) {
+      const hlo_instr_t *op = val->instr->operands[i];
+      uint32_t off = op->parent == fr->comp ? pos[op->id] : UINT32_MAX;
+      if (off == UINT32_MAX)
+        continue;
+      uint32_t o = allocation_of(s, is_alloc, as->value_buffer[s->df->pool[off]]);
+      bool by_temp = false;
+      if (o != NIL && fits_in(s, t, o, &by_temp))
+        return o;
+    }
+  }
+  return NIL;
+}
+
 static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
-                              const uint32_t *outs, size_t no, bool *any) {
+                              const uint32_t *outs, size_t no, const uint8_t *is_alloc, bool *any) {
   const hlo_buffer_t *bufs = s->as->buffers;
   for (size_t i = 0; i < nt; i++) {
     uint32_t t = temps[i];
-    /* the first allocation at least as large (outs ascending by size) */
+    uint32_t chosen = operand_allocation(s, is_alloc, t);
+    /* else the first allocation at least as large (outs ascending by size) */
     size_t lo = 0, hi = no;
-    while (lo < hi) {
+    while (chosen == NIL && lo < hi) {
       size_t mid = (lo + hi) / 2;
       if (bufs[outs[mid]].bytes < bufs[t].bytes)
         lo = mid + 1;
@@ -400,24 +440,54 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
         hi = mid;
     }
     bool contended = false;
-    for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
+    for (size_t k = lo, tries = 0; chosen == NIL && k < no && tries < MAX_TRIES; k++, tries++) {
       bool by_temp = false;
-      if (!fits_in(s, t, outs[k], &by_temp)) {
+      if (fits_in(s, t, outs[k], &by_temp))
+        chosen = outs[k];
+      else
         contended |= by_temp;
-        continue;
-      }
-      s->alloc_of[t] = outs[k];
-      if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
+    }
+    if (chosen != NIL) {
+      s->alloc_of[t] = chosen;
+      if (!add_occupant(s, chosen, bufs[t].start, last_step(&bufs[t]), t))
         return false;
       *any = true;
-      contended = false;
-      break;
-    }
-    if (contended) { /* left in the heap only because another temporary came first */
+    } else if (contended) { /* left in the heap only because another temporary came first */
       s->as->contended++;
       s->as->contended_bytes += bufs[t].bytes;
     }
   }
+  return true;
+}
+
+/* value_frame (the frame defining each top-level value) and the values of each buffer. */
+static bool index_values(const hlo_dataflow_t *df, reuse_state_t *s) {
+  const hlo_assignment_t *as = s->as;
+  s->value_frame = malloc(((size_t)as->n_values + 1) * sizeof *s->value_frame);
+  s->by_first = calloc((size_t)as->n_buffers + 2, sizeof *s->by_first);
+  s->by_buffer = malloc(((size_t)as->n_values + 1) * sizeof *s->by_buffer);
+  if (!s->value_frame || !s->by_first || !s->by_buffer)
+    return false;
+  for (uint32_t v = 0; v < as->n_values; v++)
+    s->value_frame[v] = NIL;
+  for (uint32_t f = 0; f < df->frames.len; f++) {
+    const hlo_frame_t *fr = &HLO_VEC_AT(&df->frames, hlo_frame_t, f);
+    const uint32_t *pos = &HLO_VEC_AT(&df->frame_pos, uint32_t, fr->pos);
+    for (uint32_t i = 0; i < fr->comp->n_instrs; i++) {
+      uint32_t v = pos[i] == UINT32_MAX ? UINT32_MAX : df->pool[pos[i]];
+      if (v < as->n_values && as->values[v].instr == fr->comp->instrs[i] &&
+          s->value_frame[v] == NIL)
+        s->value_frame[v] = f;
+    }
+  }
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      s->by_first[as->value_buffer[v] + 2]++;
+  for (uint32_t b = 0; b < as->n_buffers; b++)
+    s->by_first[b + 2] += s->by_first[b + 1];
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      s->by_buffer[s->by_first[as->value_buffer[v] + 1]++] = v;
   return true;
 }
 
@@ -433,13 +503,14 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   }
   if (no == 0 || nt == 0)
     return true;
-  reuse_state_t s = {.as = as, .rng = 2463534242u};
+  reuse_state_t s = {.as = as, .df = df, .rng = 2463534242u};
   hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
   uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
   uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
   s.alloc_of = malloc(((size_t)nb + 1) * sizeof *s.alloc_of);
   s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
-  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
+  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s) &&
+            index_values(df, &s);
   bool any = false;
   uint64_t *post = NULL;
   if (ok) {
@@ -460,7 +531,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   if (ok) {
     qsort(temps, nt, sizeof *temps, by_size_desc);
     qsort(outs, no, sizeof *outs, by_size_asc);
-    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
+    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, is_alloc, &any);
   }
   if (ok && any)
     ok = compact(&s);
@@ -472,6 +543,9 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   free(s.first);
   free(s.share_first);
   free(s.share_to);
+  free(s.value_frame);
+  free(s.by_first);
+  free(s.by_buffer);
   hbm__hlo_vec_free(&s.occupants);
   return ok;
 }

@@ -23,11 +23,7 @@ from conftest import build_dir
 _CONTENTION = ("temporaries compete for one output allocation; XLA picks among them in its "
                "instruction post-order, which hbm approximates, so its temp allocation "
                "differs by less than the bound its warning names (hbm plan warns)")
-_CONTENDED = ["attention_grad_1_128_8_16_causal_f32", "attention_grad_1_128_8_16_full_f32",
-              "attention_grad_1_96_6_24_causal_f32", "attention_grad_1_96_6_24_full_f32",
-              "dense_train_b32_128x1024x512x64_bf16_tanh",
-              "dense_train_b8_128x1024x512x64_bf16_tanh",
-              "norm_layer_grad_32x256_bf16", "norm_layer_grad_4x16x16x128_bf16"]
+_CONTENDED = ["norm_layer_grad_32x256_bf16", "norm_layer_grad_4x16x16x128_bf16"]
 KNOWN = {name: {"temp": _CONTENTION, "total": _CONTENTION} for name in _CONTENDED}
 
 
