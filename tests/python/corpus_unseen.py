@@ -637,8 +637,231 @@ def _collectives():
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Second held-out round: families written after the planner changes the first round led to,
+# measured once before anything else was changed (BENCHMARKS.md, issue 22's section).
+
+def _autodiff():
+    out = []
+    for (n, m), variant in itertools.product(
+            [(16, 32), (64, 48)], ["hessian", "jacfwd", "jacrev", "per_example_grad",
+                                   "hvp", "vjp_pytree"]):
+        name = _tag("autodiff", variant, n, m)
+
+        def build(c, n=n, m=m, variant=variant):
+            import jax
+            import jax.numpy as jnp
+
+            w, x = c.normal(n, m), c.normal(8, n)
+            f = lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)
+            if variant == "hessian":
+                return c.jit(lambda v: jax.hessian(lambda v: jnp.sum(jnp.sin(v) * v.sum()))(v)), \
+                    (c.normal(n),)
+            if variant == "jacfwd":
+                return c.jit(lambda w, x: jax.jacfwd(lambda x: jnp.tanh(x @ w))(x[0])), (w, x)
+            if variant == "jacrev":
+                return c.jit(lambda w, x: jax.jacrev(lambda x: jnp.tanh(x @ w))(x[0])), (w, x)
+            if variant == "per_example_grad":
+                return c.jit(lambda w, x: jax.vmap(jax.grad(f), in_axes=(None, 0))(w, x[:, None])), \
+                    (w, x)
+            if variant == "hvp":
+                def hvp(w, x):
+                    g = lambda w: jax.grad(f)(w, x)
+                    return jax.jvp(g, (w,), (jnp.ones_like(w),))[1]
+
+                return c.jit(hvp), (w, x)
+            params = {"w": w, "b": c.normal(m), "s": c.normal(1).reshape(())}
+
+            def loss(p, x):
+                return jnp.mean(jax.nn.softplus(x @ p["w"] + p["b"]) * p["s"])
+
+            return c.jit(lambda p, x: jax.vjp(lambda p: loss(p, x), p)[1](1.0)), (params, x)
+
+        out.append(Program(name, "autodiff", f"{variant} {n}x{m}", build))
+    return out
+
+
+def _array_ops():
+    out = []
+    for shape, variant in itertools.product(
+            [(64, 128), (8, 300, 7)],
+            ["pad_concat", "roll_flip", "searchsorted", "interp", "median", "bincount",
+             "resize", "where_chain", "take_clip", "repeat_tile"]):
+        name = _tag("arrayops", variant, "x".join(map(str, shape)))
+
+        def build(c, shape=shape, variant=variant):
+            import jax
+            import jax.numpy as jnp
+
+            x = c.normal(*shape)
+            if variant == "pad_concat":
+                return c.jit(lambda x: jnp.concatenate([jnp.pad(x, 2), jnp.pad(x, 2) * 2], 0)), (x,)
+            if variant == "roll_flip":
+                return c.jit(lambda x: jnp.roll(jnp.flip(x, -1), 5, axis=0) - x), (x,)
+            if variant == "searchsorted":
+                edges = jnp.sort(c.normal(33))
+                return c.jit(lambda e, x: jnp.searchsorted(e, x)), (edges, x)
+            if variant == "interp":
+                xp = jnp.sort(c.normal(50))
+                return c.jit(lambda xp, x: jnp.interp(x, xp, jnp.cos(xp))), (xp, x)
+            if variant == "median":
+                return c.jit(lambda x: (jnp.median(x, axis=-1), jnp.percentile(x, 90.0))), (x,)
+            if variant == "bincount":
+                i = c.ints(40, *shape)
+                return c.jit(lambda i: jnp.bincount(i.reshape(-1), length=40)), (i,)
+            if variant == "resize":
+                img = c.normal(2, 24, 24, 3)
+                return c.jit(lambda im: jax.image.resize(im, (2, 40, 40, 3), "bilinear")), (img,)
+            if variant == "where_chain":
+                return c.jit(lambda x: jnp.where(x > 0, jnp.log1p(jnp.abs(x)),
+                                                 jnp.where(x < -1, jnp.exp(x), x * x))), (x,)
+            if variant == "take_clip":
+                i = c.ints(shape[0] * 2, 50)
+                return c.jit(lambda x, i: jnp.take(x, i, axis=0, mode="clip") + 1), (x, i)
+            return c.jit(lambda x: jnp.tile(jnp.repeat(x[:4], 3, axis=0), (2,) + (1,) *
+                                            (x.ndim - 1))), (x,)
+
+        out.append(Program(name, "array_ops", f"{variant} {shape}", build))
+    return out
+
+
+def _special():
+    out = []
+    for n, variant in itertools.product(
+            [1000, 4096], ["erf_gelu", "logsumexp", "lgamma_digamma", "bessel", "betainc",
+                           "softmax_grad", "log_softmax_int"]):
+        name = _tag("special", variant, n)
+
+        def build(c, n=n, variant=variant):
+            import jax
+            import jax.numpy as jnp
+            import jax.scipy.special as sp
+
+            x = c.normal(4, n // 4)
+            f = {"erf_gelu": lambda x: x * 0.5 * (1 + sp.erf(x / 2 ** 0.5)),
+                 "logsumexp": lambda x: sp.logsumexp(x, axis=0) + sp.logsumexp(x),
+                 "lgamma_digamma": lambda x: sp.gammaln(jnp.abs(x) + 1) + sp.digamma(
+                     jnp.abs(x) + 1),
+                 "bessel": lambda x: sp.i0e(x) + sp.i1e(x),
+                 "betainc": lambda x: sp.betainc(2.0, 3.0, jax.nn.sigmoid(x)),
+                 "softmax_grad": lambda x: jax.grad(lambda x: jnp.sum(jax.nn.softmax(x) *
+                                                                      jnp.arange(x.shape[-1])))(x),
+                 "log_softmax_int": lambda x: jax.nn.log_softmax(x)[:, :3].astype(jnp.int32),
+                 }[variant]
+            return c.jit(f), (x,)
+
+        out.append(Program(name, "special", f"{variant} {n}", build))
+    return out
+
+
+def _loops2():
+    out = []
+    for (n, w), variant in itertools.product(
+            [(5, 32), (9, 96)], ["fori_tuple", "while_dslice", "scan_pytree", "scan_remat",
+                                  "nested_while", "while_argmax"]):
+        name = _tag("loops2", variant, n, w)
+
+        def build(c, n=n, w=w, variant=variant):
+            import jax
+            import jax.numpy as jnp
+            from jax import lax
+
+            x, m = c.normal(16, w), c.normal(w, w) / w
+            if variant == "fori_tuple":
+                return c.jit(lambda x: lax.fori_loop(0, n, lambda i, s: (s[1] @ m, s[0] + i),
+                                                     (x, x * 2))), (x,)
+            if variant == "while_dslice":
+                seq = c.normal(n * 4, w)
+
+                def body(s):
+                    i, acc = s
+                    return i + 1, acc + jnp.tanh(lax.dynamic_slice_in_dim(seq, i * 4, 4) @ m).sum(0)
+
+                return c.jit(lambda seq: lax.while_loop(lambda s: s[0] < n, body,
+                                                        (0, jnp.zeros(w)))[1]), (seq,)
+            if variant == "scan_pytree":
+                xs = {"a": c.normal(n, 16, w), "b": c.normal(n, w)}
+                return c.jit(lambda x, xs: lax.scan(lambda h, e: (jnp.tanh(h @ m + e["a"]) *
+                                                                  e["b"], {"h": h.mean(0)}),
+                                                    x, xs)), (x, xs)
+            if variant == "scan_remat":
+                ws = c.normal(n, w, w) / w
+                step = jax.checkpoint(lambda h, w_: (jnp.tanh(h @ w_), None))
+                return c.jit(lambda ws, x: jax.grad(lambda ws: jnp.sum(
+                    lax.scan(step, x, ws)[0] ** 2))(ws)), (ws, x)
+            if variant == "nested_while":
+                def inner(h):
+                    return lax.while_loop(lambda s: s[1] < 3, lambda s: (jnp.sin(s[0] @ m),
+                                                                        s[1] + 1), (h, 0))[0]
+
+                return c.jit(lambda x: lax.while_loop(lambda s: s[1] < n, lambda s: (
+                    inner(s[0]) + 1, s[1] + 1), (x, 0))[0]), (x,)
+            return c.jit(lambda x: lax.while_loop(
+                lambda s: (jnp.argmax(s[0].sum(0)) != 0) & (s[1] < n),
+                lambda s: (jnp.roll(s[0], 1, axis=1) @ m, s[1] + 1), (x, 0))), (x,)
+
+        out.append(Program(name, "loops2", f"{variant} {n} steps width {w}", build))
+    return out
+
+
+def _sharded2():
+    """More SPMD-partitioner and shard_map shapes: 3-D arrays, multi-axis specs, pytrees."""
+    out = []
+    meshes = [(4, (("a", 2), ("b", 2))), (8, (("a", 2), ("b", 2), ("c", 2)))]
+    variants = ["spec_two_axes", "batch_matmul_3d", "shmap_psum_pytree", "shmap_allgather_int",
+                "layer_norm_sharded", "shmap_pmax_argmax"]
+    for (devices, axes), variant in itertools.product(meshes, variants):
+        mesh_tag = "x".join(f"{a}{n}" for a, n in axes)
+        name = _tag("sharded2", variant, "d%d" % devices, mesh_tag)
+
+        def build(c, devices=devices, axes=axes, variant=variant):
+            import jax
+            import jax.numpy as jnp
+            from jax import lax
+            from jax.sharding import NamedSharding, PartitionSpec as P
+
+            mesh = _mesh(devices, axes)
+            S = lambda *spec: NamedSharding(mesh, P(*spec))
+            names = tuple(a for a, _ in axes)
+            x = c.normal(32, 64, 16)
+            smap = lambda f, i, o: jax.shard_map(f, mesh=mesh, in_specs=i, out_specs=o)
+            if variant == "spec_two_axes":
+                return c.jit(lambda x: jnp.tanh(x) @ jnp.ones((16, 8)),
+                             in_shardings=(S(None, names[:2], None),),
+                             out_shardings=S(names[0], None, None)), (x,)
+            if variant == "batch_matmul_3d":
+                y = c.normal(32, 16, 24)
+                return c.jit(lambda x, y: jnp.einsum("bij,bjk->bik", x, y),
+                             in_shardings=(S("a", "b", None), S("a", None, "b")),
+                             out_shardings=S("a", None, None)), (x, y)
+            if variant == "shmap_psum_pytree":
+                f = smap(lambda x: lax.psum({"s": x.sum(0), "m": x.max(0)}, "a"), P("a"), P())
+                return c.jit(lambda x: f(x)), (x,)
+            if variant == "shmap_allgather_int":
+                i = c.ints(100, 32, 64)
+                f = smap(lambda i: lax.all_gather(i * 2, "b", axis=1, tiled=True,
+                                                  to="invarying"), P(None, "b"), P())
+                return c.jit(lambda i: f(i)), (i,)
+            if variant == "layer_norm_sharded":
+                g = c.normal(16)
+
+                def ln(x, g):
+                    mu = x.mean(-1, keepdims=True)
+                    return (x - mu) * lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+
+                return c.jit(ln, in_shardings=(S(names, None, None), S(None)),
+                             out_shardings=S(names, None, None)), (x, g)
+            f = smap(lambda x: (lax.pmax(x.max(), names), lax.pmin(jnp.argmax(x, -1), names)),
+                     P(names), (P(), P(None)))
+            return c.jit(lambda x: f(x)), (x,)
+
+        out.append(Program(name, "sharded2", f"{variant} mesh {axes}", build, devices=devices))
+    return out
+
+
 _FAMILIES = [_linalg, _cumulative, _topk, _conv_variants, _pooling, _embedding, _complex,
-             _int_mix, _vmap_loops, _einsum, _dpa, _xent, _spmd2d, _collectives]
+             _int_mix, _vmap_loops, _einsum, _dpa, _xent, _spmd2d, _collectives,
+             _autodiff, _array_ops, _special, _loops2, _sharded2]
 
 
 def programs():

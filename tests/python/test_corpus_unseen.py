@@ -9,7 +9,7 @@ expected ones. A difference passes only when KNOWN names it with its reason; a K
 no longer differs fails too.
 
 Cached in build/jax_corpus_unseen, keyed on corpus_unseen.py, corpus_compile.py and the JAX
-version (about 70 s to build on 2 cores). The table (pytest -s, or on failure) is also written
+version (about 2 minutes to build on 2 cores). The table (pytest -s, or on failure) is also written
 to build/jax_corpus_unseen/table.txt.
 """
 from collections import Counter
