@@ -1,10 +1,10 @@
 /* test_hlo_heap.c — the heap simulator (XLA's GlobalDecreasingSizeBestFitHeap): offsets
- * worked out by hand (largest first, smallest gap that fits, the gap up to the top of the
- * heap, alignment; XLA's choice of the smaller of its spatial and temporal orders), and on
- * random inputs: buffers live at the same time never share bytes,
- * offsets are aligned, the heap holds at least the live peak, results are deterministic, and
- * every offset is the one a plain quadratic implementation of the algorithm gives (the fast
- * one must never change a plan). */
+ * worked out by hand (largest first, smallest gap that fits, above everything in the way
+ * only when no gap holds it, alignment; XLA's choice of the smaller of its spatial and temporal
+ * orders), and on random inputs: buffers live at the same time never share bytes, offsets are
+ * aligned, the heap holds at least the live peak, results are deterministic, and every offset is
+ * the one a plain quadratic implementation of the algorithm gives (the fast one must never change a
+ * plan). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,7 +36,7 @@ static void chain_by_hand(void **state) {
       {3, 5, 4096, 0, 0}, /* b */
       {4, 7, 8192, 0, 0}, /* c: largest, placed first at 0 */
       {5, 9, 64, 0, 0},   /* d */
-      {6, 8, 256, 0, 0},  /* e: the free gap up to the heap top above c */
+      {6, 8, 256, 0, 0},  /* e: just above c, the only one in its way */
       {7, 9, 64, 0, 0},   /* f: the smallest gap, between e and d */
   };
   const uint64_t offsets[] = {8192, 12288, 0, 12288, 8192, 8448};
@@ -59,6 +59,23 @@ static void smallest_gap_wins(void **state) {
   memcpy(iv, best_fit_case, sizeof iv);
   const uint64_t offsets[] = {0, 40, 40, 75, 40, 70, 95};
   expect_offsets(iv, 7, 1, offsets, 98);
+}
+
+/* The space above everything in a buffer's way is one free chunk of unbounded size (XLA's
+ * MakeFreeChunks starts from [0, INT64_MAX)), not a gap up to the heap's current top: S
+ * [6,10) has R (60-90) in its way; below R a 60-byte gap, above R 30 bytes up to the top (P,
+ * long gone, made it 120). Best fit takes the 60-byte gap at 0, not the space at 90 that
+ * would be smaller if the top bounded it. */
+static void the_space_above_is_unbounded(void **state) {
+  (void)state;
+  hlo_interval_t iv[] = {
+      {0, 2, 120, 0, 0}, /* P: at 0, the top at 120 */
+      {4, 6, 60, 0, 0},  /* Q: at 0 (P is gone) */
+      {4, 10, 30, 0, 0}, /* R: above Q, at 60 */
+      {6, 10, 20, 0, 0}, /* S: the gap below R */
+  };
+  const uint64_t offsets[] = {0, 0, 60, 0};
+  expect_offsets(iv, 4, 1, offsets, 120);
 }
 
 static void alignment_rounds_offsets(void **state) {
@@ -97,9 +114,9 @@ static void shared_chunks_place_together(void **state) {
  *   a [4,5) 50, b [1,5) 20, c [0,2) 60, d [4,5) 20.
  * Spatial (size first): c at 0; a at 0 (c is gone by then); b over c and a, at 60; d over
  * a (0-50) and b (60-80): the 10-byte gap is too small, on top at 80: heap 100.
- * Temporal (longest-lived first): b at 0; c over b at 20; a over b at 20 (the gap up to the
- * top, 60 bytes, holds it); d over b and a (20-70): the gap up to the top is 10, on top at
- * 70: heap 90, the one kept. */
+ * Temporal (longest-lived first): b at 0; c over b at 20; a over b at 20 (just above b,
+ * the only one in its way: the space above is one unbounded free chunk, whatever the heap's
+ * top); d over b and a (20-70): no gap, at 70: heap 90, the one kept. */
 static void the_smaller_of_both_orders(void **state) {
   (void)state;
   const hlo_interval_t four[] = {
@@ -255,8 +272,8 @@ static size_t ref_groups(const hlo_interval_t *iv, size_t n, ref_group_t *g, uin
 
 /* For each group, largest first (longest-lived first in the temporal order): every placed
  * interval overlapping a member in time, sorted by offset; the smallest gap between them
- * (aligned ends) that holds the group, counting the gap up to the heap's top, ties to the
- * lowest; else above them all. */
+ * (aligned ends) that holds the group, ties to the lowest; else above them all (XLA's
+ * MakeFreeChunks: the space above is one free chunk of unbounded size). */
 static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignment,
                                    hlo_heap_order_t how) {
   ref_group_t *g = calloc(n + 1, sizeof *g);
@@ -290,8 +307,6 @@ static uint64_t reference_best_fit(hlo_interval_t *iv, size_t n, uint64_t alignm
       uint64_t end = (found[2 * f + 1] + alignment - 1) / alignment * alignment;
       cursor = end > cursor ? end : cursor;
     }
-    if (top > cursor && top - cursor >= size && top - cursor < best_gap)
-      best = cursor;
     uint64_t offset = !size ? 0 : best != UINT64_MAX ? best : cursor;
     if (size && offset + size > top)
       top = offset + size;
@@ -408,6 +423,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_by_hand),
       cmocka_unit_test(smallest_gap_wins),
+      cmocka_unit_test(the_space_above_is_unbounded),
       cmocka_unit_test(alignment_rounds_offsets),
       cmocka_unit_test(ties_break_by_duration_then_order),
       cmocka_unit_test(shared_chunks_place_together),

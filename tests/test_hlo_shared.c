@@ -152,15 +152,18 @@ static void plans_are_unchanged(void **state) {
        * in-place pair in XLA's CanShareOperandBufferWithUser (XLA's CPU dump of a psum).
        * attention_model's moved when a reducer's tuple stopped defining thread-local values
        * for its elements (XLA's tuple defines its table only: the CPU corpus's argmax
-       * reducer, 8 bytes too many before) */
-      {"attention_model.hlo", 1, 0x6e7638981b3620d6ull},
-      {"attention_model.hlo", 256, 0x30f4227ea6d6918eull},
+       * reducer, 8 bytes too many before). All but graphsage_tf's moved when the space above
+       * the buffers in a temporary's way became one unbounded free chunk, as XLA's
+       * MakeFreeChunks has it, instead of a gap up to the heap's current top that best fit
+       * could prefer: offsets only, every module's temp size the same */
+      {"attention_model.hlo", 1, 0x17c42185b296296eull},
+      {"attention_model.hlo", 256, 0x21bc308e9d8205aeull},
       {"graphsage_tf.hlo", 1, 0xbe4e6e506db212e6ull},
       {"graphsage_tf.hlo", 256, 0xeee5fac9396a5a1dull},
-      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 1, 0x40e3d84a3fe07f84ull},
-      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 256, 0x62bb58969d9fc1d9ull},
-      {"ssd_mobilenet_tf.hlo", 1, 0x27b4baa759c7a129ull},
-      {"ssd_mobilenet_tf.hlo", 256, 0x0b62f360a761a3feull},
+      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 1, 0x443e43e0b3922864ull},
+      {"hlo_llama3_8b_cp_bf16_1x4.hlo", 256, 0x503424209bda556cull},
+      {"ssd_mobilenet_tf.hlo", 1, 0x0904a4b631dd928full},
+      {"ssd_mobilenet_tf.hlo", 256, 0xe25d17c93d6d6612ull},
   };
   int changed = 0;
   for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {

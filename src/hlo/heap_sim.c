@@ -379,10 +379,12 @@ static bool insert(heap_state_t *h, uint32_t s, uint32_t e, range_t r) {
 
 /* ---- best fit ---- */
 
-/* The best-fit offset for `size` in the union of the ranges in the way, given the heap's
- * current top: the smallest gap that holds it (the lowest of equal ones; the gap up to the
- * top only when strictly smaller), else just above them. */
-static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top) {
+/* The best-fit offset for `size` in the union of the ranges in the way: the smallest gap
+ * between them that holds it (the lowest of equal ones), else just above them. As XLA's
+ * GlobalDecreasingSizeBestFitHeap (MakeFreeChunks, SlicedAllocationFinder::Find), the space
+ * above the last range in the way is one free chunk of unbounded size, whatever the heap's
+ * current top: it is taken only when no gap holds the buffer. */
+static uint64_t best_fit(heap_state_t *h, uint64_t size) {
   uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
   for (size_t i = 0; i < h->n_acc; i++) {
     const range_t *c = &h->acc[i];
@@ -395,11 +397,6 @@ static uint64_t best_fit(heap_state_t *h, uint64_t size, uint64_t heap_top) {
     }
     if (c->hi > cursor)
       cursor = c->hi;
-  }
-  if (heap_top > cursor) {
-    uint64_t gap = heap_top - cursor;
-    if (gap >= size && gap < best_gap)
-      best = cursor;
   }
   return best != UINT64_MAX ? best : cursor;
 }
@@ -632,7 +629,7 @@ static bool place_group(heap_state_t *h, hlo_interval_t *iv, const order_key_t *
     if (takes_space(&iv[mem[j]]) && !query(h, iv[mem[j]].start, iv[mem[j]].end))
       return false;
   uint64_t size = key->size;
-  uint64_t offset = size ? best_fit(h, size, *top) : 0;
+  uint64_t offset = size ? best_fit(h, size) : 0;
   if (size && offset + size > *top)
     *top = offset + size;
   if (alone)
@@ -724,13 +721,82 @@ static hbm_status_t best_fit_below(hlo_interval_t *iv, size_t n, uint64_t alignm
   return ok ? HBM_OK : hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)");
 }
 
+static const hlo_interval_t *share_iv;
+
+static int by_share_start(const void *pa, const void *pb) {
+  const hlo_interval_t *a = &share_iv[*(const uint32_t *)pa], *b = &share_iv[*(const uint32_t *)pb];
+  if (a->share != b->share)
+    return a->share < b->share ? -1 : 1;
+  return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* Do the members of every share group live one after another (never two at once)? Then
+ * each occupies its own bytes whenever it is live, and live sizes add up. */
+static bool shares_disjoint(const hlo_interval_t *iv, size_t n, bool *ok) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    k += iv[i].share != 0 && takes_space(&iv[i]);
+  if (k == 0)
+    return true;
+  uint32_t *idx = malloc(k * sizeof *idx);
+  if (!idx) {
+    *ok = false;
+    return false;
+  }
+  k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (iv[i].share != 0 && takes_space(&iv[i]))
+      idx[k++] = (uint32_t)i;
+  share_iv = iv;
+  qsort(idx, k, sizeof *idx, by_share_start);
+  bool disjoint = true;
+  for (size_t j = 1; j < k && disjoint; j++)
+    disjoint = iv[idx[j]].share != iv[idx[j - 1]].share || iv[idx[j - 1]].end <= iv[idx[j]].start;
+  free(idx);
+  return disjoint;
+}
+
+/* A lower bound on any placement's heap: at every step the live intervals sit side by side,
+ * each but the topmost taking its size rounded up to the alignment (the next offset is
+ * aligned), so the heap is at least their aligned sizes less the largest rounding of any.
+ * 0 when it cannot be told (memory, or a share group whose members overlap in time). */
+static uint64_t heap_lower_bound(const hlo_interval_t *iv, size_t n, uint64_t alignment) {
+  uint32_t steps = 0;
+  uint64_t slack = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!takes_space(&iv[i]))
+      continue;
+    steps = iv[i].end > steps ? iv[i].end : steps;
+    uint64_t rounded = align_up(iv[i].size, alignment) - iv[i].size;
+    slack = rounded > slack ? rounded : slack;
+  }
+  bool ok = true;
+  int64_t *delta = shares_disjoint(iv, n, &ok) ? calloc((size_t)steps + 1, sizeof *delta) : NULL;
+  if (!delta)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (takes_space(&iv[i])) {
+      delta[iv[i].start] += (int64_t)align_up(iv[i].size, alignment);
+      delta[iv[i].end] -= (int64_t)align_up(iv[i].size, alignment);
+    }
+  int64_t live = 0, most = 0;
+  for (uint32_t t = 0; t <= steps; t++) {
+    live += delta[t];
+    most = live > most ? live : most;
+  }
+  free(delta);
+  return (uint64_t)most > slack ? (uint64_t)most - slack : 0;
+}
+
 /* XLA's BufferAssigner runs GlobalDecreasingSizeBestFitHeap in both orders, spatial then
  * temporal, and keeps the first of the smallest heaps (ChooseBestHeapAlgorithm), unless a
- * backend gives its own order (neither CPU nor GPU does). */
+ * backend gives its own order (neither CPU nor GPU does). The temporal run is skipped when
+ * the spatial heap is already as small as any placement can be: it could only tie, and a tie
+ * keeps the spatial plan. */
 hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t alignment,
                                       const uint32_t *ev, uint64_t *heap) {
   hbm_status_t st = hbm__hlo_best_fit_order(iv, n, alignment, ev, HLO_HEAP_SPATIAL, heap);
-  if (st != HBM_OK || n < 2)
+  if (st != HBM_OK || n < 2 || *heap <= heap_lower_bound(iv, n, alignment))
     return st;
   hlo_interval_t *temporal = malloc(n * sizeof *temporal);
   if (!temporal)

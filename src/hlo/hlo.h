@@ -431,6 +431,9 @@ typedef struct hlo_assignment {
    * there first; XLA's order of candidates (its post-order) may have chosen otherwise */
   uint32_t contended;
   uint64_t contended_bytes;
+  /* liveness.c, when temporaries were contended: the same assignment with no temporary in
+   * an output allocation (the warning's bound), ready for the heap; NULL otherwise */
+  struct hlo_assignment *without_reuse;
   uint32_t *segs; /* the buffers' live segments (hlo_buffer_t.n_segs), [start, end) pairs */
   uint32_t n_segs, segs_cap;
 } hlo_assignment_t;

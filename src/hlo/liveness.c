@@ -328,6 +328,32 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool si
   free(taken);
 }
 
+/* A copy of an assignment's steps, values and buffers (before reuse.c joins temporaries to
+ * output allocations), to be finished without that reuse; NULL when memory ran out (the
+ * caller then plans the bound again from the module). */
+static hlo_assignment_t *copy_buffers(const hlo_assignment_t *as) {
+  hlo_assignment_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->n_steps = as->n_steps;
+  c->n_values = as->n_values;
+  c->n_buffers = as->n_buffers;
+  c->steps = malloc(((size_t)as->n_steps + 1) * sizeof *c->steps);
+  c->values = malloc(((size_t)as->n_values + 1) * sizeof *c->values);
+  c->value_buffer = malloc(((size_t)as->n_values + 1) * sizeof *c->value_buffer);
+  c->buffers = malloc(((size_t)as->n_buffers + 1) * sizeof *c->buffers);
+  if (!c->steps || !c->values || !c->value_buffer || !c->buffers) {
+    hbm__hlo_assignment_free(c);
+    free(c);
+    return NULL;
+  }
+  memcpy(c->steps, as->steps, as->n_steps * sizeof *c->steps);
+  memcpy(c->values, as->values, as->n_values * sizeof *c->values);
+  memcpy(c->value_buffer, as->value_buffer, as->n_values * sizeof *c->value_buffer);
+  memcpy(c->buffers, as->buffers, as->n_buffers * sizeof *c->buffers);
+  return c;
+}
+
 hbm_status_t hbm__hlo_assign(const hlo_module_t *m, hlo_assignment_t *as) {
   return hbm__hlo_assign_opts(m, as, NULL);
 }
@@ -358,10 +384,20 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
     df.steps.data = NULL;
     ok = build_buffers(&df, &u, as);
   }
+  bool reuse = ok && opt && opt->xla_allocations && !(opt->xla_allocations & HLO_XLA_NO_REUSE);
+  hlo_assignment_t *before = reuse ? copy_buffers(as) : NULL;
   if (ok && opt && opt->xla_allocations)
-    ok = hbm__reuse_output_allocations(&df, as, !(opt->xla_allocations & HLO_XLA_NO_REUSE));
+    ok = hbm__reuse_output_allocations(&df, as, reuse);
   if (ok)
     apply_shares(&df, as, opt && opt->xla_allocations);
+  if (ok && before && as->contended) { /* finished as with HLO_XLA_NO_REUSE */
+    ok = hbm__reuse_output_allocations(&df, before, false);
+    apply_shares(&df, before, true);
+    as->without_reuse = before;
+    before = NULL;
+  }
+  hbm__hlo_assignment_free(before);
+  free(before);
   if (ok) {
     /* The entry frame (frame 0) keeps its positions: remat.c reads them. */
     const hlo_comp_t *e = m->entry;
@@ -383,6 +419,12 @@ hbm_status_t hbm__hlo_assign_opts(const hlo_module_t *m, hlo_assignment_t *as,
 }
 
 void hbm__hlo_assignment_free(hlo_assignment_t *as) {
+  if (!as)
+    return;
+  if (as->without_reuse) {
+    hbm__hlo_assignment_free(as->without_reuse);
+    free(as->without_reuse);
+  }
   free(as->steps);
   free(as->values);
   free(as->value_buffer);

@@ -418,6 +418,13 @@ static void module_warnings(hbm_plan_t *plan) {
 static uint64_t temp_without_reuse(const hbm_plan_t *plan, const hlo_plan_opts_t *opt) {
   hlo_plan_opts_t o = *opt;
   o.xla_allocations |= HLO_XLA_NO_REUSE;
+  hlo_assignment_t *kept = plan->as.without_reuse; /* liveness.c kept it: no second dataflow */
+  if (kept) {
+    uint64_t bytes = 0;
+    if (hbm__hlo_simulate_heap(kept, &o) == HBM_OK && plan->opt.space_color < kept->n_colors)
+      bytes = kept->heap_bytes[plan->opt.space_color];
+    return bytes;
+  }
   hlo_assignment_t as;
   uint64_t bytes = 0;
   if (hbm__hlo_assign_opts(plan->module, &as, &o) != HBM_OK)

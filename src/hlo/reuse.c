@@ -35,6 +35,10 @@ typedef struct occupant {
 
 typedef struct reuse_state {
   hlo_assignment_t *as;
+  const hlo_dataflow_t *df;
+  uint32_t *value_frame; /* top-level value → the frame (instance) defining it, or NIL */
+  uint32_t *by_buffer;   /* CSR of values by buffer: values[by_first[b] .. by_first[b+1]) */
+  uint32_t *by_first;
   uint32_t *share_first; /* CSR over buffers: share_to[share_first[a] .. share_first[a+1]) */
   uint32_t *share_to;
   uint32_t *alloc_of; /* buffer → the buffer whose allocation holds it, or UINT32_MAX */
@@ -195,43 +199,119 @@ static int by_size_desc(const void *pa, const void *pb) {
   return ia < ib ? -1 : ia > ib;
 }
 
-/* XLA orders buffers of one size by the post-order position of their first value, with
- * the computations taken callers first (the entry, then what it calls, breadth first
- * here) and instructions in their computation's order. NULL when memory ran out. */
+/* XLA's HloComputation::MakeInstructionPostOrder over one computation: from each
+ * instruction without users (in the computation's order), a depth-first walk with an
+ * explicit stack that emits an instruction once its operands are emitted, operands pushed
+ * last to first (so the first is walked first); an instruction pushed again before it is
+ * expanded is expanded at its latest push, as XLA's stack does. pos[id] gets the rank.
+ * scratch: n_instrs + the operands of every instruction entries; state: n_instrs. */
+static void instruction_post_order(const hlo_comp_t *c, uint32_t *pos, uint32_t *stack,
+                                   uint8_t *state, uint32_t *users) {
+  enum { NEW = 0, VISITING = 1, VISITED = 2 };
+  uint32_t n = c->n_instrs, next = 0;
+  memset(state, 0, n);
+  memset(users, 0, n * sizeof *users);
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = 0; k < c->instrs[i]->n_operands; k++)
+      if (c->instrs[i]->operands[k]->parent == c)
+        users[c->instrs[i]->operands[k]->id]++;
+  for (uint32_t r = 0; r < n; r++) {
+    if (users[r] != 0 || state[r] == VISITED)
+      continue;
+    size_t top = 0;
+    stack[top++] = r;
+    while (top > 0) {
+      uint32_t cur = stack[top - 1];
+      if (state[cur] != NEW) {
+        top--;
+        if (state[cur] != VISITED) {
+          state[cur] = VISITED;
+          pos[cur] = next++;
+        }
+        continue;
+      }
+      state[cur] = VISITING;
+      const hlo_instr_t *in = c->instrs[cur];
+      for (uint32_t k = in->n_operands; k-- > 0;) {
+        const hlo_instr_t *op = in->operands[k];
+        if (op->parent == c && state[op->id] != VISITED)
+          stack[top++] = op->id;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) /* unreachable (a cycle): after everything, in order */
+    if (state[i] != VISITED)
+      pos[i] = next++;
+}
+
+/* XLA orders buffers of one size by the smallest post-order position among their values,
+ * with the computations taken callers first (the entry, then what it calls, breadth first
+ * here) and each computation's instructions in MakeInstructionPostOrder's order. NULL when
+ * memory ran out. */
 static uint64_t *post_positions(const hlo_module_t *m, const hlo_assignment_t *as) {
   uint32_t n = m->n_comps;
+  size_t most = 1, most_scratch = 1;
+  for (uint32_t c = 0; c < n; c++) {
+    size_t ops = m->comps[c]->n_instrs;
+    for (uint32_t i = 0; i < m->comps[c]->n_instrs; i++)
+      ops += m->comps[c]->instrs[i]->n_operands;
+    most = m->comps[c]->n_instrs > most ? m->comps[c]->n_instrs : most;
+    most_scratch = ops > most_scratch ? ops : most_scratch;
+  }
   uint32_t *rank = malloc(((size_t)n + 1) * sizeof *rank);
   uint32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
   uint64_t *post = malloc(((size_t)as->n_buffers + 1) * sizeof *post);
-  if (!rank || !queue || !post) {
-    free(rank);
-    free(queue);
+  uint32_t **order = calloc((size_t)n + 1, sizeof *order);
+  uint32_t *stack = malloc(most_scratch * sizeof *stack), *users = malloc(most * sizeof *users);
+  uint8_t *state = malloc(most);
+  bool ok = rank && queue && post && order && stack && users && state;
+  for (uint32_t c = 0; ok && c < n; c++) {
+    order[c] = malloc(((size_t)m->comps[c]->n_instrs + 1) * sizeof **order);
+    ok = order[c] != NULL;
+    if (ok)
+      instruction_post_order(m->comps[c], order[c], stack, state, users);
+  }
+  if (ok) {
+    for (uint32_t c = 0; c < n; c++)
+      rank[c] = UINT32_MAX;
+    uint32_t head = 0, tail = 0, next = 0;
+    queue[tail++] = m->entry->id - 1;
+    rank[m->entry->id - 1] = next++;
+    while (head < tail) {
+      const hlo_comp_t *c = m->comps[queue[head++]];
+      for (uint32_t i = 0; i < c->n_instrs; i++)
+        for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
+          const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
+          if (callee && rank[callee->id - 1] == UINT32_MAX) {
+            rank[callee->id - 1] = next++;
+            queue[tail++] = callee->id - 1;
+          }
+        }
+    }
+    for (uint32_t b = 0; b < as->n_buffers; b++)
+      post[b] = UINT64_MAX;
+    for (uint32_t v = 0; v < as->n_values; v++) {
+      uint32_t b = as->value_buffer[v];
+      const hlo_instr_t *in = as->values[v].instr;
+      if (b == UINT32_MAX || !in->parent)
+        continue;
+      uint32_t c = in->parent->id - 1;
+      uint64_t key = ((uint64_t)rank[c] << 32) | order[c][in->id];
+      post[b] = key < post[b] ? key : post[b];
+    }
+  }
+  for (uint32_t c = 0; order && c < n; c++)
+    free(order[c]);
+  free(order);
+  free(stack);
+  free(users);
+  free(state);
+  free(rank);
+  free(queue);
+  if (!ok) {
     free(post);
     return NULL;
   }
-  for (uint32_t c = 0; c < n; c++)
-    rank[c] = UINT32_MAX;
-  uint32_t head = 0, tail = 0, next = 0;
-  queue[tail++] = m->entry->id - 1;
-  rank[m->entry->id - 1] = next++;
-  while (head < tail) {
-    const hlo_comp_t *c = m->comps[queue[head++]];
-    for (uint32_t i = 0; i < c->n_instrs; i++)
-      for (uint32_t k = 0; k < c->instrs[i]->n_called; k++) {
-        const hlo_comp_t *callee = c->instrs[i]->called[k].comp;
-        if (callee && rank[callee->id - 1] == UINT32_MAX) {
-          rank[callee->id - 1] = next++;
-          queue[tail++] = callee->id - 1;
-        }
-      }
-  }
-  for (uint32_t b = 0; b < as->n_buffers; b++) {
-    const hlo_instr_t *in = as->values[as->buffers[b].value].instr;
-    uint32_t r = in->parent ? rank[in->parent->id - 1] : UINT32_MAX;
-    post[b] = ((uint64_t)r << 32) | in->id;
-  }
-  free(rank);
-  free(queue);
   return post;
 }
 
@@ -309,14 +389,50 @@ static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
   return true;
 }
 
+/* The allocation holding buffer b so far: its own when it is a reusable allocation, the one a
+ * temporary was put in, else NIL (parameters, constants, temporaries left for the heap). */
+static uint32_t allocation_of(const reuse_state_t *s, const uint8_t *is_alloc, uint32_t b) {
+  if (b == UINT32_MAX)
+    return NIL;
+  return is_alloc[b] ? b : s->alloc_of[b];
+}
+
+/* XLA's AssignSingleHloBuffer tries, before the list of reusable allocations, the
+ * allocations of the operands of each top-level array value of the buffer (GetAllSlices of
+ * the operand's top-level position). Returns the first that takes t, or NIL. */
+static uint32_t operand_allocation(const reuse_state_t *s, const uint8_t *is_alloc, uint32_t t) {
+  const hlo_assignment_t *as = s->as;
+  for (uint32_t k = s->by_first[t]; k < s->by_first[t + 1]; k++) {
+    uint32_t v = s->by_buffer[k];
+    const hlo_value_t *val = &as->values[v];
+    uint32_t f = s->value_frame[v];
+    if (f == NIL || val->subshape != 0 || val->shape->etype == HLO_T_TUPLE)
+      continue;
+    const hlo_frame_t *fr = &HLO_VEC_AT(&s->df->frames, hlo_frame_t, f);
+    const uint32_t *pos = &HLO_VEC_AT(&s->df->frame_pos, uint32_t, fr->pos);
+    for (uint32_t i = 0; i < val->instr->n_operands; i++) {
+      const hlo_instr_t *op = val->instr->operands[i];
+      uint32_t off = op->parent == fr->comp ? pos[op->id] : UINT32_MAX;
+      if (off == UINT32_MAX)
+        continue;
+      uint32_t o = allocation_of(s, is_alloc, as->value_buffer[s->df->pool[off]]);
+      bool by_temp = false;
+      if (o != NIL && fits_in(s, t, o, &by_temp))
+        return o;
+    }
+  }
+  return NIL;
+}
+
 static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt,
-                              const uint32_t *outs, size_t no, bool *any) {
+                              const uint32_t *outs, size_t no, const uint8_t *is_alloc, bool *any) {
   const hlo_buffer_t *bufs = s->as->buffers;
   for (size_t i = 0; i < nt; i++) {
     uint32_t t = temps[i];
-    /* the first allocation at least as large (outs ascending by size) */
+    uint32_t chosen = operand_allocation(s, is_alloc, t);
+    /* else the first allocation at least as large (outs ascending by size) */
     size_t lo = 0, hi = no;
-    while (lo < hi) {
+    while (chosen == NIL && lo < hi) {
       size_t mid = (lo + hi) / 2;
       if (bufs[outs[mid]].bytes < bufs[t].bytes)
         lo = mid + 1;
@@ -324,24 +440,54 @@ static bool place_temporaries(reuse_state_t *s, const uint32_t *temps, size_t nt
         hi = mid;
     }
     bool contended = false;
-    for (size_t k = lo, tries = 0; k < no && tries < MAX_TRIES; k++, tries++) {
+    for (size_t k = lo, tries = 0; chosen == NIL && k < no && tries < MAX_TRIES; k++, tries++) {
       bool by_temp = false;
-      if (!fits_in(s, t, outs[k], &by_temp)) {
+      if (fits_in(s, t, outs[k], &by_temp))
+        chosen = outs[k];
+      else
         contended |= by_temp;
-        continue;
-      }
-      s->alloc_of[t] = outs[k];
-      if (!add_occupant(s, outs[k], bufs[t].start, last_step(&bufs[t]), t))
+    }
+    if (chosen != NIL) {
+      s->alloc_of[t] = chosen;
+      if (!add_occupant(s, chosen, bufs[t].start, last_step(&bufs[t]), t))
         return false;
       *any = true;
-      contended = false;
-      break;
-    }
-    if (contended) { /* left in the heap only because another temporary came first */
+    } else if (contended) { /* left in the heap only because another temporary came first */
       s->as->contended++;
       s->as->contended_bytes += bufs[t].bytes;
     }
   }
+  return true;
+}
+
+/* value_frame (the frame defining each top-level value) and the values of each buffer. */
+static bool index_values(const hlo_dataflow_t *df, reuse_state_t *s) {
+  const hlo_assignment_t *as = s->as;
+  s->value_frame = malloc(((size_t)as->n_values + 1) * sizeof *s->value_frame);
+  s->by_first = calloc((size_t)as->n_buffers + 2, sizeof *s->by_first);
+  s->by_buffer = malloc(((size_t)as->n_values + 1) * sizeof *s->by_buffer);
+  if (!s->value_frame || !s->by_first || !s->by_buffer)
+    return false;
+  for (uint32_t v = 0; v < as->n_values; v++)
+    s->value_frame[v] = NIL;
+  for (uint32_t f = 0; f < df->frames.len; f++) {
+    const hlo_frame_t *fr = &HLO_VEC_AT(&df->frames, hlo_frame_t, f);
+    const uint32_t *pos = &HLO_VEC_AT(&df->frame_pos, uint32_t, fr->pos);
+    for (uint32_t i = 0; i < fr->comp->n_instrs; i++) {
+      uint32_t v = pos[i] == UINT32_MAX ? UINT32_MAX : df->pool[pos[i]];
+      if (v < as->n_values && as->values[v].instr == fr->comp->instrs[i] &&
+          s->value_frame[v] == NIL)
+        s->value_frame[v] = f;
+    }
+  }
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      s->by_first[as->value_buffer[v] + 2]++;
+  for (uint32_t b = 0; b < as->n_buffers; b++)
+    s->by_first[b + 2] += s->by_first[b + 1];
+  for (uint32_t v = 0; v < as->n_values; v++)
+    if (as->value_buffer[v] != UINT32_MAX)
+      s->by_buffer[s->by_first[as->value_buffer[v] + 1]++] = v;
   return true;
 }
 
@@ -357,13 +503,14 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   }
   if (no == 0 || nt == 0)
     return true;
-  reuse_state_t s = {.as = as, .rng = 2463534242u};
+  reuse_state_t s = {.as = as, .df = df, .rng = 2463534242u};
   hbm__hlo_vec_init(&s.occupants, sizeof(occupant_t));
   uint32_t *temps = malloc(nt * sizeof *temps), *outs = malloc(no * sizeof *outs);
   uint8_t *is_alloc = calloc((size_t)nb + 1, 1);
   s.alloc_of = malloc(((size_t)nb + 1) * sizeof *s.alloc_of);
   s.first = malloc(((size_t)nb + 1) * sizeof *s.first);
-  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s);
+  bool ok = temps && outs && is_alloc && s.alloc_of && s.first && build_shares(df, &s) &&
+            index_values(df, &s);
   bool any = false;
   uint64_t *post = NULL;
   if (ok) {
@@ -384,7 +531,7 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   if (ok) {
     qsort(temps, nt, sizeof *temps, by_size_desc);
     qsort(outs, no, sizeof *outs, by_size_asc);
-    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, &any);
+    ok = seed_occupants(&s, is_alloc) && place_temporaries(&s, temps, nt, outs, no, is_alloc, &any);
   }
   if (ok && any)
     ok = compact(&s);
@@ -396,6 +543,9 @@ bool hbm__reuse_output_allocations(const hlo_dataflow_t *df, hlo_assignment_t *a
   free(s.first);
   free(s.share_first);
   free(s.share_to);
+  free(s.value_frame);
+  free(s.by_first);
+  free(s.by_buffer);
   hbm__hlo_vec_free(&s.occupants);
   return ok;
 }

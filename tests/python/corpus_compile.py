@@ -1,11 +1,13 @@
-"""corpus_compile.py — compiles the conformance corpus (corpus_programs.py) with the installed JAX
-on the CPU and writes, for each program, into ROOT/NAME/:
+"""corpus_compile.py — compiles a corpus of programs (corpus_programs.py, the tuned conformance
+corpus, or corpus_unseen.py, the held-out families) with the installed JAX on the CPU and writes,
+for each program, into ROOT/NAME/:
   optimized.hlo         compiled.as_text(): the optimized, scheduled module
   memory_analysis.json  compiled.memory_analysis(): XLA's argument, output, alias, temp sizes
   dump/                 XLA's after-optimizations HLO, buffer assignment and memory usage report
   meta.json             name, family, devices, JAX version, module name
-`build(root)` runs `jobs` worker processes (`python corpus_compile.py --worker ROOT I N`), each
-compiling every N-th program with its own XLA dump folder; nothing is committed output.
+`build(root, module)` runs `jobs` worker processes (`python corpus_compile.py --worker MODULE ROOT
+I N`), each compiling every N-th program of MODULE with its own XLA dump folder; nothing is
+committed output.
 """
 import json
 import os
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import importlib  # noqa: E402
 import corpus_programs  # noqa: E402  (sets the host device count before jax loads)
 
 STATS = ["argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -57,11 +60,12 @@ def _compile_one(prog, root: Path, dump: Path) -> None:
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
-def worker(root: Path, index: int, count: int) -> int:
-    """Compiles programs index, index+count, ... ; writes errors to ROOT/.errors-INDEX.json."""
+def worker(module: str, root: Path, index: int, count: int) -> int:
+    """Compiles programs index, index+count, ... of `module`; writes errors to
+    ROOT/.errors-INDEX.json."""
     dump = Path(os.environ["CORPUS_DUMP"])
     errors = {}
-    for prog in corpus_programs.programs()[index::count]:
+    for prog in importlib.import_module(module).programs()[index::count]:
         try:
             _compile_one(prog, root, dump)
         except Exception as e:  # a program that does not compile is reported, not fatal here
@@ -70,8 +74,9 @@ def worker(root: Path, index: int, count: int) -> int:
     return 0
 
 
-def build(root: Path, jobs: int = 2) -> dict:
-    """Compiles the whole corpus into root with `jobs` processes. Returns {name: error}."""
+def build(root: Path, module: str = "corpus_programs", jobs: int = 2) -> dict:
+    """Compiles every program of `module` into root with `jobs` processes. Returns
+    {name: error}."""
     root.mkdir(parents=True, exist_ok=True)
     procs = []
     for i in range(jobs):
@@ -82,8 +87,8 @@ def build(root: Path, jobs: int = 2) -> dict:
                             f"--xla_force_host_platform_device_count="
                             f"{corpus_programs.DEVICE_COUNT}")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", str(root), str(i),
-                                       str(jobs)], env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", module, str(root),
+                                       str(i), str(jobs)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     errors = {}
     for i, p in enumerate(procs):
@@ -98,14 +103,15 @@ def build(root: Path, jobs: int = 2) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
-        sys.exit(worker(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
-    if len(sys.argv) == 2:
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        sys.exit(worker(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])))
+    if len(sys.argv) in (2, 3):
         t0 = time.time()
-        errs = build(Path(sys.argv[1]))
+        mod = sys.argv[2] if len(sys.argv) == 3 else "corpus_programs"
+        errs = build(Path(sys.argv[1]), mod)
         for k, v in errs.items():
             print(f"{k}: {v}", file=sys.stderr)
-        print(f"compiled {len(corpus_programs.programs()) - len(errs)} programs in "
+        print(f"compiled {len(importlib.import_module(mod).programs()) - len(errs)} programs in "
               f"{time.time() - t0:.0f} s, {len(errs)} failed")
         sys.exit(1 if errs else 0)
     print(__doc__, file=sys.stderr)

@@ -976,14 +976,28 @@ _FAMILIES = [_dense, _conv, _attention, _norm, _scan, _while, _cond, _remat, _do
              _custom_vjp, _sort, _gather_scatter, _dus, _fft, _random, _sharded, _shard_map]
 
 
+def collect(families, taken=()):
+    """The programs of every family builder, in order; raises on a name used twice or in
+    `taken` (the names of another corpus)."""
+    progs = [p for family in families for p in family()]
+    names = [p.name for p in progs]
+    clash = sorted({n for n in names if names.count(n) > 1 or n in taken})
+    if clash:
+        raise AssertionError(f"duplicate program names {clash}")
+    return progs
+
+
+def print_families(progs):
+    from collections import Counter
+
+    for fam, n in Counter(p.family for p in progs).items():
+        print(f"{fam:22s} {n}")
+    print(f"{'total':22s} {len(progs)}")
+
+
 def programs():
     """Every program of the corpus, in a stable order (families as listed, then variants)."""
-    progs = [p for family in _FAMILIES for p in family()]
-    names = [p.name for p in progs]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise AssertionError(f"corpus_programs: duplicate names {dup}")
-    return progs
+    return collect(_FAMILIES)
 
 
 def by_name():
@@ -991,9 +1005,4 @@ def by_name():
 
 
 if __name__ == "__main__":
-    from collections import Counter
-
-    progs = programs()
-    for fam, n in Counter(p.family for p in progs).items():
-        print(f"{fam:22s} {n}")
-    print(f"{'total':22s} {len(progs)}")
+    print_families(programs())
