@@ -118,6 +118,7 @@ typedef struct hbm__step_places {
   size_t n_held;
   uint64_t span;         /* the end of the highest of either */
   uint64_t steady_bytes; /* the stretches' sum */
+  uint64_t first_floor;  /* the least the first planned step can map (step_floor.c) */
   double solve_ms;
 } hbm__step_places_t;
 
@@ -127,6 +128,15 @@ typedef struct hbm__step_places {
 hbm_status_t hbm__step_place(hbm__strategy_t *mem, uint64_t base, hbm__step_item_t *items,
                              uint32_t n, uint64_t limit, hbm__step_places_t *out);
 void hbm__step_places_free(hbm__step_places_t *p);
+
+/* ---- step_floor.c: what the first planned step cannot do without ---- */
+
+/* A lower bound on the memory (whole granules of `gran` bytes) any placement of the first
+ * planned step maps at its worst moment: the line instance of step_plan.c (fixed items at
+ * their offsets) around the obstacles where they lie. 0 when host memory ran out. */
+uint64_t hbm__step_first_floor(const hbm__step_item_t *line, uint32_t n,
+                               const hbm__step_obstacle_t *obstacles, size_t n_obstacles,
+                               uint64_t gran);
 
 /* ---- step_serve.c: the strategy ---- */
 
@@ -159,6 +169,7 @@ typedef struct hbm__step_stats {
                                  yet): the survivors of the step before are gone */
   uint64_t first_reserved;    /* most reserved from first_step_end to first_planned_end */
   uint64_t later_reserved;    /* most reserved from first_planned_end on */
+  uint64_t first_floor;       /* the least the first plan's first step could map (step_floor.c) */
   double solve_ms;            /* time spent solving */
 } hbm__step_stats_t;
 
