@@ -109,7 +109,8 @@ static size_t pieces_in(floor_ctx_t *c, range_t run, uint32_t t, range_t *out) {
 /* What the movable blocks live at t can put in free piece p of run r, at most. */
 static uint64_t usable(const floor_ctx_t *c, range_t p, range_t r, uint32_t t, range_t *scratch) {
   uint32_t since = free_since(c, p.lo, p.hi, t, scratch);
-  bool open = p.lo == r.lo || p.hi == r.hi; /* a block may run on into unmapped granules */
+  /* a block may run on into the unmapped granules beside the run (none below offset 0) */
+  bool open = (p.lo == r.lo && p.lo > 0) || p.hi == r.hi;
   uint64_t sum = 0, len = p.hi - p.lo;
   for (uint32_t k = 0; k < c->n && sum < len; k++) {
     const hbm__step_item_t *it = &c->items[k];
@@ -128,7 +129,8 @@ static uint64_t bound_at(floor_ctx_t *c, uint32_t t, uint64_t movable, bool full
   if (!full)
     return *cheap;
   uint64_t fill = 0;
-  range_t *p = malloc((c->n_fixed + 1) * sizeof *p), *scratch = malloc((c->n_fixed + 1) * sizeof *p);
+  range_t *p = malloc((c->n_fixed + 1) * sizeof *p),
+          *scratch = malloc((c->n_fixed + 1) * sizeof *p);
   if (!p || !scratch) { /* no memory to look closer: what cannot move, at least */
     free(p);
     free(scratch);
