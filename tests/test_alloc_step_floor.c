@@ -26,8 +26,8 @@
 #define G (2 * MiB)
 
 static hbm__step_item_t item(uint32_t start, uint32_t end, uint64_t bytes) {
-  return (hbm__step_item_t){.size = bytes, .bytes = bytes, .start = start, .end = end,
-                            .planned = true};
+  return (hbm__step_item_t){
+      .size = bytes, .bytes = bytes, .start = start, .end = end, .planned = true};
 }
 
 /* Survivor S1 at [0, 1) until `s1_until`, S2 at [1, 2) until 3 (granule 0 shared); the step
@@ -92,9 +92,12 @@ static void solver_counts_survivors_above(void **state) {
   hbm__step_obstacle_t o[1] = {{64 * MiB, 4 * MiB, 2}};
   hbm__step_item_t items[3] = {item(0, 3, 2 * MiB), item(1, 3, 2 * MiB), item(2, 3, 2 * MiB)};
   uint64_t heap = 0;
-  assert_int_equal(hbm__step_solve(items, 3, o, 1, 1024 * MiB, &heap), HBM_OK);
+  assert_int_equal(hbm__step_solve(items, 3, o, 1, 1024 * MiB, true, &heap), HBM_OK);
   assert_int_equal(heap, 8 * MiB);
   assert_int_equal(items[0].offset + items[1].offset + items[2].offset, 6 * MiB); /* 0, 2, 4 */
+  /* the steady placement (not the first step's): the plain highest end, 6 MiB */
+  assert_int_equal(hbm__step_solve(items, 3, o, 1, 1024 * MiB, false, &heap), HBM_OK);
+  assert_int_equal(heap, 6 * MiB);
 }
 
 int main(void) {

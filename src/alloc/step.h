@@ -94,10 +94,12 @@ typedef struct hbm__step_obstacle {
 /* Places the planned items of a step (fixed ones where they are) around the obstacles, in
  * [0, limit), so that items live at the same time never overlap, the highest end as low as
  * the heuristics and the search find; *heap gets that end (of the items it placed: fixed ones
- * stay where they are). HBM_ERR_NO_MEMORY when it does not fit under limit. */
+ * stay where they are). `first`: the first planned step's placement, where an item's height
+ * also counts the survivors (obstacles with an end) lying above it while it lives, since they
+ * are mapped meanwhile. HBM_ERR_NO_MEMORY when it does not fit under limit. */
 hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
                              const hbm__step_obstacle_t *obstacles, uint32_t n_obstacles,
-                             uint64_t limit, uint64_t *heap);
+                             uint64_t limit, bool first, uint64_t *heap);
 /* The most bytes live at once over the step (planned items): the bound no plan beats. */
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n);
 
