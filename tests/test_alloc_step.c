@@ -260,9 +260,13 @@ static void replay_command_reports_the_plan(void **state) {
   snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json", HBM_BIN,
            path);
   assert_int_equal(th_run(cmd, &out), 0);
-  const char *keys[] = {
-      "\"peak_live_bytes\"", "\"steady_reserved_bytes\"",        "\"planned_fraction\"",
-      "\"ns_per_op\"",       "\"first_planned_reserved_bytes\"", "\"later_reserved_bytes\""};
+  const char *keys[] = {"\"peak_live_bytes\"",
+                        "\"steady_reserved_bytes\"",
+                        "\"planned_fraction\"",
+                        "\"ns_per_op\"",
+                        "\"first_planned_reserved_bytes\"",
+                        "\"later_reserved_bytes\"",
+                        "\"first_planned_floor_bytes\""};
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
     if (!strstr(out, keys[k]))
       fail_msg("%s missing in:\n%s", keys[k], out);
