@@ -833,6 +833,9 @@ typedef struct hbm_replay_result {
    * (0 when the log ends before) */
   uint64_t first_planned_reserved_bytes, first_planned_peak_live_bytes;
   uint64_t later_reserved_bytes, later_peak_live_bytes;
+  /* The least the first planned step can reserve whatever the plan does: whole granules
+   * around the blocks of the step before, where they lie (0: not known) */
+  uint64_t first_planned_floor_bytes;
   double planned_fraction; /* of the operations from there on, served from the plan */
   uint64_t planned_operations, fallback_operations; /* from there on */
   uint64_t plan_bytes;                              /* memory the last plan holds for the step */

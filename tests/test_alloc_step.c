@@ -189,6 +189,10 @@ static void survivors_are_not_held_twice(void **state) {
   assert_int_equal(r.steady_reserved_bytes, 86 * MiB);
   assert_int_equal(r.first_planned_reserved_bytes, 86 * MiB); /* survivors and the plan */
   assert_int_equal(r.first_planned_peak_live_bytes, 86 * MiB);
+  /* its floor (step_floor.c): the plan's step begins at act[0]; after act[5] (its 6th
+   * allocation) the survivors, 44 MiB of whole granules, and the acts, 42 MiB that can go
+   * nowhere else than new granules, are live: 22 + 21 granules */
+  assert_int_equal(r.first_planned_floor_bytes, 86 * MiB);
   assert_int_equal(r.later_reserved_bytes, 86 * MiB); /* the span, mapped whole */
   assert_int_equal(r.later_peak_live_bytes, 86 * MiB);
   hbm_replay_result_free(&r);
@@ -256,9 +260,13 @@ static void replay_command_reports_the_plan(void **state) {
   snprintf(cmd, sizeof cmd, "env -u HBM_PROFILE_DIR '%s' replay '%s' --mode learn --json", HBM_BIN,
            path);
   assert_int_equal(th_run(cmd, &out), 0);
-  const char *keys[] = {
-      "\"peak_live_bytes\"", "\"steady_reserved_bytes\"",        "\"planned_fraction\"",
-      "\"ns_per_op\"",       "\"first_planned_reserved_bytes\"", "\"later_reserved_bytes\""};
+  const char *keys[] = {"\"peak_live_bytes\"",
+                        "\"steady_reserved_bytes\"",
+                        "\"planned_fraction\"",
+                        "\"ns_per_op\"",
+                        "\"first_planned_reserved_bytes\"",
+                        "\"later_reserved_bytes\"",
+                        "\"first_planned_floor_bytes\""};
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
     if (!strstr(out, keys[k]))
       fail_msg("%s missing in:\n%s", keys[k], out);

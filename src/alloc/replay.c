@@ -400,6 +400,7 @@ static void take_plan(const replay_t *rp, hbm_device_t *dev, hbm_replay_result_t
   uint64_t first_end = s.first_planned_end ? s.first_planned_end : rp->n_ops;
   out->first_planned_reserved_bytes = s.first_reserved;
   out->first_planned_peak_live_bytes = peak_live_between(rp, s.first_step_end, first_end);
+  out->first_planned_floor_bytes = s.first_floor;
   out->later_reserved_bytes = s.later_reserved;
   out->later_peak_live_bytes =
       s.first_planned_end ? peak_live_between(rp, s.first_planned_end, rp->n_ops) : 0;

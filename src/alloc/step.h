@@ -94,10 +94,12 @@ typedef struct hbm__step_obstacle {
 /* Places the planned items of a step (fixed ones where they are) around the obstacles, in
  * [0, limit), so that items live at the same time never overlap, the highest end as low as
  * the heuristics and the search find; *heap gets that end (of the items it placed: fixed ones
- * stay where they are). HBM_ERR_NO_MEMORY when it does not fit under limit. */
+ * stay where they are). `first`: the first planned step's placement, where an item's height
+ * also counts the survivors (obstacles with an end) lying above it while it lives, since they
+ * are mapped meanwhile. HBM_ERR_NO_MEMORY when it does not fit under limit. */
 hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
                              const hbm__step_obstacle_t *obstacles, uint32_t n_obstacles,
-                             uint64_t limit, uint64_t *heap);
+                             uint64_t limit, bool first, uint64_t *heap);
 /* The most bytes live at once over the step (planned items): the bound no plan beats. */
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n);
 
@@ -118,6 +120,7 @@ typedef struct hbm__step_places {
   size_t n_held;
   uint64_t span;         /* the end of the highest of either */
   uint64_t steady_bytes; /* the stretches' sum */
+  uint64_t first_floor;  /* the least the first planned step can map (step_floor.c) */
   double solve_ms;
 } hbm__step_places_t;
 
@@ -127,6 +130,15 @@ typedef struct hbm__step_places {
 hbm_status_t hbm__step_place(hbm__strategy_t *mem, uint64_t base, hbm__step_item_t *items,
                              uint32_t n, uint64_t limit, hbm__step_places_t *out);
 void hbm__step_places_free(hbm__step_places_t *p);
+
+/* ---- step_floor.c: what the first planned step cannot do without ---- */
+
+/* A lower bound on the memory (whole granules of `gran` bytes) any placement of the first
+ * planned step maps at its worst moment: the line instance of step_plan.c (fixed items at
+ * their offsets) around the obstacles where they lie. 0 when host memory ran out. */
+uint64_t hbm__step_first_floor(const hbm__step_item_t *line, uint32_t n,
+                               const hbm__step_obstacle_t *obstacles, size_t n_obstacles,
+                               uint64_t gran);
 
 /* ---- step_serve.c: the strategy ---- */
 
@@ -159,6 +171,7 @@ typedef struct hbm__step_stats {
                                  yet): the survivors of the step before are gone */
   uint64_t first_reserved;    /* most reserved from first_step_end to first_planned_end */
   uint64_t later_reserved;    /* most reserved from first_planned_end on */
+  uint64_t first_floor;       /* the least the first plan's first step could map (step_floor.c) */
   double solve_ms;            /* time spent solving */
 } hbm__step_stats_t;
 

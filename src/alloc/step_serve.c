@@ -455,6 +455,8 @@ static void start_plan(hbm__step_t *st, plan_t *p, const hbm__step_item_t *items
   s->heap_bytes = places->steady_bytes;
   s->bound_bytes = hbm__step_live_bound(items, p->n);
   s->solve_ms += places->solve_ms;
+  if (!s->first_planned_end) /* the plan whose first step counts as the first planned one */
+    s->first_floor = most(s->first_floor, places->first_floor);
   st->active = p;
   note_reserved(st);
   marker("hbm plan: step of %u operations (%u allocations) found in the stream; plan %llu bytes "

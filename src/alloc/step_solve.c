@@ -5,10 +5,12 @@
  * once; greedy best fit comes close to it when the order is right, so several orders are
  * tried (XLA's decreasing size, area, lifetime, start), each placing a block in the smallest
  * gap left by the blocks placed before it that overlap it in time (else on top of them), and
- * the lowest plan wins; then a search moves the blocks that end on top ahead in the order
- * (search() says how), which reaches the bound on most logs. On small steps the search is
- * exact: every order, each block at the lowest offset that fits, which reaches an optimum
- * (any optimal placement, its blocks taken by offset, is rebuilt by that order).
+ * the lowest plan wins (a block's height: its end; in the first planned step's placement plus
+ * the survivors of the step before that lie above it while it lives, see footprint()); then a
+ * search moves the blocks that end on top ahead in the order (search() says how), which reaches the
+ * bound on most logs. On small steps the search is exact: every order, each block at the lowest
+ * offset that fits, which reaches an optimum (any optimal placement, its blocks taken by offset, is
+ * rebuilt by that order).
  *
  * Time is a circle (the step repeats): a block live across the step's end is two intervals
  * at one offset (step_plan.c clips the ends to solve one step as a line). Fixed blocks keep
@@ -34,6 +36,7 @@ typedef struct solver {
   const hbm__step_obstacle_t *obstacles;
   uint32_t n_obstacles;
   uint64_t limit;
+  bool first; /* the first planned step's placement: survivors above count (footprint) */
   /* The placed items, indexed by time: a segment tree over [0, size) whose nodes list the items
    * whose intervals cover them (each interval in O(log n) nodes), for the items live at a
    * point; and placed[], for those starting inside an interval (item k starts at k). */
@@ -157,6 +160,26 @@ static uint64_t choose_offset(solver_t *s, uint32_t item, bool best_fit) {
   return best != UINT64_MAX ? best : at;
 }
 
+/* The memory taken while `item` is live if it ends at `end`: its end, and in the first
+ * planned step's placement the obstacles that are freed during the step (survivors) lying
+ * above it then. A survivor bfc put high up (it
+ * puts blocks of 4 MiB and more at the top) is memory too while it lives: the step's blocks
+ * live with it must then stay that much lower. Obstacles that stay the whole step are the
+ * same whatever the placement, and do not count. */
+static uint64_t footprint(const solver_t *s, uint32_t item, uint64_t end) {
+  if (!s->first)
+    return end;
+  uint32_t lo[2], hi[2];
+  int k = intervals(&s->items[item], s->n, lo, hi);
+  uint64_t above = 0;
+  for (uint32_t i = 0; i < s->n_obstacles; i++) {
+    const hbm__step_obstacle_t *o = &s->obstacles[i];
+    if (o->until != UINT32_MAX && o->offset >= end && (lo[0] < o->until || k == 2))
+      above += o->bytes;
+  }
+  return end + above;
+}
+
 static void reset(solver_t *s) {
   memset(s->node_n, 0, 2ull * s->size * sizeof *s->node_n);
   memset(s->placed, 0, (s->n / 64 + 1) * sizeof *s->placed);
@@ -180,7 +203,7 @@ static uint32_t attempt(solver_t *s, const uint32_t *order, uint32_t n_order, bo
   }
   for (uint32_t k = 0; k < n_order && !s->failed; k++) {
     uint32_t i = order[k];
-    uint64_t at = choose_offset(s, i, best_fit), end = at + s->items[i].bytes;
+    uint64_t at = choose_offset(s, i, best_fit), end = footprint(s, i, at + s->items[i].bytes);
     if (end > ceiling)
       return k;
     s->failed = !index_item(s, i);
@@ -269,11 +292,18 @@ static void exact(solver_t *s, uint32_t *order, uint32_t m, uint32_t k, best_t *
   }
 }
 
-/* The most bytes live at once of the planned items (free_only: of those the solver places). */
-static uint64_t live_bound(const hbm__step_item_t *items, uint32_t n, bool free_only) {
+/* The most bytes live at once of the planned items (free_only: of those the solver places,
+ * with the survivors among the obstacles, until their frees are due). */
+static uint64_t live_bound(const hbm__step_item_t *items, uint32_t n, bool free_only,
+                           const hbm__step_obstacle_t *obstacles, uint32_t n_obstacles) {
   int64_t *delta = calloc((size_t)n + 1, sizeof *delta);
   if (!delta)
     return 0;
+  for (uint32_t i = 0; i < n_obstacles; i++)
+    if (obstacles[i].until != UINT32_MAX) {
+      delta[0] += (int64_t)obstacles[i].bytes;
+      delta[obstacles[i].until < n ? obstacles[i].until : n] -= (int64_t)obstacles[i].bytes;
+    }
   for (uint32_t i = 0; i < n; i++) {
     uint32_t lo[2], hi[2];
     if (!items[i].planned || (free_only && items[i].fixed))
@@ -294,7 +324,7 @@ static uint64_t live_bound(const hbm__step_item_t *items, uint32_t n, bool free_
 }
 
 uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n) {
-  return live_bound(items, n, false);
+  return live_bound(items, n, false, NULL, 0);
 }
 
 /* The search ("squeaky wheel"): the order is placed again under a ceiling, and the first
@@ -305,7 +335,7 @@ uint64_t hbm__step_live_bound(const hbm__step_item_t *items, uint32_t n) {
  * greedy orders end 0.1-1.8% above the bound and this reaches it, or 0.1% of it, in a few
  * placements. Until the time budget is spent; deterministic. */
 static void search(solver_t *s, best_t *b, uint32_t *order, uint32_t m, uint64_t hi, int64_t t0) {
-  uint64_t lo = live_bound(s->items, s->n, true);
+  uint64_t lo = live_bound(s->items, s->n, true, s->obstacles, s->first ? s->n_obstacles : 0);
   uint64_t ceiling = lo, budget = (uint64_t)PER_CEILING * m;
   memcpy(order, b->order, (size_t)m * sizeof *order);
   while (hi - lo > hi / CLOSE_ENOUGH && hbm__now_ns() - t0 < BUDGET_NS) {
@@ -360,11 +390,15 @@ static bool solver_init(solver_t *s) {
 
 hbm_status_t hbm__step_solve(hbm__step_item_t *items, uint32_t n,
                              const hbm__step_obstacle_t *obstacles, uint32_t n_obstacles,
-                             uint64_t limit, uint64_t *heap) {
+                             uint64_t limit, bool first, uint64_t *heap) {
   if (n == 0)
     return hbm__error(HBM_ERR_INVALID, "an empty step");
-  solver_t s = {
-      .items = items, .n = n, .obstacles = obstacles, .n_obstacles = n_obstacles, .limit = limit};
+  solver_t s = {.items = items,
+                .n = n,
+                .obstacles = obstacles,
+                .n_obstacles = n_obstacles,
+                .limit = limit,
+                .first = first};
   uint32_t *order = malloc((size_t)n * sizeof *order);
   keyed_t *scratch = malloc((size_t)n * sizeof *scratch);
   best_t b = {.heap = UINT64_MAX,

@@ -194,6 +194,9 @@ static void print_plan(const hbm_replay_result_t *r) {
          bytes(r->first_planned_reserved_bytes, a),
          ratio(r->first_planned_reserved_bytes, r->first_planned_peak_live_bytes),
          bytes(r->first_planned_peak_live_bytes, b));
+  if (r->first_planned_floor_bytes)
+    printf("      its floor        %s: no placement maps less around those blocks\n",
+           bytes(r->first_planned_floor_bytes, a));
   if (r->later_peak_live_bytes)
     printf("    later steps        %s, %.4fx their peak live (%s)\n",
            bytes(r->later_reserved_bytes, a),
@@ -305,6 +308,8 @@ static int print_json(const options_t *o, const hbm_alloc_log_t *log,
                         json_integer((json_int_t)r->first_planned_reserved_bytes));
     json_object_set_new(root, "first_planned_peak_live_bytes",
                         json_integer((json_int_t)r->first_planned_peak_live_bytes));
+    json_object_set_new(root, "first_planned_floor_bytes",
+                        json_integer((json_int_t)r->first_planned_floor_bytes));
     json_object_set_new(root, "later_reserved_bytes",
                         json_integer((json_int_t)r->later_reserved_bytes));
     json_object_set_new(root, "later_peak_live_bytes",
