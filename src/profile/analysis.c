@@ -59,11 +59,21 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
 
 #define MEMBER_BLOCK 1024
 
-/* Collects the buffers of a's space and the indefinite total, and the blocks' latest ends. */
-static bool collect_members(hbm_analysis_t *a, int space) {
+/* What collect_members learns on its way for compute_live. */
+typedef struct member_totals {
+  uint64_t size, unpadded; /* the magnitudes' (saturated) sums */
+  bool padded;             /* a buffer's unpadded size differs from its size */
+} member_totals_t;
+
+static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
+
+/* Collects the buffers of a's space, the indefinite total, the blocks' latest ends and the
+ * totals, in one pass over the buffers (5x10^7 of them are 6 GB). */
+static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
-  if (!a->members)
+  a->block_end = malloc(((size_t)p->n_buffers / MEMBER_BLOCK + 1) * sizeof *a->block_end);
+  if (!a->members || !a->block_end)
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
@@ -71,23 +81,23 @@ static bool collect_members(hbm_analysis_t *a, int space) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space)
       continue;
-    a->members[a->n_members++] = i;
+    size_t k = a->n_members++;
+    a->members[k] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
       a->summary.indefinite_bytes = add_bytes(a, a->summary.indefinite_bytes, b->size);
     sorted &= b->start >= last_start;
     last_start = b->start;
-  }
-  a->summary.n_buffers = (int64_t)a->n_members;
-  size_t blocks = (a->n_members + MEMBER_BLOCK - 1) / MEMBER_BLOCK;
-  if (!sorted || blocks < 2)
-    return true;
-  if (!(a->block_end = malloc(blocks * sizeof *a->block_end)))
-    return false;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &p->buffers[a->members[k]];
     int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? INT64_MAX : b->end;
     if (k % MEMBER_BLOCK == 0 || end > a->block_end[k / MEMBER_BLOCK])
       a->block_end[k / MEMBER_BLOCK] = end;
+    t->size = hbm__bytes_add(t->size, clamp_bytes(b->size));
+    t->unpadded = hbm__bytes_add(t->unpadded, clamp_bytes(b->unpadded_size));
+    t->padded |= b->unpadded_size != b->size;
+  }
+  a->summary.n_buffers = (int64_t)a->n_members;
+  if (!sorted || a->n_members <= MEMBER_BLOCK) { /* no blocks to skip */
+    free(a->block_end);
+    a->block_end = NULL;
   }
   return true;
 }
@@ -104,8 +114,6 @@ typedef struct step_sums {
   int64_t *narrow; /* cells when the magnitudes' total is below HBM_BYTES_MAX */
   wide_t *wide;    /* otherwise */
 } step_sums_t;
-
-static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
 /* total: the (saturated) sum of the magnitudes that will be added. */
 static bool sums_init(step_sums_t *s, int64_t n_steps, uint64_t total) {
@@ -222,18 +230,10 @@ static bool compute_live_wide(hbm_analysis_t *a, uint64_t total, uint64_t total_
 }
 
 /* live[] and unpadded[]: +size where a buffer starts, -size where it ends, summed. */
-static bool compute_live(hbm_analysis_t *a) {
-  uint64_t total = 0, total_unpadded = 0;
-  bool padded = false;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    total = hbm__bytes_add(total, clamp_bytes(b->size));
-    total_unpadded = hbm__bytes_add(total_unpadded, clamp_bytes(b->unpadded_size));
-    padded |= b->unpadded_size != b->size;
-  }
-  if (total < HBM_BYTES_MAX && total_unpadded < HBM_BYTES_MAX)
-    return compute_live_narrow(a, padded);
-  return compute_live_wide(a, total, total_unpadded);
+static bool compute_live(hbm_analysis_t *a, const member_totals_t *t) {
+  if (t->size < HBM_BYTES_MAX && t->unpadded < HBM_BYTES_MAX)
+    return compute_live_narrow(a, t->padded);
+  return compute_live_wide(a, t->size, t->unpadded);
 }
 
 static bool reserve_adds(const hbm_reserve_event_t *e) {
@@ -600,7 +600,8 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   a->summary.limit_bytes = p->spaces[space].limit;
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
-  bool ok = collect_members(a, space) && compute_live(a);
+  member_totals_t totals = {0, 0, false};
+  bool ok = collect_members(a, space, &totals) && compute_live(a, &totals);
   /* A plan that states what it reserves (XLA's allocations, read from XProf's files) is
    * taken at its word; otherwise its reservation is what its buffers reach. */
   bool stated = false;
