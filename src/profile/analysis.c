@@ -42,10 +42,6 @@ struct hbm_analysis {
   const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
 };
 
-static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
-  return (b->flags & HBM_BUF_INDEFINITE) || (b->start <= step && step < b->end);
-}
-
 /* x + y for a byte total of a's, saturated at HBM_BYTES_MAX (and said so in the summary). */
 static uint64_t add_bytes(hbm_analysis_t *a, uint64_t x, uint64_t y) {
   uint64_t sum = hbm__bytes_add(x, y);
@@ -359,12 +355,13 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
   a->by_padding = malloc(cells * sizeof *a->by_padding);
   if (!a->at_peak || !a->by_size || !a->by_padding)
     return false;
-  size_t n = 0;
-  for (size_t k = 0; sum->peak_step >= 0 && k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    if (!is_live_at(b, sum->peak_step))
-      continue;
-    a->at_peak[n++] = a->members[k];
+  /* Live at the peak: in the window of the peak's step alone (which skips the blocks of
+   * buffers that ended before it, when starts are in order). */
+  size_t n = sum->peak_step < 0 ? 0
+                                : hbm_analysis_buffers_in_window(
+                                      a, sum->peak_step, sum->peak_step + 1, a->at_peak, cells);
+  for (size_t k = 0; k < n; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
     sum->category_bytes[b->category] = add_bytes(a, sum->category_bytes[b->category], b->size);
   }
   sum->n_buffers_at_peak = n;
