@@ -59,17 +59,31 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
 typedef struct member_totals {
   uint64_t size, unpadded; /* the magnitudes' (saturated) sums */
   bool padded;             /* a buffer's unpadded size differs from its size */
+  uint64_t *d_live;        /* n_steps + 1 cells: +size where a buffer starts, -size where it
+                              ends (modulo 2^64: exact when size stays below HBM_BYTES_MAX) */
 } member_totals_t;
+
+/* Adds v at the start and -v at the end of b's live range into d (a difference array). */
+static void add_range(const hbm_buffer_t *b, int64_t n, uint64_t *d, uint64_t v) {
+  int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
+  int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
+  if (start >= end || start >= n)
+    return;
+  d[start] += v;
+  d[end] -= v;
+}
 
 static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
-/* Collects the buffers of a's space, the indefinite total, the blocks' latest ends and the
- * totals, in one pass over the buffers (5x10^7 of them are 6 GB). */
+/* Collects the buffers of a's space, the indefinite total, the blocks' latest ends, the
+ * totals and the difference array of live bytes, in one pass over the buffers (5x10^7 of them
+ * are 6 GB). */
 static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
   a->block_end = malloc(((size_t)p->n_buffers / MEMBER_BLOCK + 1) * sizeof *a->block_end);
-  if (!a->members || !a->block_end)
+  t->d_live = calloc((size_t)p->n_steps + 1, sizeof *t->d_live);
+  if (!a->members || !a->block_end || !t->d_live)
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
@@ -89,6 +103,7 @@ static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
     t->size = hbm__bytes_add(t->size, clamp_bytes(b->size));
     t->unpadded = hbm__bytes_add(t->unpadded, clamp_bytes(b->unpadded_size));
     t->padded |= b->unpadded_size != b->size;
+    add_range(b, p->n_steps, t->d_live, b->size);
   }
   a->summary.n_buffers = (int64_t)a->n_members;
   if (!sorted || a->n_members <= MEMBER_BLOCK) { /* no blocks to skip */
@@ -145,53 +160,32 @@ static bool sums_finish(step_sums_t *s, int64_t n_steps, uint64_t *out) {
   return saturated;
 }
 
-/* Adds +v at start and -v at end of each member's live range into d (a difference array). The
- * magnitudes' total is below HBM_BYTES_MAX (compute_live checks), so no cell or sum wraps. */
-static void add_ranges(const hbm_analysis_t *a, int64_t *d, bool unpadded) {
-  int64_t n = a->p->n_steps;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
-    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
-    if (start >= end || start >= n)
-      continue;
-    int64_t v = (int64_t)(unpadded ? b->unpadded_size : b->size);
-    d[start] += v;
-    d[end] -= v;
-  }
-}
-
-/* A difference array summed in place into the values it stands for. */
-static void running_sum(int64_t *d, uint64_t *out, int64_t n) {
-  int64_t sum = 0;
-  for (int64_t s = 0; s < n; s++) {
-    sum += d[s];
-    out[s] = (uint64_t)sum;
-  }
+/* A difference array summed in place into the values it stands for (modulo 2^64, exact: the
+ * magnitudes' total is below HBM_BYTES_MAX, compute_live checks). */
+static void running_sum(uint64_t *d, int64_t n) {
+  uint64_t sum = 0;
+  for (int64_t s = 0; s < n; s++)
+    d[s] = sum += d[s];
 }
 
 /* Every profile a real device makes: 64-bit difference arrays summed in place; unpadded[] is
  * live[] itself when no buffer has padding (runtime profiles), so n steps cost 8n bytes here,
  * not 32n. */
-static bool compute_live_narrow(hbm_analysis_t *a, bool padded) {
+static bool compute_live_narrow(hbm_analysis_t *a, member_totals_t *t) {
   int64_t n = a->p->n_steps;
-  size_t cells = (size_t)n + 1;
-  int64_t *d_live = calloc(cells, sizeof *d_live);
-  int64_t *d_unpadded = padded ? calloc(cells, sizeof *d_unpadded) : d_live;
-  if (!d_live || !d_unpadded) {
-    free(d_live);
-    if (padded)
-      free(d_unpadded);
+  running_sum(t->d_live, n);
+  a->live = t->d_live;
+  a->unpadded = t->d_live;
+  t->d_live = NULL;
+  if (!t->padded)
+    return true;
+  if (!(a->unpadded = calloc((size_t)n + 1, sizeof *a->unpadded)))
     return false;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    add_range(b, n, a->unpadded, b->unpadded_size);
   }
-  add_ranges(a, d_live, false);
-  running_sum(d_live, (uint64_t *)d_live, n);
-  a->live = (uint64_t *)d_live;
-  if (padded) {
-    add_ranges(a, d_unpadded, true);
-    running_sum(d_unpadded, (uint64_t *)d_unpadded, n);
-  }
-  a->unpadded = (uint64_t *)d_unpadded;
+  running_sum(a->unpadded, n);
   return true;
 }
 
@@ -226,9 +220,11 @@ static bool compute_live_wide(hbm_analysis_t *a, uint64_t total, uint64_t total_
 }
 
 /* live[] and unpadded[]: +size where a buffer starts, -size where it ends, summed. */
-static bool compute_live(hbm_analysis_t *a, const member_totals_t *t) {
+static bool compute_live(hbm_analysis_t *a, member_totals_t *t) {
   if (t->size < HBM_BYTES_MAX && t->unpadded < HBM_BYTES_MAX)
-    return compute_live_narrow(a, t->padded);
+    return compute_live_narrow(a, t);
+  free(t->d_live); /* cells that may have wrapped: summed again, wide */
+  t->d_live = NULL;
   return compute_live_wide(a, t->size, t->unpadded);
 }
 
@@ -597,8 +593,9 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   a->summary.limit_bytes = p->spaces[space].limit;
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
-  member_totals_t totals = {0, 0, false};
+  member_totals_t totals = {0, 0, false, NULL};
   bool ok = collect_members(a, space, &totals) && compute_live(a, &totals);
+  free(totals.d_live); /* when a step above failed */
   /* A plan that states what it reserves (XLA's allocations, read from XProf's files) is
    * taken at its word; otherwise its reservation is what its buffers reach. */
   bool stated = false;
