@@ -7,6 +7,7 @@
  * reservation changes, OOM events and markers, each tied to a step and a memory space. All
  * strings are interned in the profile, so tags that repeat a million times cost one copy. */
 #include "profile/index.h"
+#include "profile/profile_build.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -127,6 +128,8 @@ int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *labe
     memset(p->step_label + had, 0, (p->cap_labels - had) * sizeof *p->step_label);
     p->step_label[p->n_steps] = l;
   }
+  hbm__populate_ahead(p->step_time, (size_t)p->n_steps, sizeof *p->step_time,
+                      p->cap_steps * sizeof *p->step_time);
   p->step_time[p->n_steps] = time_ns;
   return p->n_steps++;
 }

@@ -295,6 +295,7 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     return bad(r, "out of host memory after %zu tag sets", r->n_tags);
   if (!room_for_event(r))
     return false;
+  hbm__populate_ahead(r->events, r->n_events, sizeof *r->events, r->cap_events * sizeof *r->events);
   if (r->n_events && e.time < r->events[r->n_events - 1].time)
     r->in_order = false;
   r->events[r->n_events++] = e;
