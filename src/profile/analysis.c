@@ -37,7 +37,8 @@ struct hbm_analysis {
   int64_t *at_peak, *by_size, *by_padding;
   hbm_group_total_t *groups;
   size_t n_groups;
-  hbm_group_total_t *run_groups; /* stored: over the whole run (else computed when asked) */
+  hbm_group_total_t
+      *run_groups; /* by group over the whole run (stored, or counted in collect_members) */
   size_t n_run_groups;
   const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
 };
@@ -54,6 +55,35 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
 }
 
 #define MEMBER_BLOCK 1024
+
+/* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
+static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
+  size_t g = 0;
+  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
+    g++;
+  if (g == *n)
+    groups[(*n)++] = (hbm_group_total_t){.name = name};
+  return &groups[g];
+}
+
+/* b's row among the run's groups (a->run_groups, grown as needed); *last is the row found
+ * before, tried first (consecutive buffers mostly share a group). NULL when out of memory. */
+static hbm_group_total_t *run_group_of(hbm_analysis_t *a, const hbm_buffer_t *b, size_t *cap,
+                                       size_t *last) {
+  const char *name = b->group ? b->group : hbm_category_name(b->category);
+  if (*last < a->n_run_groups && a->run_groups[*last].name == name)
+    return &a->run_groups[*last];
+  if (a->n_run_groups == *cap) {
+    hbm_group_total_t *grown =
+        hbm__grow_array(a->run_groups, cap, *cap + 1, sizeof *a->run_groups, 16);
+    if (!grown)
+      return NULL;
+    a->run_groups = grown;
+  }
+  hbm_group_total_t *g = group_row(a->run_groups, &a->n_run_groups, name);
+  *last = (size_t)(g - a->run_groups);
+  return g;
+}
 
 /* What collect_members learns on its way for compute_live. */
 typedef struct member_totals {
@@ -76,8 +106,8 @@ static void add_range(const hbm_buffer_t *b, int64_t n, uint64_t *d, uint64_t v)
 static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
 /* Collects the buffers of a's space, the indefinite total, the blocks' latest ends, the
- * totals and the difference array of live bytes, in one pass over the buffers (5x10^7 of them
- * are 6 GB). */
+ * totals, the difference array of live bytes and the totals by group over the run, in one
+ * pass over the buffers (5x10^7 of them are 6 GB). */
 static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
@@ -87,10 +117,16 @@ static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
+  size_t cap_groups = 0, last_group = 0;
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space)
       continue;
+    hbm_group_total_t *g = run_group_of(a, b, &cap_groups, &last_group);
+    if (!g)
+      return false;
+    g->bytes = hbm__bytes_add(g->bytes, b->size);
+    g->count++;
     size_t k = a->n_members++;
     a->members[k] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
@@ -415,44 +451,15 @@ static bool collect_groups(hbm_analysis_t *a) {
   return true;
 }
 
-/* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
-static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
-  size_t g = 0;
-  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
-    g++;
-  if (g == *n)
-    groups[(*n)++] = (hbm_group_total_t){.name = name};
-  return &groups[g];
-}
-
 hbm_group_total_t *hbm__analysis_run_groups(const hbm_analysis_t *a, size_t *n) {
-  *n = 0;
-  size_t cap = a->digest ? a->n_run_groups : 16;
-  hbm_group_total_t *groups = malloc((cap + 1) * sizeof *groups);
-  if (groups && a->digest) {
-    memcpy(groups, a->run_groups, a->n_run_groups * sizeof *groups);
-    *n = a->n_run_groups;
-  }
-  for (size_t k = 0; groups && !a->digest && k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    if (*n == cap) {
-      hbm_group_total_t *grown = hbm__grow_array(groups, &cap, cap + 1, sizeof *groups, 16);
-      if (!grown) {
-        free(groups);
-        groups = NULL;
-        break;
-      }
-      groups = grown;
-    }
-    hbm_group_total_t *g =
-        group_row(groups, n, b->group ? b->group : hbm_category_name(b->category));
-    g->bytes = hbm__bytes_add(g->bytes, b->size);
-    g->count++;
-  }
+  *n = a->n_run_groups;
+  hbm_group_total_t *groups = malloc((a->n_run_groups + 1) * sizeof *groups);
   if (!groups) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory totalling groups");
     return NULL;
   }
+  if (a->n_run_groups)
+    memcpy(groups, a->run_groups, a->n_run_groups * sizeof *groups);
   qsort(groups, *n, sizeof *groups, group_bytes_desc);
   return groups;
 }
