@@ -628,10 +628,17 @@ static int64_t pairs_swapped(size_t i) { /* 1, 0, 3, 2, ...: a run every two eve
   return (int64_t)(i % 2 ? i - 1 : i + 1);
 }
 
+static int64_t two_long_runs(size_t i) { /* 2 runs of 1.25M, interleaved over their length */
+  return (int64_t)(i % 1250000) * 2 + (int64_t)(i / 1250000);
+}
+
 static void events_out_of_order_are_sorted_stably(void **state) {
   (void)state;
   check_sorted(3000, three_runs);     /* a few runs: merged at once */
   check_sorted(20000, pairs_swapped); /* 10^4 runs: merged two by two */
+  /* Merged while replayed, the pages both runs have passed given back on the way (past 2^20
+   * events, 32 MiB): what is read after that is still there. */
+  check_sorted(2500000, two_long_runs);
 }
 
 static void not_a_trace_is_refused(void **state) {

@@ -37,14 +37,11 @@ struct hbm_analysis {
   int64_t *at_peak, *by_size, *by_padding;
   hbm_group_total_t *groups;
   size_t n_groups;
-  hbm_group_total_t *run_groups; /* stored: over the whole run (else computed when asked) */
+  hbm_group_total_t
+      *run_groups; /* by group over the whole run (stored, or counted in collect_members) */
   size_t n_run_groups;
   const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
 };
-
-static bool is_live_at(const hbm_buffer_t *b, int64_t step) {
-  return (b->flags & HBM_BUF_INDEFINITE) || (b->start <= step && step < b->end);
-}
 
 /* x + y for a byte total of a's, saturated at HBM_BYTES_MAX (and said so in the summary). */
 static uint64_t add_bytes(hbm_analysis_t *a, uint64_t x, uint64_t y) {
@@ -59,35 +56,95 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
 
 #define MEMBER_BLOCK 1024
 
-/* Collects the buffers of a's space and the indefinite total, and the blocks' latest ends. */
-static bool collect_members(hbm_analysis_t *a, int space) {
+/* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
+static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
+  size_t g = 0;
+  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
+    g++;
+  if (g == *n)
+    groups[(*n)++] = (hbm_group_total_t){.name = name};
+  return &groups[g];
+}
+
+/* b's row among the run's groups (a->run_groups, grown as needed); *last is the row found
+ * before, tried first (consecutive buffers mostly share a group). NULL when out of memory. */
+static hbm_group_total_t *run_group_of(hbm_analysis_t *a, const hbm_buffer_t *b, size_t *cap,
+                                       size_t *last) {
+  const char *name = b->group ? b->group : hbm_category_name(b->category);
+  if (*last < a->n_run_groups && a->run_groups[*last].name == name)
+    return &a->run_groups[*last];
+  if (a->n_run_groups == *cap) {
+    hbm_group_total_t *grown =
+        hbm__grow_array(a->run_groups, cap, *cap + 1, sizeof *a->run_groups, 16);
+    if (!grown)
+      return NULL;
+    a->run_groups = grown;
+  }
+  hbm_group_total_t *g = group_row(a->run_groups, &a->n_run_groups, name);
+  *last = (size_t)(g - a->run_groups);
+  return g;
+}
+
+/* What collect_members learns on its way for compute_live. */
+typedef struct member_totals {
+  uint64_t size, unpadded; /* the magnitudes' (saturated) sums */
+  bool padded;             /* a buffer's unpadded size differs from its size */
+  uint64_t *d_live;        /* n_steps + 1 cells: +size where a buffer starts, -size where it
+                              ends (modulo 2^64: exact when size stays below HBM_BYTES_MAX) */
+} member_totals_t;
+
+/* Adds v at the start and -v at the end of b's live range into d (a difference array). */
+static void add_range(const hbm_buffer_t *b, int64_t n, uint64_t *d, uint64_t v) {
+  int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
+  int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
+  if (start >= end || start >= n)
+    return;
+  d[start] += v;
+  d[end] -= v;
+}
+
+static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
+
+/* Collects the buffers of a's space, the indefinite total, the blocks' latest ends, the
+ * totals, the difference array of live bytes and the totals by group over the run, in one
+ * pass over the buffers (5x10^7 of them are 6 GB). */
+static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
   const hbm_profile_t *p = a->p;
   a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
-  if (!a->members)
+  a->block_end = malloc(((size_t)p->n_buffers / MEMBER_BLOCK + 1) * sizeof *a->block_end);
+  t->d_live = calloc((size_t)p->n_steps + 1, sizeof *t->d_live);
+  if (!a->members || !a->block_end || !t->d_live)
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
+  size_t cap_groups = 0, last_group = 0;
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space)
       continue;
-    a->members[a->n_members++] = i;
+    hbm_group_total_t *g = run_group_of(a, b, &cap_groups, &last_group);
+    if (!g)
+      return false;
+    g->bytes = hbm__bytes_add(g->bytes, b->size);
+    g->count++;
+    size_t k = a->n_members++;
+    a->members[k] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
       a->summary.indefinite_bytes = add_bytes(a, a->summary.indefinite_bytes, b->size);
     sorted &= b->start >= last_start;
     last_start = b->start;
-  }
-  a->summary.n_buffers = (int64_t)a->n_members;
-  size_t blocks = (a->n_members + MEMBER_BLOCK - 1) / MEMBER_BLOCK;
-  if (!sorted || blocks < 2)
-    return true;
-  if (!(a->block_end = malloc(blocks * sizeof *a->block_end)))
-    return false;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &p->buffers[a->members[k]];
     int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? INT64_MAX : b->end;
     if (k % MEMBER_BLOCK == 0 || end > a->block_end[k / MEMBER_BLOCK])
       a->block_end[k / MEMBER_BLOCK] = end;
+    t->size = hbm__bytes_add(t->size, clamp_bytes(b->size));
+    t->unpadded = hbm__bytes_add(t->unpadded, clamp_bytes(b->unpadded_size));
+    t->padded |= b->unpadded_size != b->size;
+    add_range(b, p->n_steps, t->d_live, b->size);
+  }
+  a->summary.n_buffers = (int64_t)a->n_members;
+  if (!sorted || a->n_members <= MEMBER_BLOCK) { /* no blocks to skip */
+    free(a->block_end);
+    a->block_end = NULL;
   }
   return true;
 }
@@ -104,8 +161,6 @@ typedef struct step_sums {
   int64_t *narrow; /* cells when the magnitudes' total is below HBM_BYTES_MAX */
   wide_t *wide;    /* otherwise */
 } step_sums_t;
-
-static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
 /* total: the (saturated) sum of the magnitudes that will be added. */
 static bool sums_init(step_sums_t *s, int64_t n_steps, uint64_t total) {
@@ -141,53 +196,32 @@ static bool sums_finish(step_sums_t *s, int64_t n_steps, uint64_t *out) {
   return saturated;
 }
 
-/* Adds +v at start and -v at end of each member's live range into d (a difference array). The
- * magnitudes' total is below HBM_BYTES_MAX (compute_live checks), so no cell or sum wraps. */
-static void add_ranges(const hbm_analysis_t *a, int64_t *d, bool unpadded) {
-  int64_t n = a->p->n_steps;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
-    int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
-    if (start >= end || start >= n)
-      continue;
-    int64_t v = (int64_t)(unpadded ? b->unpadded_size : b->size);
-    d[start] += v;
-    d[end] -= v;
-  }
-}
-
-/* A difference array summed in place into the values it stands for. */
-static void running_sum(int64_t *d, uint64_t *out, int64_t n) {
-  int64_t sum = 0;
-  for (int64_t s = 0; s < n; s++) {
-    sum += d[s];
-    out[s] = (uint64_t)sum;
-  }
+/* A difference array summed in place into the values it stands for (modulo 2^64, exact: the
+ * magnitudes' total is below HBM_BYTES_MAX, compute_live checks). */
+static void running_sum(uint64_t *d, int64_t n) {
+  uint64_t sum = 0;
+  for (int64_t s = 0; s < n; s++)
+    d[s] = sum += d[s];
 }
 
 /* Every profile a real device makes: 64-bit difference arrays summed in place; unpadded[] is
  * live[] itself when no buffer has padding (runtime profiles), so n steps cost 8n bytes here,
  * not 32n. */
-static bool compute_live_narrow(hbm_analysis_t *a, bool padded) {
+static bool compute_live_narrow(hbm_analysis_t *a, member_totals_t *t) {
   int64_t n = a->p->n_steps;
-  size_t cells = (size_t)n + 1;
-  int64_t *d_live = calloc(cells, sizeof *d_live);
-  int64_t *d_unpadded = padded ? calloc(cells, sizeof *d_unpadded) : d_live;
-  if (!d_live || !d_unpadded) {
-    free(d_live);
-    if (padded)
-      free(d_unpadded);
+  running_sum(t->d_live, n);
+  a->live = t->d_live;
+  a->unpadded = t->d_live;
+  t->d_live = NULL;
+  if (!t->padded)
+    return true;
+  if (!(a->unpadded = calloc((size_t)n + 1, sizeof *a->unpadded)))
     return false;
+  for (size_t k = 0; k < a->n_members; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    add_range(b, n, a->unpadded, b->unpadded_size);
   }
-  add_ranges(a, d_live, false);
-  running_sum(d_live, (uint64_t *)d_live, n);
-  a->live = (uint64_t *)d_live;
-  if (padded) {
-    add_ranges(a, d_unpadded, true);
-    running_sum(d_unpadded, (uint64_t *)d_unpadded, n);
-  }
-  a->unpadded = (uint64_t *)d_unpadded;
+  running_sum(a->unpadded, n);
   return true;
 }
 
@@ -222,18 +256,12 @@ static bool compute_live_wide(hbm_analysis_t *a, uint64_t total, uint64_t total_
 }
 
 /* live[] and unpadded[]: +size where a buffer starts, -size where it ends, summed. */
-static bool compute_live(hbm_analysis_t *a) {
-  uint64_t total = 0, total_unpadded = 0;
-  bool padded = false;
-  for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    total = hbm__bytes_add(total, clamp_bytes(b->size));
-    total_unpadded = hbm__bytes_add(total_unpadded, clamp_bytes(b->unpadded_size));
-    padded |= b->unpadded_size != b->size;
-  }
-  if (total < HBM_BYTES_MAX && total_unpadded < HBM_BYTES_MAX)
-    return compute_live_narrow(a, padded);
-  return compute_live_wide(a, total, total_unpadded);
+static bool compute_live(hbm_analysis_t *a, member_totals_t *t) {
+  if (t->size < HBM_BYTES_MAX && t->unpadded < HBM_BYTES_MAX)
+    return compute_live_narrow(a, t);
+  free(t->d_live); /* cells that may have wrapped: summed again, wide */
+  t->d_live = NULL;
+  return compute_live_wide(a, t->size, t->unpadded);
 }
 
 static bool reserve_adds(const hbm_reserve_event_t *e) {
@@ -359,12 +387,13 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
   a->by_padding = malloc(cells * sizeof *a->by_padding);
   if (!a->at_peak || !a->by_size || !a->by_padding)
     return false;
-  size_t n = 0;
-  for (size_t k = 0; sum->peak_step >= 0 && k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    if (!is_live_at(b, sum->peak_step))
-      continue;
-    a->at_peak[n++] = a->members[k];
+  /* Live at the peak: in the window of the peak's step alone (which skips the blocks of
+   * buffers that ended before it, when starts are in order). */
+  size_t n = sum->peak_step < 0 ? 0
+                                : hbm_analysis_buffers_in_window(
+                                      a, sum->peak_step, sum->peak_step + 1, a->at_peak, cells);
+  for (size_t k = 0; k < n; k++) {
+    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
     sum->category_bytes[b->category] = add_bytes(a, sum->category_bytes[b->category], b->size);
   }
   sum->n_buffers_at_peak = n;
@@ -422,44 +451,15 @@ static bool collect_groups(hbm_analysis_t *a) {
   return true;
 }
 
-/* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
-static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
-  size_t g = 0;
-  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
-    g++;
-  if (g == *n)
-    groups[(*n)++] = (hbm_group_total_t){.name = name};
-  return &groups[g];
-}
-
 hbm_group_total_t *hbm__analysis_run_groups(const hbm_analysis_t *a, size_t *n) {
-  *n = 0;
-  size_t cap = a->digest ? a->n_run_groups : 16;
-  hbm_group_total_t *groups = malloc((cap + 1) * sizeof *groups);
-  if (groups && a->digest) {
-    memcpy(groups, a->run_groups, a->n_run_groups * sizeof *groups);
-    *n = a->n_run_groups;
-  }
-  for (size_t k = 0; groups && !a->digest && k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
-    if (*n == cap) {
-      hbm_group_total_t *grown = hbm__grow_array(groups, &cap, cap + 1, sizeof *groups, 16);
-      if (!grown) {
-        free(groups);
-        groups = NULL;
-        break;
-      }
-      groups = grown;
-    }
-    hbm_group_total_t *g =
-        group_row(groups, n, b->group ? b->group : hbm_category_name(b->category));
-    g->bytes = hbm__bytes_add(g->bytes, b->size);
-    g->count++;
-  }
+  *n = a->n_run_groups;
+  hbm_group_total_t *groups = malloc((a->n_run_groups + 1) * sizeof *groups);
   if (!groups) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory totalling groups");
     return NULL;
   }
+  if (a->n_run_groups)
+    memcpy(groups, a->run_groups, a->n_run_groups * sizeof *groups);
   qsort(groups, *n, sizeof *groups, group_bytes_desc);
   return groups;
 }
@@ -600,7 +600,9 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   a->summary.limit_bytes = p->spaces[space].limit;
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
-  bool ok = collect_members(a, space) && compute_live(a);
+  member_totals_t totals = {0, 0, false, NULL};
+  bool ok = collect_members(a, space, &totals) && compute_live(a, &totals);
+  free(totals.d_live); /* when a step above failed */
   /* A plan that states what it reserves (XLA's allocations, read from XProf's files) is
    * taken at its word; otherwise its reservation is what its buffers reach. */
   bool stated = false;

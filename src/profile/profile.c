@@ -7,6 +7,7 @@
  * reservation changes, OOM events and markers, each tied to a step and a memory space. All
  * strings are interned in the profile, so tags that repeat a million times cost one copy. */
 #include "profile/index.h"
+#include "profile/profile_build.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -127,6 +128,8 @@ int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *labe
     memset(p->step_label + had, 0, (p->cap_labels - had) * sizeof *p->step_label);
     p->step_label[p->n_steps] = l;
   }
+  hbm__populate_ahead(p->step_time, (size_t)p->n_steps, sizeof *p->step_time,
+                      p->cap_steps * sizeof *p->step_time);
   p->step_time[p->n_steps] = time_ns;
   return p->n_steps++;
 }
@@ -273,16 +276,8 @@ hbm_status_t hbm_profile_add_marker(hbm_profile_t *p, const hbm_marker_t *m) {
 }
 
 /* Checks that every step reference lies inside the profile. */
-static hbm_status_t check_steps(const hbm_profile_t *p) {
-  for (int64_t i = 0; i < p->n_buffers; i++) {
-    const hbm_buffer_t *b = &p->buffers[i];
-    if (b->start > p->n_steps || b->end > p->n_steps)
-      return hbm__error(HBM_ERR_INVALID,
-                        "buffer %lld lives over [%lld, %lld) but the "
-                        "profile has %lld steps",
-                        (long long)i, (long long)b->start, (long long)b->end,
-                        (long long)p->n_steps);
-  }
+/* The events other than buffers inside the profile's steps. */
+static hbm_status_t check_event_steps(const hbm_profile_t *p) {
   for (size_t i = 0; i < p->n_reserves; i++)
     if (p->reserves[i].step < 0 || p->reserves[i].step > p->n_steps)
       return hbm__error(HBM_ERR_INVALID,
@@ -298,6 +293,8 @@ static hbm_status_t check_steps(const hbm_profile_t *p) {
   return HBM_OK;
 }
 
+/* Closes the open ranges and checks every buffer's in one pass (10^8 events: 5x10^7 buffers,
+ * 6 GB, read once). */
 hbm_status_t hbm_profile_finish(hbm_profile_t *p) {
   for (int64_t i = 0; i < p->n_buffers; i++) {
     hbm_buffer_t *b = &p->buffers[i];
@@ -309,12 +306,18 @@ hbm_status_t hbm_profile_finish(hbm_profile_t *p) {
       b->start = 0;
       b->end = p->n_steps;
     }
+    if (b->start > p->n_steps || b->end > p->n_steps)
+      return hbm__error(HBM_ERR_INVALID,
+                        "buffer %lld lives over [%lld, %lld) but the "
+                        "profile has %lld steps",
+                        (long long)i, (long long)b->start, (long long)b->end,
+                        (long long)p->n_steps);
   }
   for (int i = 0; i < p->n_spaces; i++) {
     hbm_u64map_free(&p->open[i]);
     hbm_u64map_init(&p->open[i]);
   }
-  return check_steps(p);
+  return check_event_steps(p);
 }
 
 /* ---- reading ---- */

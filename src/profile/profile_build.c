@@ -3,6 +3,7 @@
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 hbm_intern_t *hbm__profile_strings(hbm_profile_t *p) { return p->strings; }
 
@@ -14,6 +15,8 @@ int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b
       return -1;
     p->buffers = grown;
   }
+  hbm__populate_ahead(p->buffers, (size_t)p->n_buffers, sizeof *p->buffers,
+                      p->cap_buffers * sizeof *p->buffers);
   hbm_buffer_t *slot = &p->buffers[p->n_buffers];
   *slot = *b;
   slot->id = (uint64_t)p->n_buffers;
@@ -80,4 +83,21 @@ size_t hbm__profile_memory(const hbm_profile_t *p) {
   return p->cap_buffers * sizeof *p->buffers + p->cap_steps * sizeof *p->step_time +
          p->cap_labels * sizeof *p->step_label + p->cap_reserves * sizeof *p->reserves +
          p->cap_ooms * sizeof *p->ooms + p->cap_markers * sizeof *p->markers;
+}
+
+#define POPULATE_SHIFT 25 /* 32 MiB */
+
+void hbm__populate_ahead(void *base, size_t n, size_t elem, size_t cap_bytes) {
+#ifdef MADV_POPULATE_WRITE
+  size_t at = n * elem;
+  if (n && (at - elem) >> POPULATE_SHIFT == at >> POPULATE_SHIFT)
+    return;
+  uintptr_t page = 4096, from = ((uintptr_t)base + at + page - 1) / page * page;
+  uintptr_t end = (uintptr_t)base + cap_bytes, to = from + ((uintptr_t)1 << POPULATE_SHIFT);
+  to = (to < end ? to : end) / page * page;
+  if (to > from)
+    madvise((void *)from, to - from, MADV_POPULATE_WRITE); /* a hint: faults do it otherwise */
+#else
+  (void)base, (void)n, (void)elem, (void)cap_bytes;
+#endif
 }

@@ -22,6 +22,10 @@ hbm_reserve_event_t *hbm__profile_reserves(hbm_profile_t *p, size_t *n);
 hbm_oom_event_t *hbm__profile_ooms(hbm_profile_t *p, size_t *n);
 /* Shortens the arrays to the given lengths (after moving what stays to the front). */
 void hbm__profile_truncate(hbm_profile_t *p, int64_t n_buffers, int64_t n_steps, size_t n_reserves);
+/* For an array of `elem`-byte items at `base` with room for cap_bytes, about to hold item n:
+ * when item n begins a new 32 MiB, the pages of the 32 MiB after it are mapped in one call
+ * (a page fault for each 4 KiB page of 10 GB cost more than a second of system time). */
+void hbm__populate_ahead(void *base, size_t n, size_t elem, size_t cap_bytes);
 /* About the bytes p's arrays take (not its strings): what a cache of profiles counts. */
 size_t hbm__profile_memory(const hbm_profile_t *p);
 /* Renames space i. */

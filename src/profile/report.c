@@ -366,15 +366,12 @@ static group_row_t *group_rows(const hbm_analysis_t *a, size_t *n) {
   return r;
 }
 
-hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const char *indent,
-                                    FILE *out) {
-  hbm_analysis_t *a = hbm_analyze(p, space);
-  if (!a)
-    return hbm_last_status();
+/* The group table of an analysis already made (the report's own: a big profile is not
+ * analysed twice). */
+static hbm_status_t write_group_rows(const hbm_analysis_t *a, const char *indent, FILE *out) {
   size_t n = 0;
   group_row_t *r = group_rows(a, &n);
   uint64_t peak = hbm_analysis_summary(a)->peak_bytes;
-  hbm_analysis_free(a);
   if (!r)
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory totalling groups");
   fprintf(out, "%s%-28s %29s  %s\n", indent, "", "live at the peak", "allocated over the run");
@@ -387,6 +384,16 @@ hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const cha
   }
   free(r);
   return ferror(out) ? hbm__error(HBM_ERR_IO, "cannot write the groups") : HBM_OK;
+}
+
+hbm_status_t hbm_report_groups_text(const hbm_profile_t *p, int space, const char *indent,
+                                    FILE *out) {
+  hbm_analysis_t *a = hbm_analyze(p, space);
+  if (!a)
+    return hbm_last_status();
+  hbm_status_t s = write_group_rows(a, indent, out);
+  hbm_analysis_free(a);
+  return s;
 }
 
 static void write_totals(FILE *out, const hbm_profile_t *p, const hbm_analysis_t *a) {
@@ -409,7 +416,7 @@ static void write_totals(FILE *out, const hbm_profile_t *p, const hbm_analysis_t
     return;
   if (hbm_profile_kind(p) == HBM_PROFILE_RUNTIME) { /* under hbm run: the calling libraries */
     fprintf(out, "\n  at the peak by group, and allocated over the run\n");
-    hbm_report_groups_text(p, s->space, "    ", out);
+    write_group_rows(a, "    ", out);
     return;
   }
   fprintf(out, "\n  at the peak by group\n");

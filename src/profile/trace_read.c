@@ -295,6 +295,7 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     return bad(r, "out of host memory after %zu tag sets", r->n_tags);
   if (!room_for_event(r))
     return false;
+  hbm__populate_ahead(r->events, r->n_events, sizeof *r->events, r->cap_events * sizeof *r->events);
   if (r->n_events && e.time < r->events[r->n_events - 1].time)
     r->in_order = false;
   r->events[r->n_events++] = e;
@@ -350,21 +351,20 @@ static size_t run_end(const event_t *e, size_t lo, size_t n) {
 }
 
 /* A heap of runs by their next event's time (ties: the earlier run, so the merge is stable). */
+typedef struct run_cursor {
+  size_t at, end, run; /* next event, end, the run's number */
+} run_cursor_t;
+
 typedef struct run_heap {
-  size_t *at, *end, *run; /* per heap entry: next event, end, the run's number */
+  run_cursor_t *c;
   size_t n;
+  size_t given;   /* events taken from the heap */
+  size_t dropped; /* the events' pages below this event are given back */
 } run_heap_t;
 
 static bool run_before(const run_heap_t *h, const event_t *e, size_t a, size_t b) {
-  int64_t x = e[h->at[a]].time, y = e[h->at[b]].time;
-  return x != y ? x < y : h->run[a] < h->run[b];
-}
-
-static void run_swap(run_heap_t *h, size_t a, size_t b) {
-  size_t t = h->at[a];
-  h->at[a] = h->at[b], h->at[b] = t;
-  t = h->end[a], h->end[a] = h->end[b], h->end[b] = t;
-  t = h->run[a], h->run[a] = h->run[b], h->run[b] = t;
+  int64_t x = e[h->c[a].at].time, y = e[h->c[b].at].time;
+  return x != y ? x < y : h->c[a].run < h->c[b].run;
 }
 
 static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
@@ -376,87 +376,98 @@ static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
       m = r;
     if (m == i)
       return;
-    run_swap(h, i, m);
+    run_cursor_t t = h->c[i];
+    h->c[i] = h->c[m], h->c[m] = t;
     i = m;
   }
 }
 
-/* Merges the k runs of `from` into `to` in one pass (k-way, by a heap). */
-static bool merge_runs(const event_t *from, event_t *to, size_t n, size_t k) {
-  run_heap_t h = {malloc(k * sizeof *h.at), malloc(k * sizeof *h.end), malloc(k * sizeof *h.run),
-                  0};
-  bool ok = h.at && h.end && h.run;
-  for (size_t lo = 0; ok && lo < n; h.n++) {
-    h.at[h.n] = lo;
-    h.end[h.n] = lo = run_end(from, lo, n);
-    h.run[h.n] = h.n;
-  }
-  for (size_t i = h.n; ok && i-- > 0;)
-    run_sift_down(&h, from, i);
-  for (size_t k_out = 0; ok && h.n > 0; k_out++) {
-    to[k_out] = from[h.at[0]++];
-    if (h.at[0] == h.end[0]) {
-      h.n--;
-      run_swap(&h, 0, h.n);
+/* The heap of the runs of e[0..n); false when there are more than `most` (h->n is then 0) or
+ * no memory (h->c is then NULL). */
+static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most) {
+  h->n = h->given = h->dropped = 0;
+  if (!h->c && !(h->c = malloc((most + 1) * sizeof *h->c)))
+    return false;
+  for (size_t lo = 0; lo < n; h->n++) {
+    if (h->n == most) {
+      h->n = 0;
+      return false;
     }
-    run_sift_down(&h, from, 0);
+    h->c[h->n] = (run_cursor_t){lo, run_end(e, lo, n), h->n};
+    lo = h->c[h->n].end;
   }
-  free(h.at);
-  free(h.end);
-  free(h.run);
-  return ok;
+  for (size_t i = h->n; i-- > 0;)
+    run_sift_down(h, e, i);
+  return true;
 }
 
-/* Events by time, ties in file order (stable), with a buffer as big as the events — needed
- * only when threads' blocks interleave. The runs already in order (a thread's, between
- * markers) are merged in one pass when they are few (10^8 events took 27 passes over 3.2 GB
- * as a plain merge sort), else two by two, pass after pass. */
+/* Gives back the pages of the events every run has passed (below the lowest next event of
+ * the runs not yet done), when that is 32 MiB more than before. */
+static void run_drop_passed(run_heap_t *h, const event_t *e) {
+  size_t low = SIZE_MAX;
+  for (size_t i = 0; i < h->n; i++)
+    low = h->c[i].at < low ? h->c[i].at : low;
+  uintptr_t page = 4096, from = (uintptr_t)&e[h->dropped] / page * page;
+  uintptr_t to = low == SIZE_MAX ? from : (uintptr_t)&e[low] / page * page;
+  if (to >= from + ((uintptr_t)32 << 20)) {
+    madvise((void *)from, to - from, MADV_DONTNEED);
+    h->dropped = low;
+  }
+}
+
+/* The next event in time order (NULL after the last): the heap's first run's, which then
+ * moves on. */
+static const event_t *run_heap_next(run_heap_t *h, const event_t *e) {
+  if (h->n == 0)
+    return NULL;
+  if (++h->given % (1u << 20) == 0)
+    run_drop_passed(h, e);
+  const event_t *next = &e[h->c[0].at++];
+  if (h->c[0].at == h->c[0].end)
+    h->c[0] = h->c[--h->n];
+  run_sift_down(h, e, 0);
+  return next;
+}
+
+/* Events by time, ties in file order (stable) — needed only when threads' blocks interleave.
+ * The runs already in order (a thread's, between markers) are merged as they are replayed
+ * when they are few (run_heap: no sorted copy of 3.2 GB for 10^8 events); many runs are
+ * merged here two by two, pass after pass, with a buffer as big as the events. */
 #define MERGE_RUNS_AT_ONCE 4096
 
 static bool sort_events(reader_t *r) {
   size_t n = r->n_events;
-  if (r->in_order || n < 2)
-    return true;
   event_t *tmp =
       mmap(NULL, n * sizeof *tmp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp == MAP_FAILED)
     return false;
   event_t *from = r->events, *to = tmp;
-  size_t runs = 0;
-  for (size_t lo = 0; lo < n && runs <= MERGE_RUNS_AT_ONCE; runs++)
-    lo = run_end(from, lo, n);
-  bool ok = true;
-  if (runs <= MERGE_RUNS_AT_ONCE) {
-    ok = merge_runs(from, to, n, runs);
-    from = tmp;
-  } else {
-    for (;;) {
-      runs = 0;
-      for (size_t lo = 0; lo < n;) {
-        size_t mid = run_end(from, lo, n), hi = mid < n ? run_end(from, mid, n) : n;
-        size_t i = lo, j = mid, k = lo;
-        while (i < mid && j < hi)
-          to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
-        memcpy(to + k, from + i, (mid - i) * sizeof *from);
-        k += mid - i;
-        memcpy(to + k, from + j, (hi - j) * sizeof *from);
-        runs++;
-        lo = hi;
-      }
-      event_t *t = from;
-      from = to, to = t;
-      if (runs == 1)
-        break;
+  for (;;) {
+    size_t runs = 0;
+    for (size_t lo = 0; lo < n;) {
+      size_t mid = run_end(from, lo, n), hi = mid < n ? run_end(from, mid, n) : n;
+      size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        to[k++] = from[j].time < from[i].time ? from[j++] : from[i++];
+      memcpy(to + k, from + i, (mid - i) * sizeof *from);
+      k += mid - i;
+      memcpy(to + k, from + j, (hi - j) * sizeof *from);
+      runs++;
+      lo = hi;
     }
+    event_t *t = from;
+    from = to, to = t;
+    if (runs == 1)
+      break;
   }
-  if (ok && from != r->events) { /* the sorted copy becomes the events */
+  if (from != r->events) { /* the sorted copy becomes the events */
     munmap(r->events, r->cap_events * sizeof *r->events);
     r->events = from;
     r->cap_events = n;
   } else {
     munmap(tmp, n * sizeof *tmp);
   }
-  return ok;
+  return true;
 }
 
 typedef struct replay {
@@ -564,28 +575,35 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
   }
 }
 
-/* Gives back the pages of the events before i (read, replayed, not needed again). */
-static void drop_events_before(reader_t *r, size_t i) {
-  size_t page = 4096, end = i * sizeof *r->events / page * page;
-  if (end >= 16 * page)
-    madvise(r->events, end, MADV_DONTNEED);
+/* The events in time order: merged as they are replayed, or sorted first when their runs are
+ * many. */
+static hbm_status_t order_events(reader_t *r, run_heap_t *h) {
+  size_t most = r->in_order ? 1 : MERGE_RUNS_AT_ONCE;
+  if (run_heap_init(h, r->events, r->n_events, most))
+    return HBM_OK;
+  if (h->c && sort_events(r) && run_heap_init(h, r->events, r->n_events, most))
+    return HBM_OK;
+  return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
+                    r->n_events);
 }
 
 static hbm_status_t replay_events(reader_t *r) {
   if (r->n_events == 0)
     return HBM_OK;
-  if (!sort_events(r))
-    return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
-                      r->n_events);
+  run_heap_t order = {0};
+  hbm_status_t s = order_events(r, &order);
+  if (s != HBM_OK) {
+    free(order.c);
+    return s;
+  }
   replay_t rp = {.n_spaces = hbm_profile_space_count(r->p)};
   rp.live = calloc((size_t)rp.n_spaces + 1, sizeof *rp.live);
-  if (!rp.live)
+  if (!rp.live) {
+    free(order.c);
     return hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory replaying a profile");
-  hbm_status_t s = HBM_OK;
-  for (size_t i = 0; i < r->n_events && s == HBM_OK; i++) {
-    if (i % (1u << 20) == 0)
-      drop_events_before(r, i);
-    const event_t *e = &r->events[i];
+  }
+  const event_t *e;
+  for (size_t i = 0; s == HBM_OK && (e = run_heap_next(&order, r->events)) != NULL; i++) {
     if (e->type != HBM_REC_EV_MARKER && e->space >= rp.n_spaces)
       s = hbm__error(HBM_ERR_PARSE,
                      "%s: event %zu refers to memory space %d, which the file "
@@ -597,6 +615,7 @@ static hbm_status_t replay_events(reader_t *r) {
   for (int i = 0; i < rp.n_spaces; i++)
     hbm_u64map_free(&rp.live[i]);
   free(rp.live);
+  free(order.c);
   char num[32];
   if (s == HBM_OK && rp.unmatched_frees) {
     snprintf(num, sizeof num, "%llu", (unsigned long long)rp.unmatched_frees);
