@@ -346,23 +346,20 @@ static bool read_segments(ts_reader_t *r, ts_trace_t *t, int device) {
 /* Makes the reservations before the trace add up to what the segments at the dump need
  * (they differ when expandable segments map pages inside a segment the trace never saw). */
 static bool balance_reserved(ts_trace_t *t) {
-  int64_t before = 0;
+  uint64_t before = 0; /* saturating: a hostile file's segments may add up past 2^64 */
   for (size_t i = 0; i < t->n_before; i++)
     if (t->before[i].kind == EV_RESERVE)
-      before += (int64_t)t->before[i].size;
-  /* a hostile file's segments may add up past any device: held at TS_MAX_TOTAL, and
-   * net_reserved is within ±TS_MAX_TOTAL, so the difference cannot overflow */
+      before = hbm__bytes_add(before, t->before[i].size);
+  /* held at TS_MAX_TOTAL, and net_reserved is within ±TS_MAX_TOTAL: no overflow */
   int64_t end =
       t->sum.reserved_end > (uint64_t)TS_MAX_TOTAL ? TS_MAX_TOTAL : (int64_t)t->sum.reserved_end;
-  int64_t want = end - t->net_reserved;
-  if (want < 0)
-    want = 0; /* the trace releases more than it could have held: nothing to add */
+  int64_t diff = end - t->net_reserved;
+  uint64_t want = diff < 0 ? 0 : (uint64_t)diff; /* releasing more than it held: none */
   if (want == before)
     return true;
   /* one reservation (or release) at address 0 absorbs the difference */
   ev_kind_t kind = want > before ? EV_RESERVE : EV_RELEASE;
-  uint64_t size = (uint64_t)(want > before ? want - before : before - want);
-  return add_before(t, kind, 0, size, 0, -1);
+  return add_before(t, kind, 0, want > before ? want - before : before - want, 0, -1);
 }
 
 /* Before-trace allocations past TS_MAX_TOTAL in all are skipped (hostile files only), and
@@ -373,7 +370,8 @@ static void bound_before(ts_trace_t *t) {
   for (size_t i = 0; i < t->n_before; i++) {
     ts_before_t *b = &t->before[i];
     int64_t *sum = b->kind == EV_ALLOC ? &live : &reserved;
-    int64_t delta = b->kind == EV_RELEASE ? -(int64_t)b->size : (int64_t)b->size;
+    int64_t size = b->size > TS_MAX_SIZE ? 0 : (int64_t)b->size; /* negated only in range */
+    int64_t delta = b->kind == EV_RELEASE ? -size : size;
     if (b->size > TS_MAX_SIZE || *sum + delta > TS_MAX_TOTAL || *sum + delta < -TS_MAX_TOTAL) {
       t->sum.inconsistent++;
       continue;
