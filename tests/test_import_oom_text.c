@@ -765,6 +765,12 @@ static void test_numbers_out_of_range(void **state) {
   assert_true(t->known[HBM_OOMF_REQUESTED] && t->value[HBM_OOMF_REQUESTED] == 2500000000u);
   assert_null(t->notes);
   hbm_oom_text_free(t);
+  /* a unit of 2^80 bytes with a zero number (found by fuzz_oom_text: UBSan, the unit itself
+   * converted to 64 bits): 0.00 YiB = 0 bytes, and no undefined conversion */
+  snprintf(text, sizeof text, torch, "0.00 YiB");
+  t = parse_text(text);
+  assert_true(t->known[HBM_OOMF_REQUESTED] && t->value[HBM_OOMF_REQUESTED] == 0);
+  hbm_oom_text_free(t);
   snprintf(text, sizeof text, torch, "8.00E");
   t = parse_text(text);
   assert_true(t->value[HBM_OOMF_REQUESTED] == UINT64_C(9223372036854775808));

@@ -299,8 +299,10 @@ const char *hbm__oom_size(const char *p, const char *end, uint64_t *out) {
     return unusable(p, q, HBM__OOM_NEGATIVE, out);
   if (bytes >= 18446744073709551616.0L) /* 2^64 */
     return unusable(p, q, HBM__OOM_TOO_LARGE, out);
-  uint64_t exact, mult = (uint64_t)unit; /* below 2^64 here */
-  if (after_exponent || wrapped)         /* exponent notation: as exact as it was written */
+  /* A unit of 2^64 bytes or more (YiB) with a number small enough: only the product fits. */
+  bool unit_fits = unit < 18446744073709551616.0L;
+  uint64_t exact, mult = unit_fits ? (uint64_t)unit : 0;
+  if (after_exponent || wrapped || !unit_fits) /* as exact as it was written */
     exact = (uint64_t)roundl(bytes);
   else if (__builtin_mul_overflow(whole, mult, &exact) ||
            __builtin_add_overflow(exact, (uint64_t)roundl(frac * unit), &exact))

@@ -137,9 +137,9 @@ static hbm__loaded_t *evict_locked(hbm__cache_t *c) {
       }
     }
   }
-  size_t bytes = 0;
+  size_t bytes = 0; /* a loading entry's memory is its loader's to write, not yet counted */
   for (hbm__loaded_t *e = c->entries; e; e = e->next)
-    bytes += e->memory;
+    bytes += e->loading ? 0 : e->memory;
   while (c->n_entries > HBM__CACHE_MAX || (bytes > c->max_bytes && c->n_entries > 1)) {
     hbm__loaded_t *oldest = NULL;
     for (hbm__loaded_t *e = c->entries; e; e = e->next)
