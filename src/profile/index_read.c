@@ -386,10 +386,10 @@ static const decoded_t *decode(const hbm__digest_t *d, int group, uint64_t block
   const uint8_t *p = raw, *end = raw + rlen;
   bool ok = true;
   uint64_t v;
-  int64_t last = 0;
+  uint64_t last = 0; /* modulo 2^64 as the writer took the deltas: a hostile one cannot overflow */
   for (uint64_t i = 0; ok && i < n; i++) { /* time, or live bytes: deltas */
     ok = next_varint(&p, end, &v);
-    out->a[i] = (uint64_t)(last += hbm__unzigzag(v));
+    out->a[i] = last += (uint64_t)hbm__unzigzag(v);
   }
   bool second = group < 0 || d->spaces[group].padded;
   for (uint64_t i = 0; ok && i < n; i++) { /* label, or live - unpadded */
