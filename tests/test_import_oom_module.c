@@ -23,6 +23,7 @@
 
 #include "hbm.h"
 #include "helpers.h"
+#include "oom_written.h"
 
 #define DATA HBM_SOURCE_DIR "/tests/data/explain/"
 #define DUMP DATA "xla_cpu_dump"
@@ -64,18 +65,6 @@ static hbm_oom_text_t *parse_fixture(const char *file) {
   free(data);
   assert_non_null(t);
   return t;
-}
-
-/* What write (hbm_oom_text_explain or _json) writes about t (malloc'd). */
-static char *written(const hbm_oom_text_t *t,
-                     hbm_status_t (*write)(const hbm_oom_text_t *, FILE *)) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_non_null(f);
-  assert_int_equal(write(t, f), HBM_OK);
-  fclose(f);
-  return text;
 }
 
 static const hbm_oom_buffer_t *buffer_of(const hbm_oom_text_t *t, const char *instruction) {

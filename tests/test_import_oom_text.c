@@ -18,6 +18,7 @@
 
 #include "hbm.h"
 #include "helpers.h"
+#include "oom_written.h"
 
 #define DATA HBM_SOURCE_DIR "/tests/data/explain/"
 /* Rounded to the nearest byte with a cast, not llround(): the tables below are static
@@ -498,18 +499,6 @@ static hbm_oom_text_t *parse_file(const char *path) {
   hbm_oom_text_t *t = hbm_oom_text_parse(data, len, path);
   free(data);
   return t;
-}
-
-/* What write (hbm_oom_text_explain or _json) writes about t (malloc'd). */
-static char *written(const hbm_oom_text_t *t,
-                     hbm_status_t (*write)(const hbm_oom_text_t *, FILE *)) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_non_null(f);
-  assert_int_equal(write(t, f), HBM_OK);
-  fclose(f);
-  return text;
 }
 
 /* The explanation's JSON, parsed. */
