@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,10 +32,10 @@
 #endif
 
 #define CHUNK_BYTES (64u << 10)
-#define MAX_QUEUED_BYTES (64u << 20) /* past this, producers help the writer (backpressure) */
-#define PREFILL_CHUNKS 32            /* kept ready: 2 MiB */
-#define MAX_TAG_STRING 4095u         /* longer tag strings are cut in the profile */
-#define FLUSH_PERIOD_S 1             /* bounds what a crash can lose */
+#define MAX_QUEUED_BYTES HBM__REC_QUEUE_BOUND /* past this, producers help the writer */
+#define PREFILL_CHUNKS (HBM__REC_READY_BYTES / CHUNK_BYTES) /* more freed ones are unmapped */
+#define MAX_TAG_STRING 4095u /* longer tag strings are cut in the profile */
+#define FLUSH_PERIOD_S 1     /* bounds what a crash can lose */
 /* The clock is read at one event in CLOCK_EVERY of a thread, and whenever the writer's
  * heartbeat (every HEARTBEAT_MS) moved since the thread's last reading (stamp()). */
 #define CLOCK_EVERY 8
@@ -120,6 +121,7 @@ static struct {
   chunk_t *queue_head, *queue_tail;
   size_t n_queued;
   chunk_t *free_chunks;
+  size_t n_free; /* chunks on free_chunks */
   bool stopping;
   /* the capture (write_lock) */
   hbm_trace_writer_t *tw;
@@ -292,11 +294,22 @@ static void thread_exited(void *arg) {
 
 static void init_once_fn(void) { pthread_key_create(&thread_key, thread_exited); }
 
+/* Chunks are mapped, not malloc'ed: one unmapped after a burst gives its memory back to the
+ * system (a freed 64 KiB malloc block stays in the heap), so the recording's resident
+ * memory follows the queue's depth down again instead of keeping its high-water mark. */
+static chunk_t *map_chunk(void) {
+  void *p = mmap(NULL, sizeof(chunk_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap_chunk(chunk_t *c) { munmap(c, sizeof *c); }
+
 static chunk_t *take_chunk(void) { /* under rec.lock */
   chunk_t *c = rec.free_chunks;
-  if (c)
+  if (c) {
     rec.free_chunks = c->next;
-  else if (!(c = malloc(sizeof *c)))
+    rec.n_free--;
+  } else if (!(c = map_chunk()))
     return NULL;
   c->next = NULL;
   atomic_store_explicit(&c->committed, 0, memory_order_relaxed);
@@ -308,16 +321,14 @@ static chunk_t *take_chunk(void) { /* under rec.lock */
 /* Chunks ready for use, their pages touched: a burst of events at the start of a capture
  * then takes no page faults on the recording threads. Under rec.lock. */
 static void prefill_chunks(void) {
-  size_t n = 0;
-  for (chunk_t *c = rec.free_chunks; c; c = c->next)
-    n++;
-  for (; n < PREFILL_CHUNKS; n++) {
-    chunk_t *c = malloc(sizeof *c);
+  for (size_t n = rec.n_free; n < PREFILL_CHUNKS; n++) {
+    chunk_t *c = map_chunk();
     if (!c)
       return;
     memset(c->data, 0, sizeof c->data);
     c->next = rec.free_chunks;
     rec.free_chunks = c;
+    rec.n_free++;
   }
 }
 
@@ -680,15 +691,24 @@ static chunk_t *collect(bool all, size_t *copied) {
   return list;
 }
 
+/* Written chunks back to the ready list, up to PREFILL_CHUNKS of them; the rest unmapped. */
 static void recycle(chunk_t *list) {
+  chunk_t *surplus = NULL;
   pthread_mutex_lock(&rec.lock);
   while (list) {
     chunk_t *next = list->next;
-    list->next = rec.free_chunks;
-    rec.free_chunks = list;
+    chunk_t **to = rec.n_free < PREFILL_CHUNKS ? &rec.free_chunks : &surplus;
+    rec.n_free += to == &rec.free_chunks;
+    list->next = *to;
+    *to = list;
     list = next;
   }
   pthread_mutex_unlock(&rec.lock);
+  while (surplus) {
+    chunk_t *next = surplus->next;
+    unmap_chunk(surplus);
+    surplus = next;
+  }
 }
 
 /* Moves recorded events to the trace writer; to_disk also writes the partial block. Under

@@ -16,6 +16,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Memory: besides its fixed state, the strings it has interned and one block being gathered
+ * (HBM_TRACE_BLOCK_TARGET), the recorder holds at most this many bytes of events waiting for
+ * the writer thread — past it the recording threads write for it (backpressure) — and 2 MiB
+ * of chunks kept ready. So a capture of any length records in constant memory. */
+#define HBM__REC_QUEUE_BOUND ((uint64_t)16 << 20)
+#define HBM__REC_READY_BYTES ((uint64_t)2 << 20)
+
 /* While a profile is being captured: the capture's number (1, 2, ... one per
  * hbm_profiler_start); 0 otherwise. The load is an acquire (a plain load on x86 and ARMv8's
  * LDAR): a hook that sees a capture running also sees how it was set up. */
