@@ -815,55 +815,90 @@ hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t ali
 /* ------------------------------------------------------------------------------------------ */
 
 static const hlo_interval_t *event_iv;
+static const uint8_t *event_gives;
+
+/* The step after the last one an interval is live in, as XLA's live range has it: a giver's
+ * range runs to the step of the result taking its memory. */
+static uint32_t xla_end(const hlo_interval_t *iv, const uint8_t *gives, uint32_t i) {
+  return iv[i].end + gives[i];
+}
 
 /* XLA's HeapSimulator replays values sorted by (start, end, id). */
 static int by_start_end(const void *pa, const void *pb) {
-  const hlo_interval_t *a = &event_iv[*(const uint32_t *)pa], *b = &event_iv[*(const uint32_t *)pb];
-  if (a->start != b->start)
-    return a->start < b->start ? -1 : 1;
-  if (a->end != b->end)
-    return a->end < b->end ? -1 : 1;
-  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+  uint32_t i = *(const uint32_t *)pa, j = *(const uint32_t *)pb;
+  uint32_t end_i = xla_end(event_iv, event_gives, i), end_j = xla_end(event_iv, event_gives, j);
+  if (event_iv[i].start != event_iv[j].start)
+    return event_iv[i].start < event_iv[j].start ? -1 : 1;
+  if (end_i != end_j)
+    return end_i < end_j ? -1 : 1;
+  return i < j ? -1 : 1;
+}
+
+/* Ticks the free of the giver of step s that interval j takes the memory of, if any (XLA
+ * frees it just before it shares it: ShareWith). givers[g_at .. g_end) end at s. */
+static uint32_t free_giver(const hlo_interval_t *iv, const uint8_t *gives, uint32_t j,
+                           const uint32_t *givers, size_t g_at, size_t g_end, uint32_t *ev,
+                           uint8_t *freed, uint32_t tick) {
+  for (size_t g = g_at; iv[j].share && g < g_end; g++)
+    if (!freed[g] && gives[givers[g]] && iv[givers[g]].share == iv[j].share) {
+      ev[2 * givers[g] + 1] = tick++;
+      freed[g] = 1;
+      break;
+    }
+  return tick;
 }
 
 /* XLA's heap simulator counts time in events, not steps: at each step the values defined
  * there are allocated (in (start, end, id) order), then those last read there are freed;
- * every event is one tick. Its placement order breaks ties in size by these spans.
- * ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory ran out. */
-static uint32_t *event_times(const hlo_interval_t *iv, size_t n, uint32_t n_steps) {
+ * every event is one tick. A value whose memory a result takes over (ShareWith) is freed
+ * instead as that result is allocated, just before it. Its placement order breaks ties in
+ * size by these spans. ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory
+ * ran out. */
+static uint32_t *event_times(const hlo_interval_t *iv, const uint8_t *gives, size_t n,
+                             uint32_t n_steps) {
   uint32_t *order = malloc((n + 1) * sizeof *order);
   uint32_t *ev = malloc((2 * n + 1) * sizeof *ev);
   uint32_t *frees_at = calloc((size_t)n_steps + 2, sizeof *frees_at);
   uint32_t *free_order = malloc((n + 1) * sizeof *free_order);
-  if (!order || !ev || !frees_at || !free_order) {
+  uint8_t *freed = calloc(n + 1, 1); /* per slot of free_order: a giver already freed */
+  if (!order || !ev || !frees_at || !free_order || !freed) {
     free(order);
     free(ev);
     free(frees_at);
     free(free_order);
+    free(freed);
     return NULL;
   }
   for (size_t i = 0; i < n; i++)
     order[i] = (uint32_t)i;
   event_iv = iv;
+  event_gives = gives;
   qsort(order, n, sizeof *order, by_start_end);
-  /* frees bucketed by their step (end - 1), keeping the sorted order within a step */
+  /* frees bucketed by the step they happen at (xla_end - 1), keeping the sorted order */
   for (size_t i = 0; i < n; i++)
-    frees_at[iv[i].end]++;
+    frees_at[xla_end(iv, gives, (uint32_t)i)]++;
   for (uint32_t s = 1; s <= n_steps + 1; s++)
     frees_at[s] += frees_at[s - 1];
   for (size_t k = n; k-- > 0;)
-    free_order[--frees_at[iv[order[k]].end]] = order[k];
+    free_order[--frees_at[xla_end(iv, gives, order[k])]] = order[k];
   uint32_t tick = 0;
   size_t a = 0, f = 0;
   for (uint32_t s = 0; s <= n_steps; s++) {
-    for (; a < n && iv[order[a]].start == s; a++)
+    size_t f_end = f; /* free_order[f .. f_end): freed at step s */
+    while (f_end < n && xla_end(iv, gives, free_order[f_end]) == s + 1)
+      f_end++;
+    for (; a < n && iv[order[a]].start == s; a++) {
+      tick = free_giver(iv, gives, order[a], free_order, f, f_end, ev, freed, tick);
       ev[2 * order[a]] = tick++;
-    for (; f < n && iv[free_order[f]].end == s + 1; f++)
-      ev[2 * free_order[f] + 1] = tick++;
+    }
+    for (; f < f_end; f++)
+      if (!freed[f])
+        ev[2 * free_order[f] + 1] = tick++;
   }
   free(order);
   free(frees_at);
   free(free_order);
+  free(freed);
   return ev;
 }
 
@@ -935,13 +970,15 @@ static uint32_t *values_by_buffer(const hlo_assignment_t *as, uint32_t **first_o
 
 typedef struct color_ivs {
   hlo_vec_t iv;    /* hlo_interval_t */
+  hlo_vec_t gives; /* uint8_t per interval: 1 when its memory passes to a later one of its
+                      share group at its end (the buffer's `gives`) */
   uint32_t *iv_of; /* buffer → its first interval, UINT32_MAX */
   int64_t *delta;  /* live temp bytes, by step */
   segment_t *seg;  /* scratch */
 } color_ivs_t;
 
-static bool push_interval(color_ivs_t *c, hlo_interval_t x) {
-  if (!hbm__hlo_vec_push(&c->iv, &x))
+static bool push_interval(color_ivs_t *c, hlo_interval_t x, uint8_t gives) {
+  if (!hbm__hlo_vec_push(&c->iv, &x) || !hbm__hlo_vec_push(&c->gives, &gives))
     return false;
   c->delta[x.start] += (int64_t)x.size;
   c->delta[x.end] -= (int64_t)x.size;
@@ -989,15 +1026,18 @@ static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, u
            as->values[vals[vfirst[i]]].split_use != UINT32_MAX)
     m = value_segments(as, b, vals + vfirst[i], 1, c->seg);
   c->iv_of[i] = (uint32_t)c->iv.len;
+  uint8_t gives = b->gives && share; /* its taker is in this heap */
   if (m <= 1)
-    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share}, gives);
   if (!record_gaps(as, b, c->seg, m))
     return false;
   if (!b->n_segs) /* values back to back: one interval, as without them */
-    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share}, gives);
   for (uint32_t k = 0; k < b->n_segs; k++) {
     const uint32_t *seg = &as->segs[2 * (b->seg_at + k)];
-    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1}))
+    uint8_t last_gives = gives && seg[1] == b->end;
+    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1},
+                       last_gives))
       return false;
   }
   return true;
@@ -1011,6 +1051,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   uint32_t nb = as->n_buffers;
   color_ivs_t c = {0};
   hbm__hlo_vec_init(&c.iv, sizeof(hlo_interval_t));
+  hbm__hlo_vec_init(&c.gives, sizeof(uint8_t));
   for (uint32_t i = 0; i < nb; i++)
     if (as->buffers[i].color == color)
       as->buffers[i].n_segs = 0;
@@ -1040,7 +1081,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   uint64_t heap = 0;
   hlo_interval_t *iv = c.iv.data;
-  uint32_t *ev = ok && xla_events ? event_times(iv, c.iv.len, as->n_steps) : NULL;
+  uint32_t *ev = ok && xla_events ? event_times(iv, c.gives.data, c.iv.len, as->n_steps) : NULL;
   hbm_status_t st = !ok || (xla_events && !ev)
                         ? hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)")
                         : hbm__hlo_best_fit_events(iv, c.iv.len, alignment, ev, &heap);
@@ -1064,6 +1105,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   free(c.iv_of);
   hbm__hlo_vec_free(&c.iv);
+  hbm__hlo_vec_free(&c.gives);
   free(c.delta);
   free(c.seg);
   free(group_size);
