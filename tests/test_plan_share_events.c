@@ -99,8 +99,7 @@ static uint64_t offset_of(const hbm_plan_t *p, const char *op) {
 static void shared_operand_freed_at_the_results_step(void **state) {
   (void)state;
   hbm_plan_options_t opt = {.backend = HBM_PLAN_BACKEND_CPU};
-  hbm_plan_t *p = hbm_plan_text(share_tie_module, strlen(share_tie_module), "share_tie.hlo",
-                                &opt);
+  hbm_plan_t *p = hbm_plan_text(share_tie_module, strlen(share_tie_module), "share_tie.hlo", &opt);
   if (!p)
     fail_msg("%s", hbm_last_error());
   const hbm_plan_summary_t *s = hbm_plan_get_summary(p);

@@ -814,33 +814,49 @@ hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t ali
 
 /* ------------------------------------------------------------------------------------------ */
 
-static const hlo_interval_t *event_iv;
-static const uint8_t *event_gives;
-
 /* The step after the last one an interval is live in, as XLA's live range has it: a giver's
  * range runs to the step of the result taking its memory. */
-static uint32_t xla_end(const hlo_interval_t *iv, const uint8_t *gives, uint32_t i) {
-  return iv[i].end + gives[i];
+#define GIVES 1u /* share role bits of an interval (giver_marks) */
+#define TAKES 2u
+
+static uint32_t xla_end(const hlo_interval_t *iv, const uint8_t *role, uint32_t i) {
+  return iv[i].end + (role[i] & GIVES);
 }
 
-/* XLA's HeapSimulator replays values sorted by (start, end, id). */
-static int by_start_end(const void *pa, const void *pb) {
-  uint32_t i = *(const uint32_t *)pa, j = *(const uint32_t *)pb;
-  uint32_t end_i = xla_end(event_iv, event_gives, i), end_j = xla_end(event_iv, event_gives, j);
-  if (event_iv[i].start != event_iv[j].start)
-    return event_iv[i].start < event_iv[j].start ? -1 : 1;
-  if (end_i != end_j)
-    return end_i < end_j ? -1 : 1;
-  return i < j ? -1 : 1;
+/* The intervals in XLA's replay order, (start, end, id), into order[]: two stable counting
+ * passes, by end then by start (both are steps). false when memory ran out. */
+static bool replay_order(const hlo_interval_t *iv, const uint8_t *role, size_t n, uint32_t n_steps,
+                         uint32_t *order) {
+  uint32_t *count = calloc((size_t)n_steps + 2, sizeof *count);
+  uint32_t *by_end = malloc((n + 1) * sizeof *by_end);
+  bool ok = count && by_end;
+  for (size_t i = 0; ok && i < n; i++)
+    count[xla_end(iv, role, (uint32_t)i)]++;
+  for (uint32_t s = 1; ok && s <= n_steps + 1; s++)
+    count[s] += count[s - 1];
+  for (size_t i = n; ok && i-- > 0;)
+    by_end[--count[xla_end(iv, role, (uint32_t)i)]] = (uint32_t)i;
+  if (ok)
+    memset(count, 0, ((size_t)n_steps + 2) * sizeof *count);
+  for (size_t i = 0; ok && i < n; i++)
+    count[iv[i].start]++;
+  for (uint32_t s = 1; ok && s <= n_steps + 1; s++)
+    count[s] += count[s - 1];
+  for (size_t k = n; ok && k-- > 0;)
+    order[--count[iv[by_end[k]].start]] = by_end[k];
+  free(count);
+  free(by_end);
+  return ok;
 }
 
-/* Ticks the free of the giver of step s that interval j takes the memory of, if any (XLA
- * frees it just before it shares it: ShareWith). givers[g_at .. g_end) end at s. */
-static uint32_t free_giver(const hlo_interval_t *iv, const uint8_t *gives, uint32_t j,
+/* Ticks the free of the giver of step s whose memory interval j takes, if any (XLA frees it
+ * just before it shares it: ShareWith). givers[g_at .. g_end) are freed at s. A step defines
+ * one instruction's values, of which at most one takes memory: linear over all steps. */
+static uint32_t free_giver(const hlo_interval_t *iv, const uint8_t *role, uint32_t j,
                            const uint32_t *givers, size_t g_at, size_t g_end, uint32_t *ev,
                            uint8_t *freed, uint32_t tick) {
-  for (size_t g = g_at; iv[j].share && g < g_end; g++)
-    if (!freed[g] && gives[givers[g]] && iv[givers[g]].share == iv[j].share) {
+  for (size_t g = g_at; (role[j] & TAKES) && g < g_end; g++)
+    if (!freed[g] && (role[givers[g]] & GIVES) && iv[givers[g]].share == iv[j].share) {
       ev[2 * givers[g] + 1] = tick++;
       freed[g] = 1;
       break;
@@ -854,14 +870,15 @@ static uint32_t free_giver(const hlo_interval_t *iv, const uint8_t *gives, uint3
  * instead as that result is allocated, just before it. Its placement order breaks ties in
  * size by these spans. ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory
  * ran out. */
-static uint32_t *event_times(const hlo_interval_t *iv, const uint8_t *gives, size_t n,
+static uint32_t *event_times(const hlo_interval_t *iv, const uint8_t *role, size_t n,
                              uint32_t n_steps) {
   uint32_t *order = malloc((n + 1) * sizeof *order);
   uint32_t *ev = malloc((2 * n + 1) * sizeof *ev);
   uint32_t *frees_at = calloc((size_t)n_steps + 2, sizeof *frees_at);
   uint32_t *free_order = malloc((n + 1) * sizeof *free_order);
   uint8_t *freed = calloc(n + 1, 1); /* per slot of free_order: a giver already freed */
-  if (!order || !ev || !frees_at || !free_order || !freed) {
+  if (!order || !ev || !frees_at || !free_order || !freed ||
+      !replay_order(iv, role, n, n_steps, order)) {
     free(order);
     free(ev);
     free(frees_at);
@@ -869,26 +886,21 @@ static uint32_t *event_times(const hlo_interval_t *iv, const uint8_t *gives, siz
     free(freed);
     return NULL;
   }
-  for (size_t i = 0; i < n; i++)
-    order[i] = (uint32_t)i;
-  event_iv = iv;
-  event_gives = gives;
-  qsort(order, n, sizeof *order, by_start_end);
   /* frees bucketed by the step they happen at (xla_end - 1), keeping the sorted order */
   for (size_t i = 0; i < n; i++)
-    frees_at[xla_end(iv, gives, (uint32_t)i)]++;
+    frees_at[xla_end(iv, role, (uint32_t)i)]++;
   for (uint32_t s = 1; s <= n_steps + 1; s++)
     frees_at[s] += frees_at[s - 1];
   for (size_t k = n; k-- > 0;)
-    free_order[--frees_at[xla_end(iv, gives, order[k])]] = order[k];
+    free_order[--frees_at[xla_end(iv, role, order[k])]] = order[k];
   uint32_t tick = 0;
   size_t a = 0, f = 0;
   for (uint32_t s = 0; s <= n_steps; s++) {
     size_t f_end = f; /* free_order[f .. f_end): freed at step s */
-    while (f_end < n && xla_end(iv, gives, free_order[f_end]) == s + 1)
+    while (f_end < n && xla_end(iv, role, free_order[f_end]) == s + 1)
       f_end++;
     for (; a < n && iv[order[a]].start == s; a++) {
-      tick = free_giver(iv, gives, order[a], free_order, f, f_end, ev, freed, tick);
+      tick = free_giver(iv, role, order[a], free_order, f, f_end, ev, freed, tick);
       ev[2 * order[a]] = tick++;
     }
     for (; f < f_end; f++)
@@ -970,15 +982,13 @@ static uint32_t *values_by_buffer(const hlo_assignment_t *as, uint32_t **first_o
 
 typedef struct color_ivs {
   hlo_vec_t iv;    /* hlo_interval_t */
-  hlo_vec_t gives; /* uint8_t per interval: 1 when its memory passes to a later one of its
-                      share group at its end (the buffer's `gives`) */
   uint32_t *iv_of; /* buffer → its first interval, UINT32_MAX */
   int64_t *delta;  /* live temp bytes, by step */
   segment_t *seg;  /* scratch */
 } color_ivs_t;
 
-static bool push_interval(color_ivs_t *c, hlo_interval_t x, uint8_t gives) {
-  if (!hbm__hlo_vec_push(&c->iv, &x) || !hbm__hlo_vec_push(&c->gives, &gives))
+static bool push_interval(color_ivs_t *c, hlo_interval_t x) {
+  if (!hbm__hlo_vec_push(&c->iv, &x))
     return false;
   c->delta[x.start] += (int64_t)x.size;
   c->delta[x.end] -= (int64_t)x.size;
@@ -1026,21 +1036,38 @@ static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, u
            as->values[vals[vfirst[i]]].split_use != UINT32_MAX)
     m = value_segments(as, b, vals + vfirst[i], 1, c->seg);
   c->iv_of[i] = (uint32_t)c->iv.len;
-  uint8_t gives = b->gives && share; /* its taker is in this heap */
   if (m <= 1)
-    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share}, gives);
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
   if (!record_gaps(as, b, c->seg, m))
     return false;
   if (!b->n_segs) /* values back to back: one interval, as without them */
-    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share}, gives);
+    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
   for (uint32_t k = 0; k < b->n_segs; k++) {
     const uint32_t *seg = &as->segs[2 * (b->seg_at + k)];
-    uint8_t last_gives = gives && seg[1] == b->end;
-    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1},
-                       last_gives))
+    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1}))
       return false;
   }
   return true;
+}
+
+/* Per interval, its share role: GIVES on the last interval of a buffer whose memory passes
+ * at its end to a result of its share group in this heap, TAKES on that result's first
+ * interval (the buffers' `gives` and `takes`); NULL when memory ran out. */
+static uint8_t *giver_marks(const hlo_assignment_t *as, int color, const color_ivs_t *c) {
+  uint8_t *role = calloc(c->iv.len + 1, 1);
+  const hlo_interval_t *iv = c->iv.data;
+  for (uint32_t i = 0; role && i < as->n_buffers; i++) {
+    const hlo_buffer_t *b = &as->buffers[i];
+    uint32_t first = c->iv_of[i];
+    if (!(b->gives || b->takes) || b->color != color || first == UINT32_MAX || !iv[first].share)
+      continue;
+    uint32_t last = first + (b->n_segs ? b->n_segs - 1 : 0);
+    if (b->gives && iv[last].end == b->end)
+      role[last] |= GIVES;
+    if (b->takes && iv[first].start == b->start)
+      role[first] |= TAKES;
+  }
+  return role;
 }
 
 /* Intervals for the temporaries of one colour: one per buffer (per value of a buffer with
@@ -1051,7 +1078,6 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   uint32_t nb = as->n_buffers;
   color_ivs_t c = {0};
   hbm__hlo_vec_init(&c.iv, sizeof(hlo_interval_t));
-  hbm__hlo_vec_init(&c.gives, sizeof(uint8_t));
   for (uint32_t i = 0; i < nb; i++)
     if (as->buffers[i].color == color)
       as->buffers[i].n_segs = 0;
@@ -1081,7 +1107,9 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   uint64_t heap = 0;
   hlo_interval_t *iv = c.iv.data;
-  uint32_t *ev = ok && xla_events ? event_times(iv, c.gives.data, c.iv.len, as->n_steps) : NULL;
+  uint8_t *role = ok && xla_events ? giver_marks(as, color, &c) : NULL;
+  uint32_t *ev = role ? event_times(iv, role, c.iv.len, as->n_steps) : NULL;
+  free(role);
   hbm_status_t st = !ok || (xla_events && !ev)
                         ? hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)")
                         : hbm__hlo_best_fit_events(iv, c.iv.len, alignment, ev, &heap);
@@ -1105,7 +1133,6 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   free(c.iv_of);
   hbm__hlo_vec_free(&c.iv);
-  hbm__hlo_vec_free(&c.gives);
   free(c.delta);
   free(c.seg);
   free(group_size);
