@@ -814,56 +814,103 @@ hbm_status_t hbm__hlo_best_fit_events(hlo_interval_t *iv, size_t n, uint64_t ali
 
 /* ------------------------------------------------------------------------------------------ */
 
-static const hlo_interval_t *event_iv;
+/* The step after the last one an interval is live in, as XLA's live range has it: a giver's
+ * range runs to the step of the result taking its memory. */
+#define GIVES 1u /* share role bits of an interval (giver_marks) */
+#define TAKES 2u
 
-/* XLA's HeapSimulator replays values sorted by (start, end, id). */
-static int by_start_end(const void *pa, const void *pb) {
-  const hlo_interval_t *a = &event_iv[*(const uint32_t *)pa], *b = &event_iv[*(const uint32_t *)pb];
-  if (a->start != b->start)
-    return a->start < b->start ? -1 : 1;
-  if (a->end != b->end)
-    return a->end < b->end ? -1 : 1;
-  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+static uint32_t xla_end(const hlo_interval_t *iv, const uint8_t *role, uint32_t i) {
+  return iv[i].end + (role[i] & GIVES);
+}
+
+/* The intervals in XLA's replay order, (start, end, id), into order[]: two stable counting
+ * passes, by end then by start (both are steps). false when memory ran out. */
+static bool replay_order(const hlo_interval_t *iv, const uint8_t *role, size_t n, uint32_t n_steps,
+                         uint32_t *order) {
+  uint32_t *count = calloc((size_t)n_steps + 2, sizeof *count);
+  uint32_t *by_end = malloc((n + 1) * sizeof *by_end);
+  bool ok = count && by_end;
+  for (size_t i = 0; ok && i < n; i++)
+    count[xla_end(iv, role, (uint32_t)i)]++;
+  for (uint32_t s = 1; ok && s <= n_steps + 1; s++)
+    count[s] += count[s - 1];
+  for (size_t i = n; ok && i-- > 0;)
+    by_end[--count[xla_end(iv, role, (uint32_t)i)]] = (uint32_t)i;
+  if (ok)
+    memset(count, 0, ((size_t)n_steps + 2) * sizeof *count);
+  for (size_t i = 0; ok && i < n; i++)
+    count[iv[i].start]++;
+  for (uint32_t s = 1; ok && s <= n_steps + 1; s++)
+    count[s] += count[s - 1];
+  for (size_t k = n; ok && k-- > 0;)
+    order[--count[iv[by_end[k]].start]] = by_end[k];
+  free(count);
+  free(by_end);
+  return ok;
+}
+
+/* Ticks the free of the giver of step s whose memory interval j takes, if any (XLA frees it
+ * just before it shares it: ShareWith). givers[g_at .. g_end) are freed at s. A step defines
+ * one instruction's values, of which at most one takes memory: linear over all steps. */
+static uint32_t free_giver(const hlo_interval_t *iv, const uint8_t *role, uint32_t j,
+                           const uint32_t *givers, size_t g_at, size_t g_end, uint32_t *ev,
+                           uint8_t *freed, uint32_t tick) {
+  for (size_t g = g_at; (role[j] & TAKES) && g < g_end; g++)
+    if (!freed[g] && (role[givers[g]] & GIVES) && iv[givers[g]].share == iv[j].share) {
+      ev[2 * givers[g] + 1] = tick++;
+      freed[g] = 1;
+      break;
+    }
+  return tick;
 }
 
 /* XLA's heap simulator counts time in events, not steps: at each step the values defined
  * there are allocated (in (start, end, id) order), then those last read there are freed;
- * every event is one tick. Its placement order breaks ties in size by these spans.
- * ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory ran out. */
-static uint32_t *event_times(const hlo_interval_t *iv, size_t n, uint32_t n_steps) {
+ * every event is one tick. A value whose memory a result takes over (ShareWith) is freed
+ * instead as that result is allocated, just before it. Its placement order breaks ties in
+ * size by these spans. ev[2i], ev[2i+1]: interval i's alloc and free ticks. NULL when memory
+ * ran out. */
+static uint32_t *event_times(const hlo_interval_t *iv, const uint8_t *role, size_t n,
+                             uint32_t n_steps) {
   uint32_t *order = malloc((n + 1) * sizeof *order);
   uint32_t *ev = malloc((2 * n + 1) * sizeof *ev);
   uint32_t *frees_at = calloc((size_t)n_steps + 2, sizeof *frees_at);
   uint32_t *free_order = malloc((n + 1) * sizeof *free_order);
-  if (!order || !ev || !frees_at || !free_order) {
+  uint8_t *freed = calloc(n + 1, 1); /* per slot of free_order: a giver already freed */
+  if (!order || !ev || !frees_at || !free_order || !freed ||
+      !replay_order(iv, role, n, n_steps, order)) {
     free(order);
     free(ev);
     free(frees_at);
     free(free_order);
+    free(freed);
     return NULL;
   }
+  /* frees bucketed by the step they happen at (xla_end - 1), keeping the sorted order */
   for (size_t i = 0; i < n; i++)
-    order[i] = (uint32_t)i;
-  event_iv = iv;
-  qsort(order, n, sizeof *order, by_start_end);
-  /* frees bucketed by their step (end - 1), keeping the sorted order within a step */
-  for (size_t i = 0; i < n; i++)
-    frees_at[iv[i].end]++;
+    frees_at[xla_end(iv, role, (uint32_t)i)]++;
   for (uint32_t s = 1; s <= n_steps + 1; s++)
     frees_at[s] += frees_at[s - 1];
   for (size_t k = n; k-- > 0;)
-    free_order[--frees_at[iv[order[k]].end]] = order[k];
+    free_order[--frees_at[xla_end(iv, role, order[k])]] = order[k];
   uint32_t tick = 0;
   size_t a = 0, f = 0;
   for (uint32_t s = 0; s <= n_steps; s++) {
-    for (; a < n && iv[order[a]].start == s; a++)
+    size_t f_end = f; /* free_order[f .. f_end): freed at step s */
+    while (f_end < n && xla_end(iv, role, free_order[f_end]) == s + 1)
+      f_end++;
+    for (; a < n && iv[order[a]].start == s; a++) {
+      tick = free_giver(iv, role, order[a], free_order, f, f_end, ev, freed, tick);
       ev[2 * order[a]] = tick++;
-    for (; f < n && iv[free_order[f]].end == s + 1; f++)
-      ev[2 * free_order[f] + 1] = tick++;
+    }
+    for (; f < f_end; f++)
+      if (!freed[f])
+        ev[2 * free_order[f] + 1] = tick++;
   }
   free(order);
   free(frees_at);
   free(free_order);
+  free(freed);
   return ev;
 }
 
@@ -1003,6 +1050,26 @@ static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, u
   return true;
 }
 
+/* Per interval, its share role: GIVES on the last interval of a buffer whose memory passes
+ * at its end to a result of its share group in this heap, TAKES on that result's first
+ * interval (the buffers' `gives` and `takes`); NULL when memory ran out. */
+static uint8_t *giver_marks(const hlo_assignment_t *as, int color, const color_ivs_t *c) {
+  uint8_t *role = calloc(c->iv.len + 1, 1);
+  const hlo_interval_t *iv = c->iv.data;
+  for (uint32_t i = 0; role && i < as->n_buffers; i++) {
+    const hlo_buffer_t *b = &as->buffers[i];
+    uint32_t first = c->iv_of[i];
+    if (!(b->gives || b->takes) || b->color != color || first == UINT32_MAX || !iv[first].share)
+      continue;
+    uint32_t last = first + (b->n_segs ? b->n_segs - 1 : 0);
+    if (b->gives && iv[last].end == b->end)
+      role[last] |= GIVES;
+    if (b->takes && iv[first].start == b->start)
+      role[first] |= TAKES;
+  }
+  return role;
+}
+
 /* Intervals for the temporaries of one colour: one per buffer (per value of a buffer with
  * the XLA backends); buffers of one share group (element-wise reuse) are placed at one
  * offset. */
@@ -1040,7 +1107,9 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   }
   uint64_t heap = 0;
   hlo_interval_t *iv = c.iv.data;
-  uint32_t *ev = ok && xla_events ? event_times(iv, c.iv.len, as->n_steps) : NULL;
+  uint8_t *role = ok && xla_events ? giver_marks(as, color, &c) : NULL;
+  uint32_t *ev = role ? event_times(iv, role, c.iv.len, as->n_steps) : NULL;
+  free(role);
   hbm_status_t st = !ok || (xla_events && !ev)
                         ? hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory (heap simulator)")
                         : hbm__hlo_best_fit_events(iv, c.iv.len, alignment, ev, &heap);

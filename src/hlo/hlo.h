@@ -382,7 +382,11 @@ typedef struct hlo_buffer {
   uint32_t share_group; /* buffers sharing one heap chunk (in-place reuse); own index if none */
   uint64_t offset;      /* heap offset (temporaries) */
   int indefinite;       /* parameters, constants, outputs, thread-local: outside the heap */
-  int separate;         /* a temporary with an allocation of its own (XLA: tuple-shaped) */
+  uint8_t separate;     /* a temporary with an allocation of its own (XLA: tuple-shaped) */
+  /* Its memory passes at step `end` to a result of its share group (XLA's ShareWith): XLA's
+   * heap simulator frees it there, as it allocates that result, not at the step before. */
+  uint8_t gives;
+  uint8_t takes; /* it takes the memory of the buffer of its share group giving at its start */
   /* heap_sim.c, XLA backends: a buffer whose values leave gaps (a loop buffer between its
    * last read in the body and the body's new value) holds its memory only during n_segs
    * segments, as->segs[2 * seg_at ..]: [start, end) pairs. 0: all of [start, end). */

@@ -317,6 +317,8 @@ static void apply_shares(const hlo_dataflow_t *df, hlo_assignment_t *as, bool si
         x->color != y->color || (single_values && (x->n_values > 1 || y->n_values > 1 || !e->c)))
       continue;
     x->end = e->step; /* its memory holds the result from this step on */
+    x->gives = 1;
+    y->takes = 1;
     taken[bx] |= 1;
     taken[by] |= 2;
     uint32_t gx = group_find(as->buffers, bx), gy = group_find(as->buffers, by);
