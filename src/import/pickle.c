@@ -62,10 +62,10 @@ typedef struct machine {
   bitmap_t used, set;
   uint32_t *rank; /* per word of `used`: the used indices before it */
   pk_ref_t *memo;
-  size_t memo_count;         /* distinct indices stored so far: MEMOIZE's next index */
-  memo_hit_t memo_hits[512]; /* snapshots refer to a few thousand frames again and again */
-  pk_ref_t batch[1024];      /* run_get_batch's items */
-  size_t used_until;         /* bytes up to the last value completed inside a container */
+  size_t memo_count;          /* distinct indices stored so far: MEMOIZE's next index */
+  memo_hit_t memo_hits[2048]; /* snapshots refer to a few thousand frames again and again */
+  pk_ref_t batch[1024];       /* run_get_batch's items */
+  size_t used_until;          /* bytes up to the last value completed inside a container */
   size_t next_progress;
   bool refused;       /* the error is a refusal (code), not damage: never salvaged */
   bool truncated;     /* the input ended inside the pickle */
@@ -720,6 +720,22 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   return *ok;
 }
 
+#define SIZE_LEN1 0xff /* a one-byte length, then that many bytes */
+
+/* An opcode's whole size for the scan's shortest paths: fixed (1 + its operand), SIZE_LEN1,
+ * or 0 (scan_one steps over it). */
+static uint8_t scan_size(uint8_t shape) {
+  switch (shape) {
+  case OPS_NONE: return 1;
+  case OPS_FIXED1: return 2;
+  case OPS_FIXED2: return 3;
+  case OPS_FIXED4: return 5;
+  case OPS_FIXED8: return 9;
+  case OPS_LEN1: return SIZE_LEN1;
+  default: return 0;
+  }
+}
+
 /* Scans [*at, end) for the memo indices some GET refers to, into `used` (whose bit 255 is
  * set: BINGET's indices fit without a check). Stops at `end`, at STOP or at the first opcode
  * it cannot step over (the machine then says why there): *at is where. false when memory ran
@@ -733,20 +749,31 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
   bool ok = true;
   const uint8_t *d = m->data;
   size_t len = m->len;
+  uint8_t size_of[256]; /* each opcode's whole size where it is fixed, SIZE_LEN1, else 0 */
+  for (int op = 0; op < 256; op++)
+    size_of[op] = scan_size(op_shape[op]);
   if (drop)
     next_progress = pos + ((size_t)16 << 20);
   while (ok && pos < end) {
     size_t limit = next_progress < end ? next_progress : end;
     while (pos < limit) {
       uint8_t op = d[pos];
-      if (op == 'h' && pos + 1 < len) {
+      size_t left = len - pos, size;
+      if (op == 'h' && left > 1) {
         used->words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
         pos += 2;
-      } else if (op == 'j' && len - pos > 4) {
+      } else if (op == 'j' && left > 4) {
         uint64_t index = le_bytes(d + pos + 1, 4);
         pos += 5;
         if (index <= max_index && !(ok = bit_set(m, used, index)))
           goto done;
+      } else if ((size = size_of[op]) != 0 && size != SIZE_LEN1 && left >= size) {
+        pos += size; /* no operand the scan needs: MARK, EMPTY_DICT, BININT, ... */
+      } else if (size == SIZE_LEN1 && left > 1 && d[pos + 1] <= left - 2) {
+        pos += 2 + (size_t)d[pos + 1]; /* SHORT_BINUNICODE, LONG1, ... */
+      } else if (op == 0x94 && !*explicit_memo) {
+        count++; /* MEMOIZE numbers them 0, 1, 2, ... */
+        pos++;
       } else if (!scan_one(m, &pos, &set, &count, explicit_memo, &ok)) {
         goto done;
       }
@@ -1021,28 +1048,35 @@ static int run_get_batch(machine_t *m) {
   if (!list || list->kind != PK_LIST || m->slots[list->n].closed)
     return -1;
   const uint8_t *p = m->data + m->pos, *end = m->data + m->len;
+  memo_hit_t *hits = m->memo_hits;
+  pk_ref_t *batch = m->batch;
   size_t n = 0;
-  for (; p < end && (*p == 'h' || *p == 'j') && n < HBM_ARRAY_LEN(m->batch); n++) {
-    size_t width = *p == 'h' ? 1 : 4;
-    if ((size_t)(end - p) < 1 + width)
-      return -1;
-    uint64_t index = le_bytes(p + 1, width);
-    memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
-    if (hit->index != index + 1 &&
-        (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words))
-      return -1;
-    size_t at = hit->index == index + 1 ? hit->at : memo_rank(m, index);
-    *hit = (memo_hit_t){index + 1, at};
-    pk_ref_t *e = &m->memo[at];
-    if (is_container(e)) {
+  while (p < end && n < HBM_ARRAY_LEN(m->batch)) {
+    uint64_t index;
+    if (*p == 'h' && end - p >= 2) {
+      index = p[1];
+      p += 2;
+    } else if (*p == 'j' && end - p >= 5) {
+      index = le_bytes(p + 1, 4);
+      p += 5;
+    } else {
+      break; /* the APPENDS, or something the general path runs (or reports) */
+    }
+    memo_hit_t *hit = &hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+    if (HBM_UNLIKELY(hit->index != index + 1)) {
+      if (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words)
+        return -1;
+      *hit = (memo_hit_t){index + 1, memo_rank(m, index)};
+    }
+    pk_ref_t *e = &m->memo[hit->at];
+    if (HBM_UNLIKELY(is_container(e))) {
       if (!m->slots[e->n].closed)
         return -1;
       pk_ref_t done = m->slots[e->n].done;
       release(m, e);
       *e = done;
     }
-    m->batch[n] = *e;
-    p += 1 + width;
+    batch[n++] = *e;
   }
   if (p >= end || *p != 'e' || n == 0)
     return -1;

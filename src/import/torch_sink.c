@@ -454,8 +454,10 @@ static bool sink_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t 
       if (l->n_frames + n > l->cap_frames &&
           !grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + n, sizeof *l->frames))
         return false;
+      uint32_t *frames = l->frames + l->n_frames; /* locals: the loop stays in registers */
       for (; i < n && items[i].kind == PK_OBJ && items[i].tag == OBJ_FRAME; i++)
-        l->frames[l->n_frames++] = (uint32_t)items[i].as.obj;
+        frames[i] = (uint32_t)items[i].as.obj;
+      l->n_frames += i;
       l->n_items += i;
     }
     for (; i < n && ok; i++)
