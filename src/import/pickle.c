@@ -650,6 +650,16 @@ static inline uint64_t le_bytes(const uint8_t *p, size_t n) {
   return v;
 }
 
+/* 8 little-endian bytes (the caller knows they are there). */
+static inline uint64_t le_u64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
 static unsigned popcount64(uint64_t x) { /* SWAR: no libgcc call where POPCNT is not assumed */
   x = x - ((x >> 1) & 0x5555555555555555ull);
   x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
@@ -1106,7 +1116,13 @@ static inline int run_common(machine_t *m, uint8_t op) {
       return -1;
     m->pos += 4;
     return memo_get(m, le_bytes(p, 4));
-  case 0x94: return memo_put(m, m->memo_count);
+  case 0x94: /* MEMOIZE of an entry never referred to again: only counted */
+    if (!m->explicit_memo && m->sp && m->memo_count <= m->len + 256 &&
+        !bit_get(&m->used, m->memo_count)) {
+      m->memo_count++;
+      return 1;
+    }
+    return memo_put(m, m->memo_count);
   case '(':
     if (left && (p[0] == 'h' || p[0] == 'j')) {
       int batch = run_get_batch(m);
@@ -1137,6 +1153,14 @@ static inline int run_common(machine_t *m, uint8_t op) {
   case 0x8a:
     if (!left || p[0] > left - 1)
       return -1;
+    if (p[0] && p[0] < 8 && left > 8) { /* addresses, times: 8 bytes read at once, cut to n */
+      unsigned bits = 8u * p[0];
+      uint64_t u = le_u64(p + 1) & (((uint64_t)1 << bits) - 1);
+      if (p[p[0]] & 0x80)
+        u |= ~(uint64_t)0 << bits; /* the sign of the top byte, extended */
+      m->pos += 1 + (size_t)p[0];
+      return push(m, (pk_ref_t){.kind = PK_INT, .as.u = u});
+    }
     m->pos++;
     return push_long(m, p[0]);
   default: return -1;
