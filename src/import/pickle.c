@@ -1334,29 +1334,6 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
 
 /* ---- reading refs ---- */
 
-bool pk_ref_int(const pk_ref_t *r, int64_t *out) {
-  if (r->kind == PK_BOOL) {
-    *out = r->as.b;
-    return true;
-  }
-  if (r->kind != PK_INT || (r->flags & (PK_HUGE | PK_UNSIGNED)))
-    return false;
-  *out = r->as.i;
-  return true;
-}
-
-bool pk_ref_u64(const pk_ref_t *r, uint64_t *out) {
-  if (r->kind == PK_INT && (r->flags & PK_UNSIGNED)) {
-    *out = r->as.u;
-    return true;
-  }
-  int64_t v;
-  if (!pk_ref_int(r, &v) || v < 0)
-    return false;
-  *out = (uint64_t)v;
-  return true;
-}
-
 bool pk_ref_is(const pk_ref_t *r, const char *text, size_t len) {
   return r->kind == PK_STR && r->n == len && !memcmp(r->as.s, text, len);
 }
