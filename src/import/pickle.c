@@ -41,6 +41,7 @@ typedef struct bitmap {
 typedef struct memo_hit { /* a memo index recently used and its place among the used ones */
   uint64_t index;         /* + 1; 0: empty */
   size_t at;
+  pk_ref_t value; /* what memo[at] holds, once it is no container (UNSET_KIND: look there) */
 } memo_hit_t;
 
 typedef struct machine {
@@ -579,6 +580,9 @@ static bool memo_put(machine_t *m, uint64_t index) {
     release(m, e);
   *e = m->stack[m->sp - 1];
   hold(m, e);
+  memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+  if (hit->index == index + 1)
+    hit->value.kind = UNSET_KIND; /* a PUT over a used index: the cached value is gone */
   return true;
 }
 
@@ -586,7 +590,7 @@ static bool memo_put(machine_t *m, uint64_t index) {
 static bool memo_find(machine_t *m, uint64_t index, memo_hit_t *hit) {
   if (!memo_stored(m, index) || !bit_get(&m->used, index))
     return fail(m, "memo entry %llu was never stored", (unsigned long long)index);
-  *hit = (memo_hit_t){index + 1, memo_rank(m, index)};
+  *hit = (memo_hit_t){index + 1, memo_rank(m, index), {.kind = UNSET_KIND}};
   return true;
 }
 
@@ -595,12 +599,16 @@ static inline __attribute__((always_inline)) bool memo_get(machine_t *m, uint64_
   /* a stored index stays stored: the first get checks */
   if (HBM_UNLIKELY(hit->index != index + 1) && !memo_find(m, index, hit))
     return false;
+  if (HBM_LIKELY(hit->value.kind != UNSET_KIND))
+    return push(m, hit->value);
   pk_ref_t *e = &m->memo[hit->at];
   if (is_container(e) && m->slots[e->n].closed) { /* from now on the memo holds what it became */
     pk_ref_t done = m->slots[e->n].done;
     release(m, e);
     *e = done;
   }
+  if (!is_container(e))
+    hit->value = *e;
   return push(m, *e);
 }
 
@@ -1073,19 +1081,24 @@ static int run_get_batch(machine_t *m) {
       break; /* the APPENDS, or something the general path runs (or reports) */
     }
     memo_hit_t *hit = &hits[index % HBM_ARRAY_LEN(m->memo_hits)];
-    if (HBM_UNLIKELY(hit->index != index + 1)) {
+    if (HBM_LIKELY(hit->index == index + 1 && hit->value.kind != UNSET_KIND)) {
+      batch[n++] = hit->value;
+      continue;
+    }
+    if (hit->index != index + 1) {
       if (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words)
         return -1;
-      *hit = (memo_hit_t){index + 1, memo_rank(m, index)};
+      *hit = (memo_hit_t){index + 1, memo_rank(m, index), {.kind = UNSET_KIND}};
     }
     pk_ref_t *e = &m->memo[hit->at];
-    if (HBM_UNLIKELY(is_container(e))) {
+    if (is_container(e)) {
       if (!m->slots[e->n].closed)
         return -1;
       pk_ref_t done = m->slots[e->n].done;
       release(m, e);
       *e = done;
     }
+    hit->value = *e; /* no container now: a value that stays until a PUT over it */
     batch[n++] = *e;
   }
   if (p >= end || *p != 'e' || n == 0)
