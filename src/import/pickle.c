@@ -1069,12 +1069,14 @@ static int run_get_batch(machine_t *m) {
   memo_hit_t *hits = m->memo_hits;
   pk_ref_t *batch = m->batch;
   size_t n = 0;
-  while (p < end && n < HBM_ARRAY_LEN(m->batch)) {
+  /* the last bytes of a file (no room for a LONG_BINGET) go the general way */
+  while (end - p >= 5 && n < HBM_ARRAY_LEN(m->batch)) {
     uint64_t index;
-    if (*p == 'h' && end - p >= 2) {
+    uint8_t op = *p;
+    if (op == 'h') {
       index = p[1];
       p += 2;
-    } else if (*p == 'j' && end - p >= 5) {
+    } else if (op == 'j') {
       index = le_bytes(p + 1, 4);
       p += 5;
     } else {
