@@ -684,13 +684,17 @@ static bool start_explicit_memo(machine_t *m, bitmap_t *set, size_t count) {
   return true;
 }
 
-/* Steps over one opcode other than BINGET/LONG_BINGET at d[pos]; false at STOP, a refused or
- * unknown opcode, or operands past the end (the machine says why there). */
-static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *count,
-                            bool *explicit_memo, bool *ok) {
+#define SCAN_STOP SIZE_MAX
+
+/* Steps over one opcode other than BINGET/LONG_BINGET at d[at]: where the next one begins;
+ * SCAN_STOP at STOP, a refused or unknown opcode, or operands past the end (the machine says
+ * why there), or when memory ran out (*ok false). The position goes by value: a pointer to it
+ * would make every store to the bitmaps reload it. */
+static size_t scan_one(machine_t *m, size_t at, bitmap_t *set, size_t *count, bool *explicit_memo,
+                       bool *ok) {
   const uint8_t *d = m->data;
-  size_t pos = *at + 1, left = m->len - pos, width;
-  uint8_t shape = op_shape[d[*at]];
+  size_t pos = at + 1, left = m->len - pos, width;
+  uint8_t shape = op_shape[d[at]];
   switch (shape) {
   case OPS_NONE: break;
   case OPS_FIXED1:
@@ -699,7 +703,7 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   case OPS_FIXED8:
     width = (size_t)1 << (shape - OPS_FIXED1);
     if (left < width)
-      return false;
+      return SCAN_STOP;
     pos += width;
     break;
   case OPS_LEN1:
@@ -707,20 +711,20 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   case OPS_LEN8:
     width = shape == OPS_LEN1 ? 1 : shape == OPS_LEN4 ? 4 : 8;
     if (left < width || le_bytes(d + pos, width) > left - width)
-      return false;
+      return SCAN_STOP;
     pos += width + (size_t)le_bytes(d + pos, width);
     break;
   case OPS_PUT1:
   case OPS_PUT4: {
     width = shape == OPS_PUT1 ? 1 : 4;
     if (left < width)
-      return false;
+      return SCAN_STOP;
     uint64_t index = le_bytes(d + pos, width);
     pos += width;
     if (index > m->len + 256)
       break;
     if (!*explicit_memo && !(*ok = start_explicit_memo(m, set, *count)))
-      return false;
+      return SCAN_STOP;
     *explicit_memo = true;
     if (!bit_get(set, index) && (*ok = bit_set(m, set, index)))
       (*count)++;
@@ -732,10 +736,9 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
     else if (!bit_get(set, *count) && (*ok = bit_set(m, set, *count)))
       (*count)++;
     break;
-  default: return false; /* STOP, refused or unknown; GETs are the caller's */
+  default: return SCAN_STOP; /* STOP, refused or unknown; GETs are the caller's */
   }
-  *at = pos;
-  return *ok;
+  return *ok ? pos : SCAN_STOP;
 }
 
 #define SIZE_LEN1 0xff /* a one-byte length, then that many bytes */
@@ -772,9 +775,32 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
     size_of[op] = scan_size(op_shape[op]);
   if (drop)
     next_progress = pos + ((size_t)16 << 20);
+  size_t room_end = len > 9 ? len - 9 : 0; /* before it, any fixed operand is there */
   while (ok && pos < end) {
     size_t limit = next_progress < end ? next_progress : end;
     while (pos < limit) {
+      /* the shortest path: memo references and fixed-size opcodes, no bounds to check */
+      size_t fast = limit < room_end ? limit : room_end;
+      uint64_t *words = used->words, n_words = used->n_words;
+      while (pos < fast) {
+        uint8_t op = d[pos];
+        uint64_t index;
+        if (op == 'h') {
+          words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
+          pos += 2;
+        } else if (op == 'j' && (index = le_bytes(d + pos + 1, 4)) / 64 < n_words &&
+                   index <= max_index) {
+          words[index / 64] |= (uint64_t)1 << (index % 64);
+          pos += 5;
+        } else if ((uint8_t)(size_of[op] - 1) < 9) {
+          pos += size_of[op]; /* 1 to 9 bytes: MARK, EMPTY_DICT, BININT, FRAME, ... */
+        } else {
+          break;
+        }
+      }
+      if (pos >= limit)
+        break;
+      /* one opcode the checked way (near the end, or its operands matter) */
       uint8_t op = d[pos];
       size_t left = len - pos, size;
       if (op == 'h' && left > 1) {
@@ -792,8 +818,11 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
       } else if (op == 0x94 && !*explicit_memo) {
         count++; /* MEMOIZE numbers them 0, 1, 2, ... */
         pos++;
-      } else if (!scan_one(m, &pos, &set, &count, explicit_memo, &ok)) {
-        goto done;
+      } else {
+        size_t next = scan_one(m, pos, &set, &count, explicit_memo, &ok);
+        if (next == SCAN_STOP)
+          goto done;
+        pos = next;
       }
     }
     if (drop && pos >= next_progress) {
