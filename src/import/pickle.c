@@ -1099,7 +1099,8 @@ static int run_get_batch(machine_t *m) {
   pk_ref_t *batch = m->batch;
   size_t n = 0;
   /* the last bytes of a file (no room for a LONG_BINGET) go the general way */
-  while (end - p >= 5 && n < HBM_ARRAY_LEN(m->batch)) {
+  const uint8_t *room = end - p >= 5 ? end - 4 : p;
+  while (p < room && n < HBM_ARRAY_LEN(m->batch)) {
     uint64_t index;
     uint8_t op = *p;
     if (op == 'h') {
