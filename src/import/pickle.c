@@ -1215,13 +1215,19 @@ static inline int run_common(machine_t *m, uint8_t op) {
 /* Runs to STOP; *root is the pickle's result. */
 static bool run(machine_t *m, pk_ref_t *root) {
   while (m->pos < m->len) {
-    m->op_pos = m->pos;
-    uint8_t op = m->data[m->pos++];
-    int common = run_common(m, op);
-    if (common >= 0) {
-      if (!common)
-        return false;
-      if (HBM_UNLIKELY(m->pos >= m->next_progress))
+    /* the common opcodes, until one is not or the next progress report is due */
+    size_t stop = m->next_progress < m->len ? m->next_progress : m->len;
+    uint8_t op;
+    int common;
+    do {
+      m->op_pos = m->pos;
+      op = m->data[m->pos++];
+      common = run_common(m, op);
+    } while (common > 0 && m->pos < stop);
+    if (common == 0)
+      return false;
+    if (common > 0) {
+      if (m->pos >= m->next_progress)
         report_progress(m);
       continue;
     }
