@@ -782,6 +782,7 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
       /* the shortest path: memo references and fixed-size opcodes, no bounds to check */
       size_t fast = limit < room_end ? limit : room_end;
       uint64_t *words = used->words, n_words = used->n_words;
+      bool numbered = !*explicit_memo; /* MEMOIZE numbers them 0, 1, 2, ... */
       while (pos < fast) {
         uint8_t op = d[pos];
         uint64_t index;
@@ -794,6 +795,11 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
           pos += 5;
         } else if ((uint8_t)(size_of[op] - 1) < 9) {
           pos += size_of[op]; /* 1 to 9 bytes: MARK, EMPTY_DICT, BININT, FRAME, ... */
+        } else if (size_of[op] == SIZE_LEN1 && d[pos + 1] <= len - pos - 2) {
+          pos += 2 + (size_t)d[pos + 1]; /* SHORT_BINUNICODE, LONG1, ... */
+        } else if (op == 0x94 && numbered) {
+          count++;
+          pos++;
         } else {
           break;
         }
