@@ -106,6 +106,49 @@ static void memo_shares_values(void **state) {
   pk_free(doc);
 }
 
+/* The reader's shortest paths give what the general ones give: Python's pickle.loads is the
+ * expected value of each of these bytes (written by Python 3's pickle.dumps, protocol 2, or by
+ * hand from pickletools' opcode table). */
+static void short_paths_match_python(void **state) {
+  (void)state;
+  /* pickle.dumps([2**40, -2**40, 2**55-1, -2**55, 2**47, -1-2**39, 2**31, -2**31-1], 2):
+   * LONG1 of 5 to 7 bytes, the last two within 8 bytes of the end (the general path) */
+  static const int64_t longs[] = {
+      (int64_t)1 << 40, -((int64_t)1 << 40),     ((int64_t)1 << 55) - 1, -((int64_t)1 << 55),
+      (int64_t)1 << 47, -1 - ((int64_t)1 << 39), (int64_t)1 << 31,       -((int64_t)1 << 31) - 1};
+  pk_doc_t *doc = PARSE("\x80\x02]q\x00(\x8a\x06\x00\x00\x00\x00\x00\x01\x8a\x06\x00\x00\x00\x00"
+                        "\x00\xff\x8a\x07\xff\xff\xff\xff\xff\xff\x7f\x8a\x07\x00\x00\x00\x00\x00"
+                        "\x00\x80\x8a\x07\x00\x00\x00\x00\x00\x80\x00\x8a\x06\xff\xff\xff\xff\x7f"
+                        "\xff\x8a\x05\x00\x00\x00\x80\x00\x8a\x05\xff\xff\xff\x7f\xff"
+                        "e.");
+  if (!doc)
+    fail_msg("%s", hbm_last_error());
+  size_t n;
+  int64_t v;
+  pk_value_t *const *items = pk_items(pk_root(doc), &n);
+  assert_int_equal(n, HBM_ARRAY_LEN(longs));
+  for (size_t i = 0; i < n; i++)
+    assert_true(pk_int(items[i], &v) && v == longs[i]);
+  pk_free(doc);
+  /* a memo index stored again after a reference to it: later references see the new value,
+   * one at a time and in a batch of references (MARK BINGET APPENDS). By hand:
+   * EMPTY_LIST BINPUT 0; MARK 1 BINPUT 5 APPENDS; MARK BINGET 5 APPENDS;
+   * MARK 2 BINPUT 5 BINGET 5 APPENDS; MARK BINGET 5 APPENDS; pickle.loads: [1, 1, 2, 2, 2] */
+  doc = PARSE("\x80\x02]q\x00(K\x01q\x05"
+              "e(h\x05"
+              "e(K\x02q\x05h\x05"
+              "e(h\x05"
+              "e.");
+  if (!doc)
+    fail_msg("%s", hbm_last_error());
+  static const int64_t rebound[] = {1, 1, 2, 2, 2};
+  items = pk_items(pk_root(doc), &n);
+  assert_int_equal(n, HBM_ARRAY_LEN(rebound));
+  for (size_t i = 0; i < n; i++)
+    assert_true(pk_int(items[i], &v) && v == rebound[i]);
+  pk_free(doc);
+}
+
 static void code_is_refused(void **state) {
   (void)state;
   /* each opcode that names or calls code, with the byte offset of the opcode */
@@ -436,6 +479,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(plain_values),
       cmocka_unit_test(memo_shares_values),
+      cmocka_unit_test(short_paths_match_python),
       cmocka_unit_test(code_is_refused),
       cmocka_unit_test(malformed_input_says_where),
       cmocka_unit_test(fixtures_match_the_simulation),

@@ -41,6 +41,7 @@ typedef struct bitmap {
 typedef struct memo_hit { /* a memo index recently used and its place among the used ones */
   uint64_t index;         /* + 1; 0: empty */
   size_t at;
+  pk_ref_t value; /* what memo[at] holds, once it is no container (UNSET_KIND: look there) */
 } memo_hit_t;
 
 typedef struct machine {
@@ -62,10 +63,10 @@ typedef struct machine {
   bitmap_t used, set;
   uint32_t *rank; /* per word of `used`: the used indices before it */
   pk_ref_t *memo;
-  size_t memo_count;         /* distinct indices stored so far: MEMOIZE's next index */
-  memo_hit_t memo_hits[512]; /* snapshots refer to a few thousand frames again and again */
-  pk_ref_t batch[1024];      /* run_get_batch's items */
-  size_t used_until;         /* bytes up to the last value completed inside a container */
+  size_t memo_count;          /* distinct indices stored so far: MEMOIZE's next index */
+  memo_hit_t memo_hits[2048]; /* snapshots refer to a few thousand frames again and again */
+  pk_ref_t batch[1024];       /* run_get_batch's items */
+  size_t used_until;          /* bytes up to the last value completed inside a container */
   size_t next_progress;
   bool refused;       /* the error is a refusal (code), not damage: never salvaged */
   bool truncated;     /* the input ended inside the pickle */
@@ -579,6 +580,9 @@ static bool memo_put(machine_t *m, uint64_t index) {
     release(m, e);
   *e = m->stack[m->sp - 1];
   hold(m, e);
+  memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+  if (hit->index == index + 1)
+    hit->value.kind = UNSET_KIND; /* a PUT over a used index: the cached value is gone */
   return true;
 }
 
@@ -586,7 +590,7 @@ static bool memo_put(machine_t *m, uint64_t index) {
 static bool memo_find(machine_t *m, uint64_t index, memo_hit_t *hit) {
   if (!memo_stored(m, index) || !bit_get(&m->used, index))
     return fail(m, "memo entry %llu was never stored", (unsigned long long)index);
-  *hit = (memo_hit_t){index + 1, memo_rank(m, index)};
+  *hit = (memo_hit_t){index + 1, memo_rank(m, index), {.kind = UNSET_KIND}};
   return true;
 }
 
@@ -595,12 +599,16 @@ static inline __attribute__((always_inline)) bool memo_get(machine_t *m, uint64_
   /* a stored index stays stored: the first get checks */
   if (HBM_UNLIKELY(hit->index != index + 1) && !memo_find(m, index, hit))
     return false;
+  if (HBM_LIKELY(hit->value.kind != UNSET_KIND))
+    return push(m, hit->value);
   pk_ref_t *e = &m->memo[hit->at];
   if (is_container(e) && m->slots[e->n].closed) { /* from now on the memo holds what it became */
     pk_ref_t done = m->slots[e->n].done;
     release(m, e);
     *e = done;
   }
+  if (!is_container(e))
+    hit->value = *e;
   return push(m, *e);
 }
 
@@ -650,6 +658,16 @@ static inline uint64_t le_bytes(const uint8_t *p, size_t n) {
   return v;
 }
 
+/* 8 little-endian bytes (the caller knows they are there). */
+static inline uint64_t le_u64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
 static unsigned popcount64(uint64_t x) { /* SWAR: no libgcc call where POPCNT is not assumed */
   x = x - ((x >> 1) & 0x5555555555555555ull);
   x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
@@ -666,13 +684,17 @@ static bool start_explicit_memo(machine_t *m, bitmap_t *set, size_t count) {
   return true;
 }
 
-/* Steps over one opcode other than BINGET/LONG_BINGET at d[pos]; false at STOP, a refused or
- * unknown opcode, or operands past the end (the machine says why there). */
-static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *count,
-                            bool *explicit_memo, bool *ok) {
+#define SCAN_STOP SIZE_MAX
+
+/* Steps over one opcode other than BINGET/LONG_BINGET at d[at]: where the next one begins;
+ * SCAN_STOP at STOP, a refused or unknown opcode, or operands past the end (the machine says
+ * why there), or when memory ran out (*ok false). The position goes by value: a pointer to it
+ * would make every store to the bitmaps reload it. */
+static size_t scan_one(machine_t *m, size_t at, bitmap_t *set, size_t *count, bool *explicit_memo,
+                       bool *ok) {
   const uint8_t *d = m->data;
-  size_t pos = *at + 1, left = m->len - pos, width;
-  uint8_t shape = op_shape[d[*at]];
+  size_t pos = at + 1, left = m->len - pos, width;
+  uint8_t shape = op_shape[d[at]];
   switch (shape) {
   case OPS_NONE: break;
   case OPS_FIXED1:
@@ -681,7 +703,7 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   case OPS_FIXED8:
     width = (size_t)1 << (shape - OPS_FIXED1);
     if (left < width)
-      return false;
+      return SCAN_STOP;
     pos += width;
     break;
   case OPS_LEN1:
@@ -689,20 +711,20 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
   case OPS_LEN8:
     width = shape == OPS_LEN1 ? 1 : shape == OPS_LEN4 ? 4 : 8;
     if (left < width || le_bytes(d + pos, width) > left - width)
-      return false;
+      return SCAN_STOP;
     pos += width + (size_t)le_bytes(d + pos, width);
     break;
   case OPS_PUT1:
   case OPS_PUT4: {
     width = shape == OPS_PUT1 ? 1 : 4;
     if (left < width)
-      return false;
+      return SCAN_STOP;
     uint64_t index = le_bytes(d + pos, width);
     pos += width;
     if (index > m->len + 256)
       break;
     if (!*explicit_memo && !(*ok = start_explicit_memo(m, set, *count)))
-      return false;
+      return SCAN_STOP;
     *explicit_memo = true;
     if (!bit_get(set, index) && (*ok = bit_set(m, set, index)))
       (*count)++;
@@ -714,10 +736,25 @@ static inline bool scan_one(machine_t *m, size_t *at, bitmap_t *set, size_t *cou
     else if (!bit_get(set, *count) && (*ok = bit_set(m, set, *count)))
       (*count)++;
     break;
-  default: return false; /* STOP, refused or unknown; GETs are the caller's */
+  default: return SCAN_STOP; /* STOP, refused or unknown; GETs are the caller's */
   }
-  *at = pos;
-  return *ok;
+  return *ok ? pos : SCAN_STOP;
+}
+
+#define SIZE_LEN1 0xff /* a one-byte length, then that many bytes */
+
+/* An opcode's whole size for the scan's shortest paths: fixed (1 + its operand), SIZE_LEN1,
+ * or 0 (scan_one steps over it). */
+static uint8_t scan_size(uint8_t shape) {
+  switch (shape) {
+  case OPS_NONE: return 1;
+  case OPS_FIXED1: return 2;
+  case OPS_FIXED2: return 3;
+  case OPS_FIXED4: return 5;
+  case OPS_FIXED8: return 9;
+  case OPS_LEN1: return SIZE_LEN1;
+  default: return 0;
+  }
 }
 
 /* Scans [*at, end) for the memo indices some GET refers to, into `used` (whose bit 255 is
@@ -733,22 +770,65 @@ static bool scan_range(machine_t *m, bitmap_t *used, size_t *at, size_t end, boo
   bool ok = true;
   const uint8_t *d = m->data;
   size_t len = m->len;
+  uint8_t size_of[256]; /* each opcode's whole size where it is fixed, SIZE_LEN1, else 0 */
+  for (int op = 0; op < 256; op++)
+    size_of[op] = scan_size(op_shape[op]);
   if (drop)
     next_progress = pos + ((size_t)16 << 20);
+  size_t room_end = len > 9 ? len - 9 : 0; /* before it, any fixed operand is there */
   while (ok && pos < end) {
     size_t limit = next_progress < end ? next_progress : end;
     while (pos < limit) {
+      /* the shortest path: memo references and fixed-size opcodes, no bounds to check */
+      size_t fast = limit < room_end ? limit : room_end;
+      uint64_t *words = used->words, n_words = used->n_words;
+      bool numbered = !*explicit_memo; /* MEMOIZE numbers them 0, 1, 2, ... */
+      while (pos < fast) {
+        uint8_t op = d[pos];
+        uint64_t index;
+        if (op == 'h') {
+          words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
+          pos += 2;
+        } else if (op == 'j' && (index = le_bytes(d + pos + 1, 4)) / 64 < n_words &&
+                   index <= max_index) {
+          words[index / 64] |= (uint64_t)1 << (index % 64);
+          pos += 5;
+        } else if ((uint8_t)(size_of[op] - 1) < 9) {
+          pos += size_of[op]; /* 1 to 9 bytes: MARK, EMPTY_DICT, BININT, FRAME, ... */
+        } else if (size_of[op] == SIZE_LEN1 && d[pos + 1] <= len - pos - 2) {
+          pos += 2 + (size_t)d[pos + 1]; /* SHORT_BINUNICODE, LONG1, ... */
+        } else if (op == 0x94 && numbered) {
+          count++;
+          pos++;
+        } else {
+          break;
+        }
+      }
+      if (pos >= limit)
+        break;
+      /* one opcode the checked way (near the end, or its operands matter) */
       uint8_t op = d[pos];
-      if (op == 'h' && pos + 1 < len) {
+      size_t left = len - pos, size;
+      if (op == 'h' && left > 1) {
         used->words[d[pos + 1] / 64] |= (uint64_t)1 << (d[pos + 1] % 64);
         pos += 2;
-      } else if (op == 'j' && len - pos > 4) {
+      } else if (op == 'j' && left > 4) {
         uint64_t index = le_bytes(d + pos + 1, 4);
         pos += 5;
         if (index <= max_index && !(ok = bit_set(m, used, index)))
           goto done;
-      } else if (!scan_one(m, &pos, &set, &count, explicit_memo, &ok)) {
-        goto done;
+      } else if ((size = size_of[op]) != 0 && size != SIZE_LEN1 && left >= size) {
+        pos += size; /* no operand the scan needs: MARK, EMPTY_DICT, BININT, ... */
+      } else if (size == SIZE_LEN1 && left > 1 && d[pos + 1] <= left - 2) {
+        pos += 2 + (size_t)d[pos + 1]; /* SHORT_BINUNICODE, LONG1, ... */
+      } else if (op == 0x94 && !*explicit_memo) {
+        count++; /* MEMOIZE numbers them 0, 1, 2, ... */
+        pos++;
+      } else {
+        size_t next = scan_one(m, pos, &set, &count, explicit_memo, &ok);
+        if (next == SCAN_STOP)
+          goto done;
+        pos = next;
       }
     }
     if (drop && pos >= next_progress) {
@@ -1021,19 +1101,34 @@ static int run_get_batch(machine_t *m) {
   if (!list || list->kind != PK_LIST || m->slots[list->n].closed)
     return -1;
   const uint8_t *p = m->data + m->pos, *end = m->data + m->len;
+  memo_hit_t *hits = m->memo_hits;
+  pk_ref_t *batch = m->batch;
   size_t n = 0;
-  for (; p < end && (*p == 'h' || *p == 'j') && n < HBM_ARRAY_LEN(m->batch); n++) {
-    size_t width = *p == 'h' ? 1 : 4;
-    if ((size_t)(end - p) < 1 + width)
-      return -1;
-    uint64_t index = le_bytes(p + 1, width);
-    memo_hit_t *hit = &m->memo_hits[index % HBM_ARRAY_LEN(m->memo_hits)];
-    if (hit->index != index + 1 &&
-        (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words))
-      return -1;
-    size_t at = hit->index == index + 1 ? hit->at : memo_rank(m, index);
-    *hit = (memo_hit_t){index + 1, at};
-    pk_ref_t *e = &m->memo[at];
+  /* the last bytes of a file (no room for a LONG_BINGET) go the general way */
+  const uint8_t *room = end - p >= 5 ? end - 4 : p;
+  while (p < room && n < HBM_ARRAY_LEN(m->batch)) {
+    uint64_t index;
+    uint8_t op = *p;
+    if (op == 'h') {
+      index = p[1];
+      p += 2;
+    } else if (op == 'j') {
+      index = le_bytes(p + 1, 4);
+      p += 5;
+    } else {
+      break; /* the APPENDS, or something the general path runs (or reports) */
+    }
+    memo_hit_t *hit = &hits[index % HBM_ARRAY_LEN(m->memo_hits)];
+    if (HBM_LIKELY(hit->index == index + 1 && hit->value.kind != UNSET_KIND)) {
+      batch[n++] = hit->value;
+      continue;
+    }
+    if (hit->index != index + 1) {
+      if (!memo_stored(m, index) || !bit_get(&m->used, index) || index / 64 >= m->used.n_words)
+        return -1;
+      *hit = (memo_hit_t){index + 1, memo_rank(m, index), {.kind = UNSET_KIND}};
+    }
+    pk_ref_t *e = &m->memo[hit->at];
     if (is_container(e)) {
       if (!m->slots[e->n].closed)
         return -1;
@@ -1041,8 +1136,8 @@ static int run_get_batch(machine_t *m) {
       release(m, e);
       *e = done;
     }
-    m->batch[n] = *e;
-    p += 1 + width;
+    hit->value = *e; /* no container now: a value that stays until a PUT over it */
+    batch[n++] = *e;
   }
   if (p >= end || *p != 'e' || n == 0)
     return -1;
@@ -1072,7 +1167,13 @@ static inline int run_common(machine_t *m, uint8_t op) {
       return -1;
     m->pos += 4;
     return memo_get(m, le_bytes(p, 4));
-  case 0x94: return memo_put(m, m->memo_count);
+  case 0x94: /* MEMOIZE of an entry never referred to again: only counted */
+    if (!m->explicit_memo && m->sp && m->memo_count <= m->len + 256 &&
+        !bit_get(&m->used, m->memo_count)) {
+      m->memo_count++;
+      return 1;
+    }
+    return memo_put(m, m->memo_count);
   case '(':
     if (left && (p[0] == 'h' || p[0] == 'j')) {
       int batch = run_get_batch(m);
@@ -1103,6 +1204,14 @@ static inline int run_common(machine_t *m, uint8_t op) {
   case 0x8a:
     if (!left || p[0] > left - 1)
       return -1;
+    if (p[0] && p[0] < 8 && left > 8) { /* addresses, times: 8 bytes read at once, cut to n */
+      unsigned bits = 8u * p[0];
+      uint64_t u = le_u64(p + 1) & (((uint64_t)1 << bits) - 1);
+      if (p[p[0]] & 0x80)
+        u |= ~(uint64_t)0 << bits; /* the sign of the top byte, extended */
+      m->pos += 1 + (size_t)p[0];
+      return push(m, (pk_ref_t){.kind = PK_INT, .as.u = u});
+    }
     m->pos++;
     return push_long(m, p[0]);
   default: return -1;
@@ -1112,13 +1221,19 @@ static inline int run_common(machine_t *m, uint8_t op) {
 /* Runs to STOP; *root is the pickle's result. */
 static bool run(machine_t *m, pk_ref_t *root) {
   while (m->pos < m->len) {
-    m->op_pos = m->pos;
-    uint8_t op = m->data[m->pos++];
-    int common = run_common(m, op);
-    if (common >= 0) {
-      if (!common)
-        return false;
-      if (HBM_UNLIKELY(m->pos >= m->next_progress))
+    /* the common opcodes, until one is not or the next progress report is due */
+    size_t stop = m->next_progress < m->len ? m->next_progress : m->len;
+    uint8_t op;
+    int common;
+    do {
+      m->op_pos = m->pos;
+      op = m->data[m->pos++];
+      common = run_common(m, op);
+    } while (common > 0 && m->pos < stop);
+    if (common == 0)
+      return false;
+    if (common > 0) {
+      if (m->pos >= m->next_progress)
         report_progress(m);
       continue;
     }
@@ -1275,29 +1390,6 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
 }
 
 /* ---- reading refs ---- */
-
-bool pk_ref_int(const pk_ref_t *r, int64_t *out) {
-  if (r->kind == PK_BOOL) {
-    *out = r->as.b;
-    return true;
-  }
-  if (r->kind != PK_INT || (r->flags & (PK_HUGE | PK_UNSIGNED)))
-    return false;
-  *out = r->as.i;
-  return true;
-}
-
-bool pk_ref_u64(const pk_ref_t *r, uint64_t *out) {
-  if (r->kind == PK_INT && (r->flags & PK_UNSIGNED)) {
-    *out = r->as.u;
-    return true;
-  }
-  int64_t v;
-  if (!pk_ref_int(r, &v) || v < 0)
-    return false;
-  *out = (uint64_t)v;
-  return true;
-}
 
 bool pk_ref_is(const pk_ref_t *r, const char *text, size_t len) {
   return r->kind == PK_STR && r->n == len && !memcmp(r->as.s, text, len);

@@ -112,9 +112,30 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
                        const pk_stream_options_t *options, pk_ref_t *root, pk_damage_t *damage);
 
 /* Readers of refs: pk_ref_int: an integer (or boolean) that fits int64; pk_ref_u64: one that
- * fits uint64 and is not negative. */
-bool pk_ref_int(const pk_ref_t *r, int64_t *out);
-bool pk_ref_u64(const pk_ref_t *r, uint64_t *out);
+ * fits uint64 and is not negative. Inline: a snapshot's sink reads millions of them. */
+static inline bool pk_ref_int(const pk_ref_t *r, int64_t *out) {
+  if (r->kind == PK_BOOL) {
+    *out = r->as.b;
+    return true;
+  }
+  if (r->kind != PK_INT || (r->flags & (PK_HUGE | PK_UNSIGNED)))
+    return false;
+  *out = r->as.i;
+  return true;
+}
+
+static inline bool pk_ref_u64(const pk_ref_t *r, uint64_t *out) {
+  if (r->kind == PK_INT && (r->flags & PK_UNSIGNED)) {
+    *out = r->as.u;
+    return true;
+  }
+  int64_t v;
+  if (!pk_ref_int(r, &v) || v < 0)
+    return false;
+  *out = (uint64_t)v;
+  return true;
+}
+
 /* Whether a PK_STR ref holds exactly `text`. */
 bool pk_ref_is(const pk_ref_t *r, const char *text, size_t len);
 

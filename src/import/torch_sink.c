@@ -132,6 +132,17 @@ static uint32_t field_stack(const dict_state_t *d) {
 
 /* ---- frames and stacks ---- */
 
+/* Whether r is a frame: its kind and tag in one compare (the flags between them masked). */
+static inline bool is_frame(const pk_ref_t *r) {
+  static const pk_ref_t want = {.kind = PK_OBJ, .tag = OBJ_FRAME},
+                        mask = {.kind = 0xff, .tag = 0xffff};
+  uint32_t head, w, k;
+  memcpy(&head, r, sizeof head);
+  memcpy(&w, &want, sizeof w);
+  memcpy(&k, &mask, sizeof k);
+  return (head & k) == w;
+}
+
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0x9e3779b97f4a7c15ull;
   return h ^ (h >> 29);
@@ -188,9 +199,11 @@ static bool stack_id(ts_reader_t *r, const uint32_t *frames, size_t n, uint32_t 
     return true;
   if (n > UINT32_MAX)
     n = UINT32_MAX;
-  uint64_t h = 0x5eed;
-  for (size_t i = 0; i < n; i++)
-    h = mix(h, frames[i]);
+  uint64_t h = 0x5eed ^ n; /* two frame ids a multiply (the map mixes the key again) */
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2)
+    h = (h ^ ((uint64_t)frames[i] | (uint64_t)frames[i + 1] << 32)) * 0x9e3779b97f4a7c15ull;
+  h = mix(h, i < n ? frames[i] : UINT64_MAX);
   uint64_t id;
   for (;; h++) {
     if (!hbm_u64map_get(&r->stack_index, h, &id))
@@ -371,10 +384,10 @@ static bool record_item(ts_reader_t *r, list_state_t *l, const pk_ref_t *item, s
 /* One item into a list: events feed its trace, frames its stack, the rest its record. */
 static bool list_add_one(ts_reader_t *r, list_state_t *l, const pk_ref_t *item) {
   size_t position = l->n_items++;
-  bool is_frame = item->kind == PK_OBJ && item->tag == OBJ_FRAME;
-  if (!is_frame)
+  bool frame = is_frame(item);
+  if (!frame)
     l->frames_only = false;
-  if (is_frame && l->frames_only) {
+  if (frame && l->frames_only) {
     if (l->n_frames == l->cap_frames &&
         !grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + 1, sizeof *l->frames))
       return false;
@@ -454,8 +467,10 @@ static bool sink_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t 
       if (l->n_frames + n > l->cap_frames &&
           !grow_table((void **)&l->frames, &l->cap_frames, l->n_frames + n, sizeof *l->frames))
         return false;
-      for (; i < n && items[i].kind == PK_OBJ && items[i].tag == OBJ_FRAME; i++)
-        l->frames[l->n_frames++] = (uint32_t)items[i].as.obj;
+      uint32_t *frames = l->frames + l->n_frames; /* locals: the loop stays in registers */
+      for (; i < n && is_frame(&items[i]); i++)
+        frames[i] = (uint32_t)items[i].as.obj;
+      l->n_frames += i;
       l->n_items += i;
     }
     for (; i < n && ok; i++)

@@ -70,11 +70,11 @@ static bool add_before(ts_trace_t *t, ev_kind_t kind, uint64_t addr, uint64_t si
 
 /* A new step of trace t, holding the event's time (microseconds, -1 unknown) for now. */
 static int64_t new_step(ts_reader_t *r, uint32_t t, int64_t time_us) {
-  int64_t n_buffers;
-  size_t n_reserves;
-  hbm__profile_buffers(r->p, &n_buffers);
-  hbm__profile_reserves(r->p, &n_reserves);
   if (!r->n_runs || r->runs[r->n_runs - 1].trace != t) {
+    int64_t n_buffers;
+    size_t n_reserves;
+    hbm__profile_buffers(r->p, &n_buffers);
+    hbm__profile_reserves(r->p, &n_reserves);
     ts_run_t *grown = hbm__grow_array(r->runs, &r->cap_runs, r->n_runs + 1, sizeof *grown, 4);
     if (!grown)
       return -1;
