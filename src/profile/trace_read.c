@@ -34,6 +34,8 @@ typedef struct tags {
   bool interned;
 } tags_t;
 
+#define TAG_SEEN 64 /* tuples remembered by hash: most allocations reuse a recent one */
+
 typedef struct reader {
   const char *name;
   hbm_profile_t *p;
@@ -45,7 +47,9 @@ typedef struct reader {
   bool in_order; /* every event so far at or after the one before it */
   tags_t *tags;  /* distinct tag tuples of the allocations */
   size_t n_tags, cap_tags;
-  hbm_u64map_t tag_index; /* hash of a tuple → index + 1 (probing on) */
+  hbm_u64map_t tag_index;      /* hash of a tuple → index + 1 (probing on) */
+  uint32_t tag_seen[TAG_SEEN]; /* by hash: index + 1 of the tuple last found there (0: none) */
+  bool explicit_buffers;       /* BUFFER records were read (a saved profile) */
   int64_t last_time;
   bool ended;
   uint64_t block;  /* blocks read whole */
@@ -164,6 +168,7 @@ static bool read_buffer(reader_t *r, cursor_t *c) {
   b.space = (int)space;
   b.category = (hbm_category_t)category;
   b.flags = (uint32_t)flags;
+  r->explicit_buffers = true;
   return hbm_profile_add_buffer(r->p, &b) >= 0 || profile_failed(r);
 }
 
@@ -212,12 +217,16 @@ static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   uint64_t h = 0x7a9c;
   for (int i = 0; i < 4; i++)
     h = (h ^ str[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 31;
+  uint32_t seen = r->tag_seen[h % TAG_SEEN];
+  if (seen && !memcmp(r->tags[seen - 1].str, str, sizeof r->tags[seen - 1].str))
+    return seen - 1; /* no probing of tag_index */
+  uint32_t *remember = &r->tag_seen[h % TAG_SEEN];
   uint64_t at;
   for (;; h++) {
     if (!hbm_u64map_get(&r->tag_index, h, &at))
       break;
     if (!memcmp(r->tags[at].str, str, sizeof r->tags[at].str))
-      return (uint32_t)at;
+      return *remember = (uint32_t)at + 1, (uint32_t)at;
   }
   tags_t *grown = hbm__grow_array(r->tags, &r->cap_tags, r->n_tags + 1, sizeof *grown, 64);
   if (!grown || r->n_tags >= UINT32_MAX || !hbm_u64map_put(&r->tag_index, h, r->n_tags))
@@ -225,6 +234,7 @@ static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   r->tags = grown;
   memset(&r->tags[r->n_tags], 0, sizeof r->tags[r->n_tags]);
   memcpy(r->tags[r->n_tags].str, str, sizeof r->tags[r->n_tags].str);
+  *remember = (uint32_t)r->n_tags + 1;
   return (uint32_t)r->n_tags++;
 }
 
@@ -575,6 +585,19 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
   }
 }
 
+/* The buffers still live after the last event live out, as hbm_profile_finish would say. */
+static void close_live(reader_t *r, replay_t *rp) {
+  int64_t n_buffers, n_steps = hbm_profile_step_count(r->p);
+  hbm_buffer_t *buffers = hbm__profile_buffers(r->p, &n_buffers);
+  for (int i = 0; i < rp->n_spaces; i++)
+    for (size_t k = 0; k < rp->live[i].cap; k++)
+      if (rp->live[i].used[k] == 1) {
+        hbm_buffer_t *b = &buffers[rp->live[i].values[k]];
+        b->end = n_steps;
+        b->flags |= HBM_BUF_LIVE_OUT;
+      }
+}
+
 /* The events in time order: merged as they are replayed, or sorted first when their runs are
  * many. */
 static hbm_status_t order_events(reader_t *r, run_heap_t *h) {
@@ -612,6 +635,8 @@ static hbm_status_t replay_events(reader_t *r) {
     else
       s = replay_event(r, &rp, e);
   }
+  if (s == HBM_OK)
+    close_live(r, &rp);
   for (int i = 0; i < rp.n_spaces; i++)
     hbm_u64map_free(&rp.live[i]);
   free(rp.live);
@@ -775,6 +800,11 @@ static void prefix_error(hbm_status_t s, const char *name) {
   free(message);
 }
 
+/* The replay closed the buffers it made; BUFFER records' ranges are checked by the profile. */
+static hbm_status_t finish(reader_t *r) {
+  return r->explicit_buffers ? hbm_profile_finish(r->p) : hbm__profile_finish_closed(r->p);
+}
+
 uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len) {
   if (len < HBM_TRACE_HEADER_FIXED)
     return 0;
@@ -808,7 +838,7 @@ hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *nam
   s = read_header(&r, data, len, &offset);
   if (s == HBM_OK)
     s = read_blocks(&r, data, len, offset, max_raw_bytes);
-  if (s == HBM_OK && ((s = replay_events(&r)) != HBM_OK || (s = hbm_profile_finish(r.p)) != HBM_OK))
+  if (s == HBM_OK && ((s = replay_events(&r)) != HBM_OK || (s = finish(&r)) != HBM_OK))
     prefix_error(s, r.name);
 done:
   hbm_intern_free(r.strings);
