@@ -34,7 +34,8 @@ typedef struct tags {
   bool interned;
 } tags_t;
 
-#define TAG_SEEN 64 /* tuples remembered by hash: most allocations reuse a recent one */
+#define MERGE_RUNS_AT_ONCE 4096 /* runs merged as they are replayed; more are sorted first */
+#define TAG_SEEN 64             /* tuples remembered by hash: most allocations reuse a recent one */
 
 typedef struct reader {
   const char *name;
@@ -44,8 +45,11 @@ typedef struct reader {
   size_t n_strings, cap_strings;
   event_t *events; /* mapped: the replay gives back what it has passed */
   size_t n_events, cap_events;
-  bool in_order; /* every event so far at or after the one before it */
-  tags_t *tags;  /* distinct tag tuples of the allocations */
+  bool in_order;  /* every event so far at or after the one before it */
+  size_t *run_at; /* where each run of events in time order but the first begins ... */
+  size_t n_run_at, cap_run_at;
+  bool runs_unknown; /* ... unless there are too many to merge (or no memory to list them) */
+  tags_t *tags;      /* distinct tag tuples of the allocations */
   size_t n_tags, cap_tags;
   hbm_u64map_t tag_index;      /* hash of a tuple → index + 1 (probing on) */
   uint32_t tag_seen[TAG_SEEN]; /* by hash: index + 1 of the tuple last found there (0: none) */
@@ -212,13 +216,17 @@ static bool read_marker(reader_t *r, cursor_t *c) {
 
 /* ---- event records: collected here, replayed once the whole file is read ---- */
 
+static bool same_tags(const uint32_t *a, const uint32_t *b) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
 /* The index of a tag tuple, added when new; UINT32_MAX when out of memory. */
 static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   uint64_t h = 0x7a9c;
   for (int i = 0; i < 4; i++)
     h = (h ^ str[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 31;
   uint32_t seen = r->tag_seen[h % TAG_SEEN];
-  if (seen && !memcmp(r->tags[seen - 1].str, str, sizeof r->tags[seen - 1].str))
+  if (seen && same_tags(r->tags[seen - 1].str, str))
     return seen - 1; /* no probing of tag_index */
   uint32_t *remember = &r->tag_seen[h % TAG_SEEN];
   uint64_t at;
@@ -254,6 +262,24 @@ static bool room_for_event(reader_t *r) {
   r->events = grown;
   r->cap_events = cap;
   return true;
+}
+
+/* The next event begins a run (it is earlier than the one before): listed, so that the
+ * replay need not look for the runs in 3.2 GB of events. */
+static void new_run(reader_t *r) {
+  r->in_order = false;
+  if (r->runs_unknown || r->n_run_at + 1 >= MERGE_RUNS_AT_ONCE) {
+    r->runs_unknown = true;
+    return;
+  }
+  size_t *grown =
+      hbm__grow_array(r->run_at, &r->cap_run_at, r->n_run_at + 1, sizeof *r->run_at, 64);
+  if (!grown) {
+    r->runs_unknown = true;
+    return;
+  }
+  r->run_at = grown;
+  r->run_at[r->n_run_at++] = r->n_events;
 }
 
 static bool read_event(reader_t *r, int type, cursor_t *c) {
@@ -307,7 +333,7 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
     return false;
   hbm__populate_ahead(r->events, r->n_events, sizeof *r->events, r->cap_events * sizeof *r->events);
   if (r->n_events && e.time < r->events[r->n_events - 1].time)
-    r->in_order = false;
+    new_run(r);
   r->events[r->n_events++] = e;
   return true;
 }
@@ -392,9 +418,10 @@ static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
   }
 }
 
-/* The heap of the runs of e[0..n); false when there are more than `most` (h->n is then 0) or
- * no memory (h->c is then NULL). */
-static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most) {
+/* The heap of the runs of e[0..n), which begin at 0 and at[0..n_at) (at NULL: found here);
+ * false when there are more than `most` (h->n is then 0) or no memory (h->c is then NULL). */
+static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most, const size_t *at,
+                          size_t n_at) {
   h->n = h->given = h->dropped = 0;
   if (!h->c && !(h->c = malloc((most + 1) * sizeof *h->c)))
     return false;
@@ -403,8 +430,9 @@ static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most
       h->n = 0;
       return false;
     }
-    h->c[h->n] = (run_cursor_t){lo, run_end(e, lo, n), h->n};
-    lo = h->c[h->n].end;
+    size_t end = !at ? run_end(e, lo, n) : h->n < n_at ? at[h->n] : n;
+    h->c[h->n] = (run_cursor_t){lo, end, h->n};
+    lo = end;
   }
   for (size_t i = h->n; i-- > 0;)
     run_sift_down(h, e, i);
@@ -443,7 +471,6 @@ static const event_t *run_heap_next(run_heap_t *h, const event_t *e) {
  * The runs already in order (a thread's, between markers) are merged as they are replayed
  * when they are few (run_heap: no sorted copy of 3.2 GB for 10^8 events); many runs are
  * merged here two by two, pass after pass, with a buffer as big as the events. */
-#define MERGE_RUNS_AT_ONCE 4096
 
 static bool sort_events(reader_t *r) {
   size_t n = r->n_events;
@@ -602,9 +629,10 @@ static void close_live(reader_t *r, replay_t *rp) {
  * many. */
 static hbm_status_t order_events(reader_t *r, run_heap_t *h) {
   size_t most = r->in_order ? 1 : MERGE_RUNS_AT_ONCE;
-  if (run_heap_init(h, r->events, r->n_events, most))
+  const size_t *at = r->runs_unknown ? NULL : r->run_at;
+  if (run_heap_init(h, r->events, r->n_events, most, at, r->n_run_at))
     return HBM_OK;
-  if (h->c && sort_events(r) && run_heap_init(h, r->events, r->n_events, most))
+  if (h->c && sort_events(r) && run_heap_init(h, r->events, r->n_events, most, NULL, 0))
     return HBM_OK;
   return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
                     r->n_events);
@@ -846,6 +874,7 @@ done:
   if (r.events)
     munmap(r.events, r.cap_events * sizeof *r.events);
   free(r.tags);
+  free(r.run_at);
   hbm_u64map_free(&r.tag_index);
   if (s != HBM_OK) {
     hbm_profile_free(r.p);
