@@ -649,8 +649,8 @@ static int64_t some_early(size_t i) { /* every 50th written 30 events early, as 
   return (int64_t)(i % 50 == 0 ? i + 30 : i) * 10;
 }
 
-/* Replayed as they are read through a window of 64 events (8 kept back): events written
- * early (the recorder's markers) or late by less than 8 come out in order without reading the
+/* Replayed as they are read through a window of 64 events (16 kept back): events written
+ * early (the recorder's markers) or late by less than 16 come out in order without reading the
  * file again; runs interleaved further apart make the reader read it again, sorted whole. */
 static void events_replayed_through_a_window(void **state) {
   (void)state;

@@ -1,7 +1,9 @@
 /* trace_read.c — reads .hbmtrace files back into the profile model (format in
  * docs/trace-format.md). Explicit records (a saved profile) are added as they come; event
- * records (a recorded run) are collected, ordered by time — each thread of the recording
- * process flushes its own buffer, so blocks interleave — and replayed: one step per alloc/free.
+ * records (a recorded run) are replayed in time order, one step per alloc/free: as they are
+ * read, through a window that puts nearby events back in order (stream_event), or — when
+ * threads' blocks interleave further apart than that — collected whole, ordered by time and
+ * replayed (replay_events).
  *
  * The reader trusts nothing: every length is checked against the bytes that are really there,
  * block sizes and the total decompressed size are capped, and a file cut short or damaged is
@@ -709,14 +711,14 @@ static hbm_status_t replay_events(reader_t *r) {
 /* ---- replaying events while they are read ----
  * A recording is nearly in time order: the recorder's markers (and a device's close or OOM)
  * are written ahead of the events its threads still have queued. So events are replayed as
- * they are read, through a window of the latest r->window: when it is full, its earlier half
- * in time order (ties in file order) is replayed. That is the order the whole file sorted
+ * they are read, through a window of the latest r->window: when it is full, all but its latest
+ * quarter in time order (ties in file order) is replayed. That is the order the whole file sorted
  * would give as long as no event read later is earlier than one replayed; when one is (or
  * the window holds more runs than MERGE_RUNS_AT_ONCE, or the file mixes events with a saved
  * profile's records), the file is read again with its events collected and sorted whole.
  * A 10^8-event capture then never holds its 3.2 GB of events. */
 
-size_t hbm__trace_window = (size_t)1 << 23; /* 8M events, 256 MiB */
+size_t hbm__trace_window = (size_t)1 << 21; /* 2M events, 64 MiB */
 static uint64_t rereads;                    /* files read again (hbm__trace_rereads) */
 
 uint64_t hbm__trace_rereads(void) { return rereads; }
@@ -765,7 +767,7 @@ static bool stream_replay(reader_t *r, size_t keep) {
 static bool stream_event(reader_t *r, const event_t *e) {
   if (r->replayed_any && e->time < r->replayed_to)
     return stream_break(r);
-  if (r->n_events >= r->window && !stream_replay(r, r->window / 8))
+  if (r->n_events >= r->window && !stream_replay(r, r->window / 4))
     return false;
   if (!room_for_event(r))
     return false;
