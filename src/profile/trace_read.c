@@ -719,9 +719,10 @@ static hbm_status_t replay_events(reader_t *r) {
  * A 10^8-event capture then never holds its 3.2 GB of events. */
 
 size_t hbm__trace_window = (size_t)1 << 21; /* 2M events, 64 MiB */
-static uint64_t rereads;                    /* files read again (hbm__trace_rereads) */
+/* Files read again (hbm__trace_rereads); atomic: the viewer reads files in threads. */
+static uint64_t rereads;
 
-uint64_t hbm__trace_rereads(void) { return rereads; }
+uint64_t hbm__trace_rereads(void) { return __atomic_load_n(&rereads, __ATOMIC_RELAXED); }
 
 static bool stream_break(reader_t *r) {
   r->stream_broken = true;
@@ -1007,7 +1008,7 @@ hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *nam
   bool broken = false;
   hbm_profile_t *p = parse(data, len, name, max_raw_bytes, true, &broken);
   if (broken) { /* read again, every event collected before any is replayed */
-    rereads++;
+    __atomic_fetch_add(&rereads, 1, __ATOMIC_RELAXED);
     p = parse(data, len, name, max_raw_bytes, false, &broken);
   }
   return p;
