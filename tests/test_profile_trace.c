@@ -637,8 +637,32 @@ static void events_out_of_order_are_sorted_stably(void **state) {
   check_sorted(3000, three_runs);     /* a few runs: merged at once */
   check_sorted(20000, pairs_swapped); /* 10^4 runs: merged two by two */
   /* Merged while replayed, the pages both runs have passed given back on the way (past 2^20
-   * events, 32 MiB): what is read after that is still there. */
+   * events, 32 MiB): what is read after that is still there. (Through a window smaller than
+   * the runs' distance, so that they are collected and merged whole.) */
+  size_t window = hbm__trace_window;
+  hbm__trace_window = 1024;
   check_sorted(2500000, two_long_runs);
+  hbm__trace_window = window;
+}
+
+static int64_t some_early(size_t i) { /* every 50th written 30 events early, as markers are */
+  return (int64_t)(i % 50 == 0 ? i + 30 : i) * 10;
+}
+
+/* Replayed as they are read through a window of 64 events (16 kept back): events written
+ * early (the recorder's markers) or late by less than 16 come out in order without reading the
+ * file again; runs interleaved further apart make the reader read it again, sorted whole. */
+static void events_replayed_through_a_window(void **state) {
+  (void)state;
+  size_t window = hbm__trace_window;
+  hbm__trace_window = 64;
+  uint64_t before = hbm__trace_rereads();
+  check_sorted(5000, some_early);
+  check_sorted(20000, pairs_swapped);
+  assert_int_equal(hbm__trace_rereads(), before);
+  check_sorted(3000, three_runs); /* the second run starts 1000 events late */
+  assert_int_equal(hbm__trace_rereads(), before + 1);
+  hbm__trace_window = window;
 }
 
 static void not_a_trace_is_refused(void **state) {
@@ -674,6 +698,7 @@ int main(void) {
       cmocka_unit_test(tiny_events_are_bounded_by_the_file),
       cmocka_unit_test(unknown_records_are_skipped),
       cmocka_unit_test(events_out_of_order_are_sorted_stably),
+      cmocka_unit_test(events_replayed_through_a_window),
       cmocka_unit_test(not_a_trace_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,11 +56,20 @@ static uint64_t padding_of(const hbm_buffer_t *b) {
 
 #define MEMBER_BLOCK 1024
 
+/* The profile index of a's k-th buffer: a->members lists them, or is NULL while every buffer
+ * of the profile is in a's space (one space: 5x10^7 indices, 0.4 GB, not written). */
+static int64_t member(const hbm_analysis_t *a, size_t k) {
+  return a->members ? a->members[k] : (int64_t)k;
+}
+
 /* The row of `name` in groups[0..*n), added when missing (the array has room for it). */
 static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const char *name) {
   size_t g = 0;
-  while (g < *n && groups[g].name != name && strcmp(groups[g].name, name) != 0)
+  while (g < *n && groups[g].name != name) /* interned names: mostly the same pointer */
     g++;
+  if (g == *n)
+    for (g = 0; g < *n && strcmp(groups[g].name, name) != 0;)
+      g++;
   if (g == *n)
     groups[(*n)++] = (hbm_group_total_t){.name = name};
   return &groups[g];
@@ -105,30 +114,43 @@ static void add_range(const hbm_buffer_t *b, int64_t n, uint64_t *d, uint64_t v)
 
 static uint64_t clamp_bytes(uint64_t v) { return v < HBM_BYTES_MAX ? v : HBM_BYTES_MAX; }
 
+/* Starts a->members at the first buffer not in a's space, `first`: those before it are. */
+static bool list_members(hbm_analysis_t *a, size_t first) {
+  a->members = malloc(((size_t)a->p->n_buffers + 1) * sizeof *a->members);
+  if (!a->members)
+    return false;
+  for (size_t k = 0; k < first; k++)
+    a->members[k] = (int64_t)k;
+  return true;
+}
+
 /* Collects the buffers of a's space, the indefinite total, the blocks' latest ends, the
  * totals, the difference array of live bytes and the totals by group over the run, in one
  * pass over the buffers (5x10^7 of them are 6 GB). */
 static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
   const hbm_profile_t *p = a->p;
-  a->members = malloc(((size_t)p->n_buffers + 1) * sizeof *a->members);
   a->block_end = malloc(((size_t)p->n_buffers / MEMBER_BLOCK + 1) * sizeof *a->block_end);
   t->d_live = calloc((size_t)p->n_steps + 1, sizeof *t->d_live);
-  if (!a->members || !a->block_end || !t->d_live)
+  if (!a->block_end || !t->d_live)
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
   size_t cap_groups = 0, last_group = 0;
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
-    if (b->space != space)
+    if (b->space != space) {
+      if (!a->members && !list_members(a, (size_t)i))
+        return false;
       continue;
+    }
     hbm_group_total_t *g = run_group_of(a, b, &cap_groups, &last_group);
     if (!g)
       return false;
     g->bytes = hbm__bytes_add(g->bytes, b->size);
     g->count++;
     size_t k = a->n_members++;
-    a->members[k] = i;
+    if (a->members)
+      a->members[k] = i;
     if (b->flags & HBM_BUF_INDEFINITE)
       a->summary.indefinite_bytes = add_bytes(a, a->summary.indefinite_bytes, b->size);
     sorted &= b->start >= last_start;
@@ -218,7 +240,7 @@ static bool compute_live_narrow(hbm_analysis_t *a, member_totals_t *t) {
   if (!(a->unpadded = calloc((size_t)n + 1, sizeof *a->unpadded)))
     return false;
   for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    const hbm_buffer_t *b = &a->p->buffers[member(a, k)];
     add_range(b, n, a->unpadded, b->unpadded_size);
   }
   running_sum(a->unpadded, n);
@@ -240,7 +262,7 @@ static bool compute_live_wide(hbm_analysis_t *a, uint64_t total, uint64_t total_
     return false;
   }
   for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    const hbm_buffer_t *b = &a->p->buffers[member(a, k)];
     int64_t start = (b->flags & HBM_BUF_INDEFINITE) ? 0 : b->start;
     int64_t end = (b->flags & HBM_BUF_INDEFINITE) ? n : b->end;
     if (start >= end || start >= n)
@@ -308,7 +330,7 @@ static bool compute_reserved_plan(hbm_analysis_t *a) {
     return false;
   }
   for (size_t k = 0; k < a->n_members; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    const hbm_buffer_t *b = &a->p->buffers[member(a, k)];
     if ((b->flags & HBM_BUF_INDEFINITE) || b->start >= b->end || b->start >= n)
       continue;
     uint64_t end = clamp_bytes(hbm__end_of(b->address, b->size));
@@ -740,7 +762,7 @@ size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int
     size_t lo = 0;
     while (lo < n) {
       size_t mid = lo + (n - lo) / 2;
-      if (a->p->buffers[a->members[mid]].start < to)
+      if (a->p->buffers[member(a, mid)].start < to)
         lo = mid + 1;
       else
         n = mid;
@@ -751,12 +773,12 @@ size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int
       k += MEMBER_BLOCK - 1; /* the whole block ended before the window */
       continue;
     }
-    const hbm_buffer_t *b = &a->p->buffers[a->members[k]];
+    const hbm_buffer_t *b = &a->p->buffers[member(a, k)];
     bool meets = (b->flags & HBM_BUF_INDEFINITE) || (b->start < to && b->end > from);
     if (!meets || b->start == b->end)
       continue;
     if (total < cap)
-      out[total] = a->members[k];
+      out[total] = member(a, k);
     total++;
   }
   return total;

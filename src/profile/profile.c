@@ -320,6 +320,14 @@ hbm_status_t hbm_profile_finish(hbm_profile_t *p) {
   return check_event_steps(p);
 }
 
+hbm_status_t hbm__profile_finish_closed(hbm_profile_t *p) {
+  for (int i = 0; i < p->n_spaces; i++) {
+    hbm_u64map_free(&p->open[i]);
+    hbm_u64map_init(&p->open[i]);
+  }
+  return check_event_steps(p);
+}
+
 /* ---- reading ---- */
 
 hbm_profile_kind_t hbm_profile_kind(const hbm_profile_t *p) { return p->kind; }

@@ -15,6 +15,11 @@ int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b
 /* Room for this many more buffers and steps at once (a reader that knows its counts). */
 hbm_status_t hbm__profile_reserve(hbm_profile_t *p, size_t buffers, size_t steps);
 
+/* hbm_profile_finish for a builder that closed every buffer itself (end set, LIVE_OUT where
+ * it is live at the end), none indefinite, every range within the steps: the buffers are not
+ * walked again (5x10^7 of them are 6 GB). */
+hbm_status_t hbm__profile_finish_closed(hbm_profile_t *p);
+
 /* The arrays as built so far, writable, and their lengths. */
 hbm_buffer_t *hbm__profile_buffers(hbm_profile_t *p, int64_t *n);
 int64_t *hbm__profile_step_times(hbm_profile_t *p, int64_t *n);

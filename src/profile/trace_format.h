@@ -130,6 +130,12 @@ void hbm__tw_ev_close(hbm_trace_writer_t *w, int64_t time_ns, int space);
 uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len);
 /* True when data starts with the .hbmtrace magic. */
 bool hbm__trace_is(const void *data, size_t len);
+/* Events are replayed as they are read through a window of this many (trace_read.c says
+ * how); a file whose events come further out of time order is read again, sorted whole. Tests
+ * make it small. */
+extern size_t hbm__trace_window;
+/* How many files were read again so (since the process began; for tests). */
+uint64_t hbm__trace_rereads(void);
 /* Builds a profile from a whole .hbmtrace file in memory. name is used in messages.
  * max_raw_bytes bounds the total decompressed size (0: a default that scales with len), so a
  * small hostile file cannot make the reader allocate gigabytes. */

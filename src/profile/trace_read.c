@@ -1,7 +1,9 @@
 /* trace_read.c — reads .hbmtrace files back into the profile model (format in
  * docs/trace-format.md). Explicit records (a saved profile) are added as they come; event
- * records (a recorded run) are collected, ordered by time — each thread of the recording
- * process flushes its own buffer, so blocks interleave — and replayed: one step per alloc/free.
+ * records (a recorded run) are replayed in time order, one step per alloc/free: as they are
+ * read, through a window that puts nearby events back in order (stream_event), or — when
+ * threads' blocks interleave further apart than that — collected whole, ordered by time and
+ * replayed (replay_events).
  *
  * The reader trusts nothing: every length is checked against the bytes that are really there,
  * block sizes and the total decompressed size are capped, and a file cut short or damaged is
@@ -34,6 +36,15 @@ typedef struct tags {
   bool interned;
 } tags_t;
 
+typedef struct replay {
+  hbm_u64map_t *live; /* per space: address → buffer index */
+  int n_spaces;
+  uint64_t unmatched_frees, missing_frees;
+} replay_t;
+
+#define MERGE_RUNS_AT_ONCE 4096 /* runs merged as they are replayed; more are sorted first */
+#define TAG_SEEN 64             /* tuples remembered by hash: most allocations reuse a recent one */
+
 typedef struct reader {
   const char *name;
   hbm_profile_t *p;
@@ -42,10 +53,23 @@ typedef struct reader {
   size_t n_strings, cap_strings;
   event_t *events; /* mapped: the replay gives back what it has passed */
   size_t n_events, cap_events;
-  bool in_order; /* every event so far at or after the one before it */
-  tags_t *tags;  /* distinct tag tuples of the allocations */
+  bool in_order;  /* every event so far at or after the one before it */
+  size_t *run_at; /* where each run of events in time order but the first begins ... */
+  size_t n_run_at, cap_run_at;
+  bool runs_unknown; /* ... unless there are too many to merge (or no memory to list them) */
+  /* Replaying while reading (stream_event): events holds the window of events not replayed. */
+  bool stream, stream_broken; /* ... until one came too far out of order: read again */
+  bool seen_event;
+  size_t window;       /* events held at most */
+  replay_t rp;         /* the replay so far */
+  int64_t replayed_to; /* the time of the latest event replayed (when replayed_any) */
+  bool replayed_any;
+  struct run_cursor *cursors; /* the window's runs, kept between its merges */
+  tags_t *tags;               /* distinct tag tuples of the allocations */
   size_t n_tags, cap_tags;
-  hbm_u64map_t tag_index; /* hash of a tuple → index + 1 (probing on) */
+  hbm_u64map_t tag_index;      /* hash of a tuple → index + 1 (probing on) */
+  uint32_t tag_seen[TAG_SEEN]; /* by hash: index + 1 of the tuple last found there (0: none) */
+  bool explicit_buffers;       /* BUFFER records were read (a saved profile) */
   int64_t last_time;
   bool ended;
   uint64_t block;  /* blocks read whole */
@@ -164,6 +188,7 @@ static bool read_buffer(reader_t *r, cursor_t *c) {
   b.space = (int)space;
   b.category = (hbm_category_t)category;
   b.flags = (uint32_t)flags;
+  r->explicit_buffers = true;
   return hbm_profile_add_buffer(r->p, &b) >= 0 || profile_failed(r);
 }
 
@@ -207,17 +232,25 @@ static bool read_marker(reader_t *r, cursor_t *c) {
 
 /* ---- event records: collected here, replayed once the whole file is read ---- */
 
+static bool same_tags(const uint32_t *a, const uint32_t *b) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
 /* The index of a tag tuple, added when new; UINT32_MAX when out of memory. */
 static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   uint64_t h = 0x7a9c;
   for (int i = 0; i < 4; i++)
     h = (h ^ str[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 31;
+  uint32_t seen = r->tag_seen[h % TAG_SEEN];
+  if (seen && same_tags(r->tags[seen - 1].str, str))
+    return seen - 1; /* no probing of tag_index */
+  uint32_t *remember = &r->tag_seen[h % TAG_SEEN];
   uint64_t at;
   for (;; h++) {
     if (!hbm_u64map_get(&r->tag_index, h, &at))
       break;
     if (!memcmp(r->tags[at].str, str, sizeof r->tags[at].str))
-      return (uint32_t)at;
+      return *remember = (uint32_t)at + 1, (uint32_t)at;
   }
   tags_t *grown = hbm__grow_array(r->tags, &r->cap_tags, r->n_tags + 1, sizeof *grown, 64);
   if (!grown || r->n_tags >= UINT32_MAX || !hbm_u64map_put(&r->tag_index, h, r->n_tags))
@@ -225,6 +258,7 @@ static uint32_t tags_index(reader_t *r, const uint32_t *str) {
   r->tags = grown;
   memset(&r->tags[r->n_tags], 0, sizeof r->tags[r->n_tags]);
   memcpy(r->tags[r->n_tags].str, str, sizeof r->tags[r->n_tags].str);
+  *remember = (uint32_t)r->n_tags + 1;
   return (uint32_t)r->n_tags++;
 }
 
@@ -245,6 +279,27 @@ static bool room_for_event(reader_t *r) {
   r->cap_events = cap;
   return true;
 }
+
+/* The next event begins a run (it is earlier than the one before): listed, so that the
+ * replay need not look for the runs in 3.2 GB of events. */
+static void new_run(reader_t *r) {
+  r->in_order = false;
+  if (r->runs_unknown || r->n_run_at + 1 >= MERGE_RUNS_AT_ONCE) {
+    r->runs_unknown = true;
+    return;
+  }
+  size_t *grown =
+      hbm__grow_array(r->run_at, &r->cap_run_at, r->n_run_at + 1, sizeof *r->run_at, 64);
+  if (!grown) {
+    r->runs_unknown = true;
+    return;
+  }
+  r->run_at = grown;
+  r->run_at[r->n_run_at++] = r->n_events;
+}
+
+static bool stream_event(reader_t *r, const event_t *e);
+static bool stream_break(reader_t *r);
 
 static bool read_event(reader_t *r, int type, cursor_t *c) {
   event_t e = {.type = (uint8_t)type};
@@ -293,16 +348,22 @@ static bool read_event(reader_t *r, int type, cursor_t *c) {
   e.ref = type == HBM_REC_EV_ALLOC ? tags_index(r, str) : str[0];
   if (e.ref == UINT32_MAX)
     return bad(r, "out of host memory after %zu tag sets", r->n_tags);
+  r->seen_event = true;
+  if (r->stream)
+    return stream_event(r, &e);
   if (!room_for_event(r))
     return false;
   hbm__populate_ahead(r->events, r->n_events, sizeof *r->events, r->cap_events * sizeof *r->events);
   if (r->n_events && e.time < r->events[r->n_events - 1].time)
-    r->in_order = false;
+    new_run(r);
   r->events[r->n_events++] = e;
   return true;
 }
 
 static bool read_record(reader_t *r, int type, cursor_t *c) {
+  bool explicit = type >= HBM_REC_STEP && type <= HBM_REC_MARKER;
+  if (explicit && r->stream && r->seen_event) /* replayed after the events when collected */
+    return stream_break(r);
   switch (type) {
   case HBM_REC_STRING: return add_string(r, c->p, (size_t)(c->end - c->p));
   case HBM_REC_SPACE: return read_space(r, c);
@@ -358,8 +419,9 @@ typedef struct run_cursor {
 typedef struct run_heap {
   run_cursor_t *c;
   size_t n;
-  size_t given;   /* events taken from the heap */
-  size_t dropped; /* the events' pages below this event are given back */
+  size_t given;    /* events taken from the heap */
+  size_t dropped;  /* the events' pages below this event are given back */
+  bool keep_pages; /* not given back (a window that is filled again) */
 } run_heap_t;
 
 static bool run_before(const run_heap_t *h, const event_t *e, size_t a, size_t b) {
@@ -382,9 +444,10 @@ static void run_sift_down(run_heap_t *h, const event_t *e, size_t i) {
   }
 }
 
-/* The heap of the runs of e[0..n); false when there are more than `most` (h->n is then 0) or
- * no memory (h->c is then NULL). */
-static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most) {
+/* The heap of the runs of e[0..n), which begin at 0 and at[0..n_at) (at NULL: found here);
+ * false when there are more than `most` (h->n is then 0) or no memory (h->c is then NULL). */
+static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most, const size_t *at,
+                          size_t n_at) {
   h->n = h->given = h->dropped = 0;
   if (!h->c && !(h->c = malloc((most + 1) * sizeof *h->c)))
     return false;
@@ -393,8 +456,9 @@ static bool run_heap_init(run_heap_t *h, const event_t *e, size_t n, size_t most
       h->n = 0;
       return false;
     }
-    h->c[h->n] = (run_cursor_t){lo, run_end(e, lo, n), h->n};
-    lo = h->c[h->n].end;
+    size_t end = !at ? run_end(e, lo, n) : h->n < n_at ? at[h->n] : n;
+    h->c[h->n] = (run_cursor_t){lo, end, h->n};
+    lo = end;
   }
   for (size_t i = h->n; i-- > 0;)
     run_sift_down(h, e, i);
@@ -420,7 +484,7 @@ static void run_drop_passed(run_heap_t *h, const event_t *e) {
 static const event_t *run_heap_next(run_heap_t *h, const event_t *e) {
   if (h->n == 0)
     return NULL;
-  if (++h->given % (1u << 20) == 0)
+  if (++h->given % (1u << 20) == 0 && !h->keep_pages)
     run_drop_passed(h, e);
   const event_t *next = &e[h->c[0].at++];
   if (h->c[0].at == h->c[0].end)
@@ -433,7 +497,6 @@ static const event_t *run_heap_next(run_heap_t *h, const event_t *e) {
  * The runs already in order (a thread's, between markers) are merged as they are replayed
  * when they are few (run_heap: no sorted copy of 3.2 GB for 10^8 events); many runs are
  * merged here two by two, pass after pass, with a buffer as big as the events. */
-#define MERGE_RUNS_AT_ONCE 4096
 
 static bool sort_events(reader_t *r) {
   size_t n = r->n_events;
@@ -469,12 +532,6 @@ static bool sort_events(reader_t *r) {
   }
   return true;
 }
-
-typedef struct replay {
-  hbm_u64map_t *live; /* per space: address → buffer index */
-  int n_spaces;
-  uint64_t unmatched_frees, missing_frees;
-} replay_t;
 
 static const char *str_of(const reader_t *r, uint32_t id) {
   return id ? r->string_of[id - 1] : NULL;
@@ -575,16 +632,51 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
   }
 }
 
+/* The buffers still live after the last event live out, as hbm_profile_finish would say. */
+static void close_live(reader_t *r, replay_t *rp) {
+  int64_t n_buffers, n_steps = hbm_profile_step_count(r->p);
+  hbm_buffer_t *buffers = hbm__profile_buffers(r->p, &n_buffers);
+  for (int i = 0; i < rp->n_spaces; i++)
+    for (size_t k = 0; k < rp->live[i].cap; k++)
+      if (rp->live[i].used[k] == 1) {
+        hbm_buffer_t *b = &buffers[rp->live[i].values[k]];
+        b->end = n_steps;
+        b->flags |= HBM_BUF_LIVE_OUT;
+      }
+}
+
 /* The events in time order: merged as they are replayed, or sorted first when their runs are
  * many. */
 static hbm_status_t order_events(reader_t *r, run_heap_t *h) {
   size_t most = r->in_order ? 1 : MERGE_RUNS_AT_ONCE;
-  if (run_heap_init(h, r->events, r->n_events, most))
+  const size_t *at = r->runs_unknown ? NULL : r->run_at;
+  if (run_heap_init(h, r->events, r->n_events, most, at, r->n_run_at))
     return HBM_OK;
-  if (h->c && sort_events(r) && run_heap_init(h, r->events, r->n_events, most))
+  if (h->c && sort_events(r) && run_heap_init(h, r->events, r->n_events, most, NULL, 0))
     return HBM_OK;
   return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory ordering %zu events", r->name,
                     r->n_events);
+}
+
+/* After the last event (s: how the replay went): what is still live lives out; the replay's
+ * state is freed and its counts of unpaired events become metadata. */
+static hbm_status_t replay_done(reader_t *r, replay_t *rp, hbm_status_t s) {
+  if (s == HBM_OK)
+    close_live(r, rp);
+  for (int i = 0; rp->live && i < rp->n_spaces; i++)
+    hbm_u64map_free(&rp->live[i]);
+  free(rp->live);
+  rp->live = NULL;
+  char num[32];
+  if (s == HBM_OK && rp->unmatched_frees) {
+    snprintf(num, sizeof num, "%llu", (unsigned long long)rp->unmatched_frees);
+    s = hbm_profile_set_meta(r->p, "unmatched_frees", num);
+  }
+  if (s == HBM_OK && rp->missing_frees) {
+    snprintf(num, sizeof num, "%llu", (unsigned long long)rp->missing_frees);
+    s = hbm_profile_set_meta(r->p, "missing_frees", num);
+  }
+  return s;
 }
 
 static hbm_status_t replay_events(reader_t *r) {
@@ -612,20 +704,87 @@ static hbm_status_t replay_events(reader_t *r) {
     else
       s = replay_event(r, &rp, e);
   }
-  for (int i = 0; i < rp.n_spaces; i++)
-    hbm_u64map_free(&rp.live[i]);
-  free(rp.live);
   free(order.c);
-  char num[32];
-  if (s == HBM_OK && rp.unmatched_frees) {
-    snprintf(num, sizeof num, "%llu", (unsigned long long)rp.unmatched_frees);
-    s = hbm_profile_set_meta(r->p, "unmatched_frees", num);
+  return replay_done(r, &rp, s);
+}
+
+/* ---- replaying events while they are read ----
+ * A recording is nearly in time order: the recorder's markers (and a device's close or OOM)
+ * are written ahead of the events its threads still have queued. So events are replayed as
+ * they are read, through a window of the latest r->window: when it is full, all but its latest
+ * quarter in time order (ties in file order) is replayed. That is the order the whole file sorted
+ * would give as long as no event read later is earlier than one replayed; when one is (or
+ * the window holds more runs than MERGE_RUNS_AT_ONCE, or the file mixes events with a saved
+ * profile's records), the file is read again with its events collected and sorted whole.
+ * A 10^8-event capture then never holds its 3.2 GB of events. */
+
+size_t hbm__trace_window = (size_t)1 << 21; /* 2M events, 64 MiB */
+/* Files read again (hbm__trace_rereads); atomic: the viewer reads files in threads. */
+static uint64_t rereads;
+
+uint64_t hbm__trace_rereads(void) { return __atomic_load_n(&rereads, __ATOMIC_RELAXED); }
+
+static bool stream_break(reader_t *r) {
+  r->stream_broken = true;
+  return bad(r, "events too far out of time order to be replayed as they are read");
+}
+
+static int by_run(const void *x, const void *y) {
+  const run_cursor_t *a = x, *b = y;
+  return a->run < b->run ? -1 : a->run > b->run;
+}
+
+/* Replays the window's events but the latest `keep` (in time order), then moves what is
+ * left of each run to the front, runs in file order. */
+static bool stream_replay(reader_t *r, size_t keep) {
+  run_heap_t h = {.c = r->cursors, .keep_pages = true};
+  const size_t *at = r->runs_unknown ? NULL : r->run_at;
+  bool ok = run_heap_init(&h, r->events, r->n_events, MERGE_RUNS_AT_ONCE, at, r->n_run_at);
+  r->cursors = h.c;
+  if (!ok || r->runs_unknown)
+    return stream_break(r);
+  for (size_t i = keep; i < r->n_events; i++) {
+    const event_t *e = run_heap_next(&h, r->events);
+    if (e->type != HBM_REC_EV_MARKER && e->space >= hbm_profile_space_count(r->p))
+      return stream_break(r); /* a space defined later in the file, or never */
+    if (replay_event(r, &r->rp, e) != HBM_OK)
+      return stream_break(r); /* said as a whole replay says it */
+    r->replayed_to = e->time;
+    r->replayed_any = true;
   }
-  if (s == HBM_OK && rp.missing_frees) {
-    snprintf(num, sizeof num, "%llu", (unsigned long long)rp.missing_frees);
-    s = hbm_profile_set_meta(r->p, "missing_frees", num);
+  qsort(h.c, h.n, sizeof *h.c, by_run);
+  size_t n = 0;
+  r->n_run_at = 0;
+  for (size_t k = 0; k < h.n; k++) {
+    if (k > 0)
+      r->run_at[r->n_run_at++] = n;
+    memmove(&r->events[n], &r->events[h.c[k].at], (h.c[k].end - h.c[k].at) * sizeof *r->events);
+    n += h.c[k].end - h.c[k].at;
   }
-  return s;
+  r->n_events = n;
+  return true;
+}
+
+static bool stream_event(reader_t *r, const event_t *e) {
+  if (r->replayed_any && e->time < r->replayed_to)
+    return stream_break(r);
+  if (r->n_events >= r->window && !stream_replay(r, r->window / 4))
+    return false;
+  if (!room_for_event(r))
+    return false;
+  if (r->n_events && e->time < r->events[r->n_events - 1].time)
+    new_run(r);
+  if (r->runs_unknown)
+    return stream_break(r);
+  r->events[r->n_events++] = *e;
+  return true;
+}
+
+/* The file read: the rest of the window replayed, then the replay closed. */
+static hbm_status_t stream_done(reader_t *r) {
+  if (!stream_replay(r, 0))
+    return HBM_ERR_PARSE;
+  return replay_done(r, &r->rp, HBM_OK);
 }
 
 /* ---- the file: header, then blocks ---- */
@@ -775,6 +934,11 @@ static void prefix_error(hbm_status_t s, const char *name) {
   free(message);
 }
 
+/* The replay closed the buffers it made; BUFFER records' ranges are checked by the profile. */
+static hbm_status_t finish(reader_t *r) {
+  return r->explicit_buffers ? hbm_profile_finish(r->p) : hbm__profile_finish_closed(r->p);
+}
+
 uint64_t hbm__trace_raw_bytes(const uint8_t *data, size_t len) {
   if (len < HBM_TRACE_HEADER_FIXED)
     return 0;
@@ -795,31 +959,57 @@ bool hbm__trace_is(const void *data, size_t len) {
   return len >= HBM_TRACE_MAGIC_LEN && memcmp(data, HBM_TRACE_MAGIC, HBM_TRACE_MAGIC_LEN) == 0;
 }
 
-hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
-                                uint64_t max_raw_bytes) {
-  reader_t r = {.name = name ? name : "profile", .in_order = true};
+/* One reading of the file: its events replayed as they are read (stream) or collected and
+ * sorted first. *broken: the stream met events too far out of order (nothing returned). */
+static hbm_profile_t *parse(const uint8_t *data, size_t len, const char *name,
+                            uint64_t max_raw_bytes, bool stream, bool *broken) {
+  reader_t r = {.name = name ? name : "profile", .in_order = true, .stream = stream};
+  r.window = hbm__trace_window > 2 ? hbm__trace_window : 2;
   hbm_u64map_init(&r.tag_index);
-  if (!max_raw_bytes) /* records at most 64 times the file, whatever zstd makes of them */
-    max_raw_bytes = HBM_TRACE_RAW_BASE + HBM_TRACE_RAW_PER_BYTE * (uint64_t)len;
   size_t offset = 0;
   hbm_status_t s = HBM_ERR_HOST_MEMORY;
-  if (!(r.strings = hbm_intern_new()))
+  r.rp.n_spaces = HBM_TRACE_MAX_SPACES; /* stream: spaces may be defined after their events */
+  if (!(r.strings = hbm_intern_new()) ||
+      (stream && !(r.rp.live = calloc(HBM_TRACE_MAX_SPACES, sizeof *r.rp.live))))
     goto done;
   s = read_header(&r, data, len, &offset);
   if (s == HBM_OK)
     s = read_blocks(&r, data, len, offset, max_raw_bytes);
-  if (s == HBM_OK && ((s = replay_events(&r)) != HBM_OK || (s = hbm_profile_finish(r.p)) != HBM_OK))
-    prefix_error(s, r.name);
+  if (s == HBM_OK && !r.stream_broken) {
+    s = stream ? stream_done(&r) : replay_events(&r);
+    if (s == HBM_OK && !r.stream_broken)
+      s = finish(&r);
+    if (s != HBM_OK && !r.stream_broken)
+      prefix_error(s, r.name);
+  }
 done:
+  *broken = r.stream_broken;
+  if (r.rp.live)
+    replay_done(&r, &r.rp, HBM_ERR_PARSE); /* frees what a broken stream left */
   hbm_intern_free(r.strings);
   free(r.string_of);
   if (r.events)
     munmap(r.events, r.cap_events * sizeof *r.events);
   free(r.tags);
+  free(r.run_at);
+  free(r.cursors);
   hbm_u64map_free(&r.tag_index);
-  if (s != HBM_OK) {
+  if (s != HBM_OK || r.stream_broken) {
     hbm_profile_free(r.p);
     return NULL;
   }
   return r.p;
+}
+
+hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
+                                uint64_t max_raw_bytes) {
+  if (!max_raw_bytes) /* records at most 64 times the file, whatever zstd makes of them */
+    max_raw_bytes = HBM_TRACE_RAW_BASE + HBM_TRACE_RAW_PER_BYTE * (uint64_t)len;
+  bool broken = false;
+  hbm_profile_t *p = parse(data, len, name, max_raw_bytes, true, &broken);
+  if (broken) { /* read again, every event collected before any is replayed */
+    __atomic_fetch_add(&rereads, 1, __ATOMIC_RELAXED);
+    p = parse(data, len, name, max_raw_bytes, false, &broken);
+  }
+  return p;
 }
