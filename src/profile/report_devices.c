@@ -32,9 +32,31 @@ typedef struct device_peak {
 typedef struct device_list {
   device_peak_t *d;
   size_t n, cap;
+  bool count_only; /* devices counted, their peaks not needed (left 0) */
 } device_list_t;
 
-static uint64_t peak_of(const hbm_profile_t *p, int space, size_t *n_buffers) {
+/* Whether a whole profile's space holds a buffer: the first buffer of the space ends the walk,
+ * so counting devices does not cost an analysis of each (a capture of 10^8 events would be
+ * analysed twice by `hbm report` otherwise). */
+static bool space_holds_buffers(const hbm_profile_t *p, int space) {
+  int64_t n = hbm_profile_buffer_count(p);
+  for (int64_t i = 0; i < n; i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+    if (b && b->space == space)
+      return true;
+  }
+  return false;
+}
+
+/* The peak of a space and how many buffers it holds; when only counting, 0 and whether it
+ * holds any (a summary profile's analysis is stored: asked as it is). */
+static uint64_t peak_of(const device_list_t *l, const hbm_profile_t *p, int space,
+                        size_t *n_buffers) {
+  if (l->count_only && !hbm__profile_is_summary(p)) {
+    if (n_buffers)
+      *n_buffers = space_holds_buffers(p, space);
+    return 0;
+  }
   hbm_analysis_t *a = hbm_analyze(p, space);
   uint64_t peak = a ? hbm_analysis_summary(a)->peak_bytes : 0;
   if (n_buffers)
@@ -79,7 +101,7 @@ static bool note_device(device_list_t *l, const hbm_profile_t *p, int s, size_t 
     return false;
   if (e->runtime && !runtime)
     return true; /* what the device's allocator held beats a plan of it */
-  uint64_t peak = peak_of(p, s, NULL);
+  uint64_t peak = peak_of(l, p, s, NULL);
   if (e->programs == 0 || runtime || peak > e->peak) {
     e->peak = peak;
     e->p = p;
@@ -120,7 +142,7 @@ static bool add_xprof_devices(device_list_t *l, const hbm_profile_t *p, size_t f
   int best = -1; /* no devices known: the host as one */
   uint64_t peak = 0;
   for (int s = 0; s < hbm_profile_space_count(p); s++) {
-    uint64_t v = hbm_profile_space(p, s)->color == 0 ? peak_of(p, s, NULL) : 0;
+    uint64_t v = hbm_profile_space(p, s)->color == 0 ? peak_of(l, p, s, NULL) : 0;
     if (best < 0 || v > peak)
       best = s, peak = v;
   }
@@ -148,7 +170,7 @@ static bool add_space_devices(device_list_t *l, const hbm_profile_t *p, size_t f
     if (hbm_profile_space(p, s)->color != 0)
       continue;
     size_t n_buffers;
-    uint64_t peak = peak_of(p, s, &n_buffers);
+    uint64_t peak = peak_of(l, p, s, &n_buffers);
     if (n_buffers == 0)
       continue;
     device_peak_t *e = entry_for(l, file, -1);
@@ -221,11 +243,9 @@ static hbm_status_t rank(const hbm_profile_t *const *profiles, const char *const
 
 size_t hbm_report_device_count(const hbm_profile_t *const *profiles, const char *const *names,
                                size_t n) {
-  ranking_t r;
-  if (rank(profiles, names, n, &r) != HBM_OK)
-    return 0;
-  size_t count = r.list.n;
-  ranking_free(&r);
+  device_list_t l = {.count_only = true};
+  size_t count = collect(profiles, names, n, &l) ? l.n : 0;
+  free(l.d);
   return count;
 }
 
