@@ -673,6 +673,37 @@ static void test_first_view_from_the_index(void **state) {
   hbm_profile_free(full);
 }
 
+/* A profile read from its file gets its index (HBM_INDEX=always) once its first summary is
+ * answered, not as soon as it is read: the writer analyses every space again, which would
+ * compete with the summary the user waits for. */
+static void test_index_written_after_first_summary(void **state) {
+  char dir[4200], path[4300], index[4400];
+  snprintf(dir, sizeof dir, "%s/plugins/profile/2026_01_04_00_00_00", logdir);
+  assert_int_equal(vf_mkdirs(dir), 0);
+  assert_int_equal(vf_save(vf_runtime_profile("later", 3000, 5, true), dir, "later.hbmtrace"), 0);
+  snprintf(path, sizeof path, "%s/later.hbmtrace", dir);
+  assert_true(hbm__index_path(path, true, index, sizeof index));
+  setenv("HBM_INDEX", "always", 1);
+  usleep((HBM__LISTING_MS + 100) * 1000);
+  const char *q = "run=2026_01_04_00_00_00&profile=later.hbmtrace";
+  json_t *info = getf(200, "/api/profile?%s", q);
+  assert_true(json_is_false(json_object_get(info, "from_index")));
+  json_decref(info);
+  hbm__cache_t *c = &viewer->cache;
+  pthread_mutex_lock(&c->lock);
+  int writers = c->n_workers; /* read, not analysed: no writer yet */
+  pthread_mutex_unlock(&c->lock);
+  assert_int_equal(writers, 0);
+  assert_int_not_equal(access(index, F_OK), 0);
+  json_decref(getf(200, "/api/summary?%s", q));
+  pthread_mutex_lock(&c->lock); /* the writer, started once the summary was answered */
+  while (c->n_workers)
+    pthread_cond_wait(&c->loaded, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+  unsetenv("HBM_INDEX");
+  assert_int_equal(access(index, F_OK), 0);
+}
+
 /* The loaded profiles' bytes are bounded too: past the bound, the least recently used goes. */
 static void test_cache_keeps_to_its_bytes(void **state) {
   size_t max = viewer->cache.max_bytes;
@@ -801,6 +832,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rmm_log_reserved_unknown),
       cmocka_unit_test(test_cache_keeps_at_most_its_limit),
       cmocka_unit_test(test_first_view_from_the_index),
+      cmocka_unit_test(test_index_written_after_first_summary),
       cmocka_unit_test(test_cache_keeps_to_its_bytes),
       cmocka_unit_test(test_missing_logdir),
       cmocka_unit_test(test_empty_logdir),

@@ -526,7 +526,7 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
   if (summary) /* the first view from the index; the whole file behind it */
     start_worker(c, fresh, read_whole);
   else if (fresh->profile && hbm__index_wanted(fresh->path, load_ns))
-    start_worker(c, fresh, write_index);
+    fresh->index_wanted = true; /* after the first summary: see hbm__cache_release */
   pthread_cond_broadcast(&c->loaded);
   pthread_mutex_unlock(&c->lock);
   return fresh;
@@ -550,9 +550,37 @@ hbm__loaded_t *hbm__cache_get_full(hbm__cache_t *c, hbm__loaded_t *e) {
   return full;
 }
 
+static bool analysed(hbm__loaded_t *e) {
+  pthread_mutex_lock(&e->lock);
+  bool any = false;
+  for (int s = 0; e->analyses && s < e->n_spaces && !any; s++)
+    any = e->analyses[s] != NULL;
+  pthread_mutex_unlock(&e->lock);
+  return any;
+}
+
+/* A profile read from its file writes its index in the background once a request that
+ * analysed it is done (the first summary, as a rule), not as soon as it is read: the writer
+ * analyses every space again and walks every buffer, which on a 2-core machine delayed the
+ * first summary, the one the user waits for. */
+static void write_index_if_due(hbm__cache_t *c, hbm__loaded_t *e) {
+  pthread_mutex_lock(&c->lock);
+  bool wanted = e->index_wanted;
+  pthread_mutex_unlock(&c->lock);
+  if (!wanted || !analysed(e))
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (e->index_wanted && !c->stopping && find_entry_locked(c, e->path) == e) {
+    e->index_wanted = false;
+    start_worker(c, e, write_index);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
 void hbm__cache_release(hbm__cache_t *c, hbm__loaded_t *e) {
   if (!e)
     return;
+  write_index_if_due(c, e);
   pthread_mutex_lock(&c->lock);
   bool last = --e->refs == 0;
   pthread_mutex_unlock(&c->lock);

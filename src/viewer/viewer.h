@@ -109,6 +109,7 @@ typedef struct hbm__loaded {
   /* Guarded by the cache's lock. */
   int refs;
   bool loading;
+  bool index_wanted; /* its index is written once a first analysis of it has been answered */
   uint64_t last_used;
   struct hbm__loaded *next;
 
