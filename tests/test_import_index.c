@@ -201,6 +201,60 @@ static void summary_answers_as_the_profile(void **state) {
   }
 }
 
+/* Source stacks (XProf's "Source Stack", from an .xplane.pb) are not in .hbmtrace files, so the
+ * profile is indexed as it is in memory, beside a file that stands for it: read back from the
+ * index, the buffers at the peak keep their stacks (format 2 lost them: the corpus's XProf
+ * comparison saw every stack as None on a second `hbm report`). */
+static void index_keeps_source_stacks(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_new(HBM_PROFILE_PLAN, "jit_f(3)");
+  assert_non_null(p);
+  assert_int_equal(hbm_profile_add_space(p, "HBM", "jit_f(3)", 0, 0), 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(hbm_profile_add_step(p, 0, NULL), i);
+  static const char *const stacks[] = {"model.py:10:4\ntrain.py:99:2", NULL, "model.py:12:8"};
+  for (int i = 0; i < 3; i++) {
+    hbm_buffer_t b = {.size = 4096u << i,
+                      .unpadded_size = 4096u << i,
+                      .start = i,
+                      .end = 4,
+                      .category = HBM_CAT_TEMPORARY,
+                      .op = "fusion",
+                      .source = "model.py:10",
+                      .stack = stacks[i]};
+    assert_int_equal(hbm_profile_add_buffer(p, &b), i);
+  }
+  assert_int_equal(hbm_profile_finish(p), HBM_OK);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/stacks.xplane.pb", th_dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("stands for the profile", f);
+  fclose(f);
+  assert_int_equal(hbm__index_write(p, path), HBM_OK);
+  hbm_profile_t *sum = hbm__index_open(path, NULL);
+  if (!sum)
+    fail_msg("%s", hbm_last_error());
+  size_t n;
+  hbm_analysis_t *a = hbm_analyze(sum, 0);
+  assert_non_null(a);
+  const int64_t *at_peak = hbm_analysis_buffers_at_peak(a, &n);
+  assert_int_equal(n, 3);
+  for (size_t k = 0; k < n; k++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(sum, at_peak[k]);
+    const char *want = stacks[at_peak[k]];
+    assert_true((!want && !b->stack) || (want && b->stack && !strcmp(want, b->stack)));
+  }
+  char *full = report(p, true, 0), *from_index = report(sum, true, 0);
+  assert_string_equal(full, from_index);
+  assert_non_null(strstr(from_index, "train.py:99:2"));
+  free(full);
+  free(from_index);
+  hbm_analysis_free(a);
+  hbm_profile_free(sum);
+  hbm_profile_free(p);
+}
+
 static void stale_or_damaged_index_is_not_used(void **state) {
   (void)state;
   hbm_profile_t *made = make_runtime(5000), *full;
@@ -286,6 +340,7 @@ static void read_only_logdir_uses_the_cache(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(summary_answers_as_the_profile),
+      cmocka_unit_test(index_keeps_source_stacks),
       cmocka_unit_test(stale_or_damaged_index_is_not_used),
       cmocka_unit_test(read_only_logdir_uses_the_cache),
   };

@@ -187,16 +187,18 @@ static bool read_events(hbm__digest_t *d, cur_t c, hbm_profile_t *p) {
   return !c.bad;
 }
 
+#define BUFFER_FIELDS 17 /* u64 each: index, id ... flags, then 7 string ids (index_write.c) */
+
 static bool read_buffers(hbm__digest_t *d, cur_t c) {
   uint64_t n = get_u64(&c);
-  const uint8_t *rows = take(&c, n, 16 * 8);
+  const uint8_t *rows = take(&c, n, BUFFER_FIELDS * 8);
   if (c.bad || !(d->buffers = calloc(n + 1, sizeof *d->buffers)) ||
       !(d->index = malloc((n + 1) * sizeof *d->index)))
     return false;
   for (uint64_t i = 0; i < n; i++) {
-    uint64_t f[16];
-    for (int k = 0; k < 16; k++)
-      f[k] = u64_at(rows, i * 16 + (uint64_t)k);
+    uint64_t f[BUFFER_FIELDS];
+    for (int k = 0; k < BUFFER_FIELDS; k++)
+      f[k] = u64_at(rows, i * BUFFER_FIELDS + (uint64_t)k);
     hbm_buffer_t *b = &d->buffers[i];
     *b = (hbm_buffer_t){.id = f[1],
                         .address = f[2],
@@ -207,8 +209,8 @@ static bool read_buffers(hbm__digest_t *d, cur_t c) {
                         .space = (int)f[7],
                         .category = (hbm_category_t)f[8],
                         .flags = (uint32_t)f[9]};
-    const char **s[] = {&b->op, &b->shape, &b->group, &b->source, &b->opcode, &b->label};
-    for (int k = 0; k < 6; k++)
+    const char **s[] = {&b->op, &b->shape, &b->group, &b->source, &b->opcode, &b->label, &b->stack};
+    for (int k = 0; k < 7; k++)
       *s[k] = string_at(d, &c, f[10 + k]);
     d->index[i] = (int64_t)f[0];
     if (c.bad || f[0] >= (uint64_t)d->n_buffers || (i && d->index[i] <= d->index[i - 1]) ||
