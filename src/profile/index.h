@@ -57,6 +57,9 @@ hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct st
 
 /* A profile read from its index (a summary profile) or not. */
 bool hbm__profile_is_summary(const hbm_profile_t *p);
+/* Whether a space of p holds a buffer: the first one found ends the walk (a summary profile:
+ * as its index counted them). Cheaper than an analysis for callers that only need to know. */
+bool hbm__space_holds_buffers(const hbm_profile_t *p, int space);
 /* The whole profile a summary was indexed from, read from its file again (the caller frees). */
 hbm_profile_t *hbm__profile_load_whole(const hbm_profile_t *summary);
 /* HBM_OK for a whole profile; for a summary, an error saying that `what` needs every buffer. */

@@ -701,6 +701,19 @@ hbm_status_t hbm__need_whole(const hbm_profile_t *p, const char *what) {
 
 bool hbm__profile_is_summary(const hbm_profile_t *p) { return p && p->digest; }
 
+bool hbm__space_holds_buffers(const hbm_profile_t *p, int space) {
+  if (hbm__profile_is_summary(p)) {
+    hbm_analysis_t *a = hbm_analyze(p, space);
+    bool any = a && hbm_analysis_summary(a)->n_buffers > 0;
+    hbm_analysis_free(a);
+    return any;
+  }
+  for (int64_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].space == space)
+      return true;
+  return false;
+}
+
 const char *hbm__profile_step_op(const hbm_profile_t *p, int64_t step, int *event) {
   *event = 0;
   return p && p->digest ? hbm__digest_step_op(p->digest, step, event) : NULL;

@@ -488,15 +488,8 @@ static hbm_status_t write_space_text(FILE *out, const hbm_profile_t *p, int spac
 
 /* Spaces worth showing when the caller asked for all: those with buffers or OOMs. */
 static bool space_has_content(const hbm_profile_t *p, int space) {
-  if (hbm__profile_is_summary(p)) { /* read from its index: it holds the counts */
-    hbm_analysis_t *a = hbm_analyze(p, space);
-    bool any = a && (hbm_analysis_summary(a)->n_buffers > 0 || hbm_analysis_summary(a)->n_oom);
-    hbm_analysis_free(a);
-    return any;
-  }
-  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++)
-    if (hbm_profile_buffer(p, i)->space == space)
-      return true;
+  if (hbm__space_holds_buffers(p, space))
+    return true;
   for (size_t i = 0; i < hbm_profile_oom_count(p); i++)
     if (hbm_profile_oom(p, i)->space == space)
       return true;

@@ -35,26 +35,14 @@ typedef struct device_list {
   bool count_only; /* devices counted, their peaks not needed (left 0) */
 } device_list_t;
 
-/* Whether a whole profile's space holds a buffer: the first buffer of the space ends the walk,
- * so counting devices does not cost an analysis of each (a capture of 10^8 events would be
- * analysed twice by `hbm report` otherwise). */
-static bool space_holds_buffers(const hbm_profile_t *p, int space) {
-  int64_t n = hbm_profile_buffer_count(p);
-  for (int64_t i = 0; i < n; i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
-    if (b && b->space == space)
-      return true;
-  }
-  return false;
-}
-
 /* The peak of a space and how many buffers it holds; when only counting, 0 and whether it
- * holds any (a summary profile's analysis is stored: asked as it is). */
+ * holds any — counting devices costs no analysis of each (a capture of 10^8 events would be
+ * analysed twice by `hbm report` otherwise). */
 static uint64_t peak_of(const device_list_t *l, const hbm_profile_t *p, int space,
                         size_t *n_buffers) {
-  if (l->count_only && !hbm__profile_is_summary(p)) {
+  if (l->count_only) {
     if (n_buffers)
-      *n_buffers = space_holds_buffers(p, space);
+      *n_buffers = hbm__space_holds_buffers(p, space);
     return 0;
   }
   hbm_analysis_t *a = hbm_analyze(p, space);
