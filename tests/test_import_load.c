@@ -48,6 +48,38 @@ static void csv_by_content(void **state) {
   assert_non_null(strstr(hbm_last_error(), "log.txt:3: free of 0x20"));
 }
 
+/* A log cut short or damaged in its bytes keeps what came before; "lost" counts the rest. */
+static void damaged_log_is_read_up_to_the_damage(void **state) {
+  (void)state;
+  static const char head[] = "Thread,Time,Action,Pointer,Size,Stream\n"
+                             "1,0.5,allocate,0x10,100,0x0\n"
+                             "1,0.6,allocate,0x20,50,0x0\n";
+  char text[512];
+  /* cut inside the fourth line: its 15 bytes ("1,0.7,free,0x10"), no newline, are what is lost */
+  snprintf(text, sizeof text, "%s1,0.7,free,0x10", head);
+  hbm_profile_t *p = hbm_profile_load(write_temp("cut.csv", text));
+  assert_non_null(p);
+  assert_true(hbm_profile_buffer_count(p) == 2 && peak_of(p, 0) == 150);
+  const char *lost = hbm_profile_meta(p, "lost");
+  assert_non_null(lost);
+  assert_non_null(strstr(lost, "lost 15 bytes from line 4 to the end (file truncated: "));
+  assert_non_null(strstr(lost, "cut.csv:4: expected 6 fields"));
+  hbm_profile_free(p);
+  /* a damaged pointer on line 4 and the line after it, 22 bytes each with their newline */
+  snprintf(text, sizeof text, "%s1,0.7,free,0xZZ,0,0x0\n1,0.8,free,0x10,0,0x0\n", head);
+  p = hbm_profile_load(write_temp("bad.csv", text));
+  assert_non_null(p);
+  lost = hbm_profile_meta(p, "lost");
+  assert_non_null(lost);
+  assert_non_null(strstr(lost, "lost 44 bytes from line 4 to the end (damaged: "));
+  assert_non_null(strstr(lost, "bad.csv:4: field 4 (Pointer)"));
+  hbm_profile_free(p);
+  /* damage at the first event leaves nothing to keep: an error, as before */
+  assert_null(hbm_profile_load(write_temp("first.csv", "Thread,Time,Action,Pointer,Size,Stream\n"
+                                                       "1,0.5,allocate,0x10\n")));
+  assert_non_null(strstr(hbm_last_error(), "first.csv:2: expected 6 fields"));
+}
+
 static void trace_by_content(void **state) {
   (void)state;
   hbm_profile_t *p = hbm_profile_load(DATA "small.csv");
@@ -122,6 +154,7 @@ static void unknown_content_is_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(csv_by_content),
+      cmocka_unit_test(damaged_log_is_read_up_to_the_damage),
       cmocka_unit_test(trace_by_content),
       cmocka_unit_test(hlo_after_comments),
       cmocka_unit_test(xla_buffer_assignment),

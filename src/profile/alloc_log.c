@@ -9,7 +9,12 @@
  * Each line is checked for form (six fields, known action, hex pointer, decimal size) and for
  * sense (no free of a pointer that is not live, no second allocation of a live pointer, a
  * free's size, when given, matching its allocation). Threads and streams are numbered
- * 0, 1, ... in order of first appearance (stream 0x0, the default stream, is 0). */
+ * 0, 1, ... in order of first appearance (stream 0x0, the default stream, is 0). A bad line
+ * is an error for `hbm replay`. A profile keeps what was read before a line whose bytes are
+ * damaged (not six good fields: a big log cut short or corrupted loses only its rest), and
+ * its meta "lost" says how many bytes, from which line, and what was wrong there; a damaged
+ * first event, or a well-formed line that makes no sense (a free of a pointer not live), is
+ * an error there too. */
 #include "base/base.h"
 #include "profile/profile_build.h"
 
@@ -52,6 +57,13 @@ struct parser {
   int64_t day_offset;   /* HH:MM:SS times that pass midnight */
   int64_t last_clock;
   char message[512];
+  /* The profile path keeps what was read before a damaged line (a big log cut short or
+   * corrupted loses only its rest): where the damage begins, -1 while none. */
+  bool keep_before_damage;
+  int64_t events_read;
+  int64_t damage_offset;
+  bool damage_at_end; /* the damaged line is the last and has no newline: cut short */
+  bool well_formed;   /* the last line read had six good fields (its error, if any, is of sense) */
 };
 
 static bool line_error(parser_t *ps, const char *fmt, ...) HBM_PRINTF(2, 3);
@@ -267,6 +279,7 @@ static bool parse_line(parser_t *ps, const char *p, const char *end, hbm_log_eve
   if (!number_of(&ps->threads, thread, &e->thread) || !number_of(&ps->streams, stream, &e->stream))
     return line_error(ps, "out of host memory");
   e->line = ps->line;
+  ps->well_formed = true;
   return check_sense(ps, e);
 }
 
@@ -312,11 +325,17 @@ static hbm_status_t parse_lines(parser_t *ps, const char *data, size_t len) {
     } else if (!is_blank(p, stop)) {
       hbm_log_event_t e;
       memset(&e, 0, sizeof e);
+      ps->well_formed = false;
       if (parse_line(ps, p, stop, &e)) {
         if (!ps->sink(ps, &e))
           return hbm_last_status();
+        ps->events_read++;
       } else if (ps->lenient) {
         skip_line(ps);
+      } else if (ps->keep_before_damage && ps->events_read > 0 && !ps->well_formed) {
+        ps->damage_offset = p - data;
+        ps->damage_at_end = !nl;
+        return HBM_OK;
       } else {
         return hbm__error_text(HBM_ERR_PARSE, ps->message);
       }
@@ -524,10 +543,28 @@ static bool to_profile(parser_t *ps, const hbm_log_event_t *e) {
   return build_event(ps->ctx, e) == HBM_OK;
 }
 
+/* Profile meta "lost": the bytes from the damaged line to the end, and what was wrong there. */
+static hbm_status_t note_damage(const parser_t *ps, hbm_profile_t *p, size_t len) {
+  if (ps->damage_offset < 0)
+    return HBM_OK;
+  char note[800];
+  snprintf(note, sizeof note, "lost %zu bytes from line %lld to the end (%s: %s)",
+           len - (size_t)ps->damage_offset, (long long)ps->line,
+           ps->damage_at_end ? "file truncated" : "damaged", ps->message);
+  return hbm_profile_set_meta(p, "lost", note);
+}
+
 hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
   log_builder_t b = {.p = new_log_profile(name), .file = hbm__base_name(name ? name : "log")};
   if (!b.p)
     return NULL;
-  parser_t ps = {.name = name ? name : "log", .sink = to_profile, .ctx = &b};
-  return finish_log_profile(&b, read_log(&ps, data, len));
+  parser_t ps = {.name = name ? name : "log",
+                 .sink = to_profile,
+                 .ctx = &b,
+                 .keep_before_damage = true,
+                 .damage_offset = -1};
+  hbm_status_t s = read_log(&ps, data, len);
+  if (s == HBM_OK)
+    s = note_damage(&ps, b.p, len);
+  return finish_log_profile(&b, s);
 }
