@@ -1006,6 +1006,10 @@ typedef enum hbm_diff_reason {
   HBM_DIFF_SHRANK = 3,        /* at both peaks, smaller in B */
   HBM_DIFF_LIVED_LONGER = 4,  /* in both, live across B's peak but not across A's */
   HBM_DIFF_LIVED_SHORTER = 5, /* in both, live across A's peak but not across B's */
+  /* A diff of the two peaks alone (hbm report's many-device summary: the buffers at each peak,
+   * nothing else read) cannot tell "new" from "lived longer"; it says only this: */
+  HBM_DIFF_ONLY_AT_B_PEAK = 6, /* at B's peak; nothing like it at A's peak */
+  HBM_DIFF_ONLY_AT_A_PEAK = 7, /* at A's peak; nothing like it at B's peak */
   HBM_DIFF_REASON_COUNT
 } hbm_diff_reason_t;
 

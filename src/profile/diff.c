@@ -37,16 +37,20 @@ struct hbm_diff {
   char **notes;
   size_t n_notes;
   hbm_intern_t *strings; /* keys made here ("a -> b" shapes) */
+  bool peaks_only;       /* hbm__diff_new_peaks: only the buffers at the two peaks */
 };
 
 static const char *const reason_names[HBM_DIFF_REASON_COUNT] = {
-    "new", "gone", "grew", "shrank", "lived_longer", "lived_shorter"};
+    "new",          "gone",          "grew",           "shrank",
+    "lived_longer", "lived_shorter", "only_at_b_peak", "only_at_a_peak"};
 static const char *const reason_words[HBM_DIFF_REASON_COUNT] = {"new buffer",
                                                                 "gone",
                                                                 "grew",
                                                                 "shrank",
                                                                 "lived longer across the peak",
-                                                                "no longer across the peak"};
+                                                                "no longer across the peak",
+                                                                "only at B's peak",
+                                                                "only at A's peak"};
 static const char *const by_names[HBM_DIFF_BY_COUNT] = {"buffer", "op",    "source", "category",
                                                         "shape",  "group", "reason"};
 
@@ -86,6 +90,21 @@ static int cmp_member(const void *xp, const void *yp) {
   if (x->at_peak != y->at_peak)
     return x->at_peak ? -1 : 1;
   return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* The buffers live at a's peak, sorted by cmp_member (a diff of the peaks alone). */
+static member_t *peak_members_of(const hbm_analysis_t *a, size_t *n_out) {
+  const hbm_profile_t *p = hbm_analysis_profile(a);
+  size_t n;
+  const int64_t *peak = hbm_analysis_buffers_at_peak(a, &n);
+  member_t *m = malloc((n + 1) * sizeof *m);
+  if (!m)
+    return NULL;
+  for (size_t k = 0; k < n; k++)
+    m[k] = (member_t){hbm_profile_buffer(p, peak[k]), peak[k], true};
+  qsort(m, n, sizeof *m, cmp_member);
+  *n_out = n;
+  return m;
 }
 
 /* The buffers of a's space, each marked when live at the peak, sorted by cmp_member. */
@@ -159,6 +178,7 @@ typedef struct pairing {
   row_list_t out;
   size_t unchanged, paired;
   uint64_t unchanged_bytes;
+  bool peaks_only; /* the members are the buffers at the peaks, no others */
 } pairing_t;
 
 /* Records one pair (or lone buffer); pairs with no change at either peak are only counted. */
@@ -171,9 +191,9 @@ static bool emit(pairing_t *pg, const member_t *a, const member_t *b) {
   if (a_peak && b_peak)
     reason = b->b->size >= a->b->size ? HBM_DIFF_GREW : HBM_DIFF_SHRANK;
   else if (b_peak)
-    reason = a ? HBM_DIFF_LIVED_LONGER : HBM_DIFF_NEW;
+    reason = a ? HBM_DIFF_LIVED_LONGER : pg->peaks_only ? HBM_DIFF_ONLY_AT_B_PEAK : HBM_DIFF_NEW;
   else
-    reason = b ? HBM_DIFF_LIVED_SHORTER : HBM_DIFF_GONE;
+    reason = b ? HBM_DIFF_LIVED_SHORTER : pg->peaks_only ? HBM_DIFF_ONLY_AT_A_PEAK : HBM_DIFF_GONE;
   hbm_diff_row_t r = pair_row(a, b, reason);
   if (r.delta == 0) {
     pg->unchanged += a_peak && b_peak;
@@ -422,7 +442,9 @@ static bool write_notes(hbm_diff_t *d) {
   bool ra = d->sum[0].peak_reserved_bytes != 0, rb = d->sum[1].peak_reserved_bytes != 0;
   if (ra != rb)
     ok &= note(d, "reserved memory is recorded only in %s: its change is unknown", ra ? "A" : "B");
-  bool pa = has_padding(a, d->sum[0].space), pb = has_padding(b, d->sum[1].space);
+  /* a diff of the peaks knows the padding at the peaks only */
+  bool pa = d->peaks_only ? d->sum[0].padding_bytes != 0 : has_padding(a, d->sum[0].space);
+  bool pb = d->peaks_only ? d->sum[1].padding_bytes != 0 : has_padding(b, d->sum[1].space);
   if (pa != pb && hbm_profile_kind(a) != hbm_profile_kind(b))
     ok &= note(d, "padding is known only in %s (the other records requested sizes only)",
                pa ? "A" : "B");
@@ -443,17 +465,18 @@ static hbm_diff_t *fail(hbm_diff_t *d) {
   return NULL;
 }
 
-hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
+static hbm_diff_t *diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b, bool peaks_only) {
   if (!a || !b) {
     hbm__error(HBM_ERR_INVALID, "diff: NULL analysis");
     return NULL;
   }
-  if (hbm__need_whole(hbm_analysis_profile(a), "a diff") != HBM_OK ||
-      hbm__need_whole(hbm_analysis_profile(b), "a diff") != HBM_OK)
+  if (!peaks_only && (hbm__need_whole(hbm_analysis_profile(a), "a diff") != HBM_OK ||
+                      hbm__need_whole(hbm_analysis_profile(b), "a diff") != HBM_OK))
     return NULL;
   hbm_diff_t *d = calloc(1, sizeof *d);
   if (!d || !(d->strings = hbm_intern_new()))
     return fail(d);
+  d->peaks_only = peaks_only;
   const hbm_analysis_t *an[2] = {a, b};
   for (int s = 0; s < 2; s++) {
     d->an[s] = an[s];
@@ -462,8 +485,10 @@ hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
   }
   d->change = (int64_t)d->sum[1].peak_bytes - (int64_t)d->sum[0].peak_bytes;
   size_t na = 0, nb = 0;
-  member_t *ma = members_of(a, &na), *mb = members_of(b, &nb);
-  pairing_t pg = {0};
+  member_t *(*members)(const hbm_analysis_t *, size_t *) =
+      peaks_only ? peak_members_of : members_of;
+  member_t *ma = members(a, &na), *mb = members(b, &nb);
+  pairing_t pg = {.peaks_only = peaks_only};
   bool ok = ma && mb && pair_all(ma, na, mb, nb, &pg);
   free(ma);
   free(mb);
@@ -484,6 +509,14 @@ hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
   if (!write_notes(d))
     return fail(d);
   return d;
+}
+
+hbm_diff_t *hbm_diff_new(const hbm_analysis_t *a, const hbm_analysis_t *b) {
+  return diff_new(a, b, false);
+}
+
+hbm_diff_t *hbm__diff_new_peaks(const hbm_analysis_t *a, const hbm_analysis_t *b) {
+  return diff_new(a, b, true);
 }
 
 void hbm_diff_free(hbm_diff_t *d) {

@@ -9,6 +9,12 @@
 /* The diff as hbm_diff_json writes it; top > 0 keeps that many rows per table and sums the
  * rest in "by_<table>_rest": {rows, delta}. */
 json_t *hbm__diff_to_json(const hbm_diff_t *d, const char *const labels[2], size_t top);
+/* The diff of the two peaks alone: the buffers live at each peak, paired as hbm_diff_new
+ * pairs them, and no others (a lone one is HBM_DIFF_ONLY_AT_A_PEAK / _B_PEAK, never new, gone
+ * or lived longer / shorter, which need every buffer). The rows still add up to the
+ * difference of the peaks; it needs only what a profile's index keeps, so a summary profile
+ * is not read whole for it (hbm report's many-device summary). */
+hbm_diff_t *hbm__diff_new_peaks(const hbm_analysis_t *a, const hbm_analysis_t *b);
 /* The profile of side 0 (A) or 1 (B). */
 const hbm_profile_t *hbm__diff_profile(const hbm_diff_t *d, int side);
 

@@ -6,8 +6,9 @@
  * GPU, or, in an XProf file, the largest peak among the programs XLA assigned to that device
  * (the HloModule's device assignment, meta "devices:<program>"; XProf's Memory Viewer draws
  * the same peak per program). Then: the largest device named, the median and the smallest,
- * the spread, and what the largest holds at its peak that the median does not (hbm_diff of the
- * median against the largest: the rows add up to the difference). */
+ * the spread, and what the largest holds at its peak that the median does not (a diff of the
+ * two peaks' buffers, hbm__diff_new_peaks, median against largest: the rows add up to the
+ * difference; `hbm diff` pairs every buffer of the two). */
 #include "profile/diff.h"
 #include "profile/index.h"
 
@@ -237,13 +238,13 @@ size_t hbm_report_device_count(const hbm_profile_t *const *profiles, const char 
   return count;
 }
 
-/* The diff of the median device against the largest; NULL when they peak alike. A profile
- * read from its index keeps only the buffers at its peaks, so the two compared are read whole
- * (into whole[], freed with the diff); the others never are. */
+/* The diff of the median device's peak against the largest's; NULL when they peak alike.
+ * Only the buffers at the two peaks are compared (hbm__diff_new_peaks): that is the
+ * question asked, and a profile read from its index keeps exactly those, so none is read
+ * whole for it. */
 typedef struct difference {
   hbm_diff_t *diff;
   hbm_analysis_t *an[2];
-  hbm_profile_t *whole[2];
 } difference_t;
 
 static void difference(const ranking_t *r, difference_t *d) {
@@ -251,24 +252,25 @@ static void difference(const ranking_t *r, difference_t *d) {
   if (r->largest->peak == r->median->peak)
     return;
   const device_peak_t *dev[2] = {r->median, r->largest};
-  for (int s = 0; s < 2; s++) {
-    const hbm_profile_t *p = dev[s]->p;
-    if (s == 1 && p == dev[0]->p && d->whole[0]) /* two spaces of one profile: read it once */
-      p = d->whole[0];
-    else if (hbm__profile_is_summary(p))
-      p = d->whole[s] = hbm__profile_load_whole(p);
-    if (!p || !(d->an[s] = hbm_analyze(p, dev[s]->space)))
+  for (int s = 0; s < 2; s++)
+    if (!(d->an[s] = hbm_analyze(dev[s]->p, dev[s]->space)))
       return;
-  }
-  d->diff = hbm_diff_new(d->an[0], d->an[1]);
+  d->diff = hbm__diff_new_peaks(d->an[0], d->an[1]);
 }
 
 static void free_difference(difference_t *d) {
   hbm_diff_free(d->diff);
   hbm_analysis_free(d->an[0]);
   hbm_analysis_free(d->an[1]);
-  hbm_profile_free(d->whole[0]);
-  hbm_profile_free(d->whole[1]);
+}
+
+/* A row's reason in the summary's words (A the median, B the largest). */
+static const char *device_reason(hbm_diff_reason_t reason) {
+  switch (reason) {
+  case HBM_DIFF_ONLY_AT_B_PEAK: return "only at the largest's peak";
+  case HBM_DIFF_ONLY_AT_A_PEAK: return "only at the median's peak";
+  default: return hbm_diff_reason_name(reason);
+  }
 }
 
 static const char *space_of(const device_peak_t *d) {
@@ -316,7 +318,9 @@ static void text_difference(FILE *out, const ranking_t *r) {
   const hbm_diff_row_t *rows = hbm_diff_rows(d, HBM_DIFF_BY_OP, &n);
   char c[32];
   int64_t change = hbm_diff_change(d);
-  fprintf(out, "\n  what the largest holds at its peak beyond the median's (%s%s; as `hbm diff`)\n",
+  fprintf(out,
+          "\n  what the largest holds at its peak beyond the median's (%s%s; the buffers at the "
+          "two peaks, paired as `hbm diff` pairs them)\n",
           change >= 0 ? "+" : "-",
           hbm_format_bytes(change >= 0 ? (uint64_t)change : (uint64_t)-change, c, sizeof c));
   for (size_t i = 0; i < n && i < DIFF_ROWS; i++) {
@@ -324,7 +328,7 @@ static void text_difference(FILE *out, const ranking_t *r) {
     int64_t v = rows[i].delta;
     fprintf(out, "    %s%-10s  %-28s %s\n", v >= 0 ? "+" : "-",
             hbm_format_bytes(v >= 0 ? (uint64_t)v : (uint64_t)-v, delta, sizeof delta),
-            hbm_diff_reason_name(rows[i].reason), rows[i].key);
+            device_reason(rows[i].reason), rows[i].key);
   }
   if (n > DIFF_ROWS)
     fprintf(out, "    ... and %zu more rows (hbm diff shows them all)\n", n - DIFF_ROWS);

@@ -24,6 +24,7 @@ export const TABLES = [
 const REASONS = {
   new: 'new buffer', gone: 'gone', grew: 'grew', shrank: 'shrank',
   lived_longer: 'lived longer across the peak', lived_shorter: 'no longer across the peak',
+  only_at_b_peak: "only at the largest's peak", only_at_a_peak: "only at the median's peak",
 };
 
 const TIMELINE_HEIGHT = 220;

@@ -47,7 +47,7 @@ export function renderDevices(panel, devices, onPick) {
     <tr><th>Spread</th><td class="num">${formatBytes(devices.spread_bytes)}</td><td class="muted">largest − smallest; the largest is ${formatDelta(over)} over the median</td></tr></tbody></table>
     <h3>Peak per device <span class="muted">(${formatCount(devices.count)} devices; click one to open it)</span></h3>
     <div id="devices-bars">${bars}</div>
-    ${diff ? `<h3>What the largest holds at its peak beyond the median's <span class="muted">(${formatDelta(diff.change)}, as <code>hbm diff</code>)</span></h3>${tableHtml(diff, 'op')}`
+    ${diff ? `<h3>What the largest holds at its peak beyond the median's <span class="muted">(${formatDelta(diff.change)}; the buffers at the two peaks, paired as <code>hbm diff</code> pairs them)</span></h3>${tableHtml(diff, 'op')}`
     : '<p class="muted">Every device peaks at the same bytes: nothing sets the largest apart.</p>'}`;
   panel.querySelectorAll('.device-bar').forEach((el) => el.addEventListener('click', () => onPick(el.dataset.value)));
 }
