@@ -33,7 +33,27 @@ pb_reader_t pb_reader(const uint8_t *data, size_t len, const uint8_t *file_start
 /* The reader over a length-delimited field's content. */
 pb_reader_t pb_sub(const pb_reader_t *r, const pb_field_t *f, const char *what);
 /* Reads the next field: 1 = got one, 0 = end of the message, -1 = malformed (error set). */
-int pb_next(pb_reader_t *r, pb_field_t *f);
+int pb_next_field(pb_reader_t *r, pb_field_t *f);
+/* pb_next_field, with the common case inline: a one-byte tag of a field numbered 1-15 whose
+ * value is a one-byte varint or a length of one byte (most fields of an XPlane's events and
+ * stats; the call per field was a fifth of reading a big .xplane.pb). */
+static inline int pb_next(pb_reader_t *r, pb_field_t *f) {
+  const uint8_t *p = r->p;
+  if (r->end - p >= 2 && p[0] < 0x80 && p[0] >= 8 && p[1] < 0x80) {
+    int wire = p[0] & 7;
+    if (wire == 0 || (wire == 2 && (size_t)(r->end - p - 2) >= p[1])) {
+      f->number = p[0] >> 3;
+      f->wire = wire;
+      f->offset = (size_t)(p - r->file_start);
+      f->varint = p[1];
+      f->data = wire == 2 ? p + 2 : NULL;
+      f->len = wire == 2 ? p[1] : 0;
+      r->p = p + 2 + f->len;
+      return 1;
+    }
+  }
+  return pb_next_field(r, f);
+}
 /* The field must have this wire type; else an error naming the field and offset. */
 bool pb_expect(const pb_reader_t *r, const pb_field_t *f, int wire, const char *field_name);
 /* Offset of p in the file. */
