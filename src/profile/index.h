@@ -100,4 +100,44 @@ hbm_group_total_t *hbm__analysis_run_groups(const hbm_analysis_t *a, size_t *n);
  * NULL when the profile records none); NULL for a stored one. */
 const uint64_t *hbm__analysis_series(const hbm_analysis_t *a, int which);
 
+/* ---- analysis.c for a profile read in one pass (index_stream.c) ---- */
+
+/* A buffer by its profile index, from wherever a caller keeps it. */
+typedef const hbm_buffer_t *(*hbm__buffer_lookup_t)(const void *ctx, int64_t i);
+
+/* Totals by group over the run (group name, else its category's), rows in first-met order. */
+typedef struct hbm__run_groups {
+  hbm_group_total_t *rows;
+  size_t n, cap, last; /* last: the row found before, tried first */
+} hbm__run_groups_t;
+/* Counts b in its group's row; false when out of memory. */
+bool hbm__run_groups_add(hbm__run_groups_t *r, const hbm_buffer_t *b);
+
+/* A runtime profile's reserved bytes in a space where they change, from step 0: the series an
+ * analysis sums, kept sparse. */
+typedef struct hbm__reserved_change {
+  int64_t step;
+  uint64_t bytes;
+} hbm__reserved_change_t;
+/* *out (the caller frees) is NULL when the profile records no reserved memory for the space;
+ * false when out of memory. */
+bool hbm__analysis_reserved_changes(const hbm_profile_t *p, int space, hbm__reserved_change_t **out,
+                                    size_t *n_out);
+
+/* A space's peak as a pass over its steps found it. */
+typedef struct hbm__streamed_peak {
+  int64_t n_buffers; /* the space's */
+  int64_t step;      /* the first step reaching the most live bytes */
+  uint64_t bytes, unpadded;
+  int64_t time_ns;
+} hbm__streamed_peak_t;
+/* The analysis of a runtime profile p (its steps and buffers counted, not held) from its peak,
+ * the buffers live there (at_peak, by index; lookup finds them) and its run groups: everything
+ * hbm_analyze derives from these, derived by the same code. Takes at_peak and run_groups. */
+hbm_analysis_t *hbm__analysis_streamed(const hbm_profile_t *p, int space,
+                                       const hbm__streamed_peak_t *peak,
+                                       hbm__buffer_lookup_t lookup, const void *ctx,
+                                       int64_t *at_peak, size_t n_at_peak,
+                                       hbm_group_total_t *run_groups, size_t n_run_groups);
+
 #endif /* HBM_PROFILE_INDEX_H */
