@@ -11,6 +11,7 @@
  * free's size, when given, matching its allocation). Threads and streams are numbered
  * 0, 1, ... in order of first appearance (stream 0x0, the default stream, is 0). */
 #include "base/base.h"
+#include "profile/index.h"
 #include "profile/profile_build.h"
 
 #include <stdarg.h>
@@ -524,10 +525,19 @@ static bool to_profile(parser_t *ps, const hbm_log_event_t *e) {
   return build_event(ps->ctx, e) == HBM_OK;
 }
 
-hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
+static hbm_profile_t *load_log(const char *data, size_t len, const char *name, bool summary) {
   log_builder_t b = {.p = new_log_profile(name), .file = hbm__base_name(name ? name : "log")};
   if (!b.p)
     return NULL;
   parser_t ps = {.name = name ? name : "log", .sink = to_profile, .ctx = &b};
-  return finish_log_profile(&b, read_log(&ps, data, len));
+  hbm_status_t s = summary ? hbm__profile_stream(b.p) : HBM_OK;
+  return finish_log_profile(&b, s == HBM_OK ? read_log(&ps, data, len) : s);
+}
+
+hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
+  return load_log(data, len, name, false);
+}
+
+hbm_profile_t *hbm__alloc_log_load_summary(const char *data, size_t len, const char *name) {
+  return load_log(data, len, name, true);
 }

@@ -37,10 +37,16 @@ bool hbm__index_path(const char *path, bool writable, char *out, size_t cap);
 bool hbm__index_wanted(const char *path, int64_t load_ns);
 /* Whether indexes are read at all (not with HBM_INDEX=never). */
 bool hbm__index_allowed(void);
+/* Whether `hbm report` reads a profile file without an index as a summary, in one pass
+ * (hbm__profile_load_summary): files of at least HBM_INDEX_MIN_BYTES (whole, they take
+ * about 70 bytes of memory per event), every file with HBM_INDEX=always. */
+bool hbm__summary_wanted(const char *path);
 
 /* Writes the index of p, read from `path`, atomically (a temporary file renamed). Best
  * effort: a profile is fine without one; HBM_OK or an error saying why not. */
 hbm_status_t hbm__index_write(const hbm_profile_t *p, const char *path);
+/* Writes index bytes (hbm__index_stream_bytes) as path's index, the same way. */
+hbm_status_t hbm__index_store(const char *path, const uint8_t *bytes, size_t len);
 
 /* Reads a profile whole from its file (hbm_profile_load: the import layer, above this one). */
 typedef hbm_profile_t *(*hbm__whole_loader_t)(const char *path);
@@ -49,9 +55,9 @@ typedef hbm_profile_t *(*hbm__whole_loader_t)(const char *path);
  * as it is now (hbm_last_error() then says why, for tests; callers read the file instead). */
 hbm_profile_t *hbm__index_open(const char *path, hbm__whole_loader_t load_whole);
 
+struct stat;
 /* The same from index bytes, for a profile file of this stat (tests and the fuzzer: not
  * mapped; `mapped`: data is a mapping the summary profile takes over). */
-struct stat;
 hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct stat *st,
                                 bool mapped);
 
@@ -139,5 +145,32 @@ hbm_analysis_t *hbm__analysis_streamed(const hbm_profile_t *p, int space,
                                        hbm__buffer_lookup_t lookup, const void *ctx,
                                        int64_t *at_peak, size_t n_at_peak,
                                        hbm_group_total_t *run_groups, size_t n_run_groups);
+
+/* ---- index_stream.c: the index of a profile as it is read (profile.c passes it on) ---- */
+
+typedef struct hbm__index_stream hbm__index_stream_t;
+hbm__index_stream_t *hbm__index_stream_new(hbm_profile_t *p);
+void hbm__index_stream_free(hbm__index_stream_t *s);
+/* The profile's calls, each after its own checks; false / an error: not taken (said why). */
+bool hbm__index_stream_space(hbm__index_stream_t *s, int space);
+bool hbm__index_stream_step(hbm__index_stream_t *s, int64_t time_ns, const char *label);
+bool hbm__index_stream_buffer(hbm__index_stream_t *s, int64_t idx, const hbm_buffer_t *b);
+hbm_status_t hbm__index_stream_end(hbm__index_stream_t *s, int64_t idx, int64_t end);
+/* Whether a call was refused (or ran out of memory): the index would be wrong, read whole. */
+bool hbm__index_stream_failed(const hbm__index_stream_t *s);
+/* The last step done; what is still live lives out. */
+hbm_status_t hbm__index_stream_finish(hbm__index_stream_t *s);
+/* The index of the profile read (as hbm__index_write makes it for a file of this stat), in an
+ * anonymous mapping of *len bytes; NULL when out of memory. */
+uint8_t *hbm__index_stream_bytes(hbm__index_stream_t *s, const struct stat *st, size_t *len);
+
+/* Reads p from here on as a summary (profile.c): its steps and buffers go to an index stream
+ * and are not kept. Runtime profiles only; an error when p is a plan or has buffers. */
+hbm_status_t hbm__profile_stream(hbm_profile_t *p);
+hbm__index_stream_t *hbm__profile_stream_of(const hbm_profile_t *p);
+/* A summary profile from index bytes in an anonymous mapping (taken, freed on failure) for
+ * the file at path as st says it was; hbm__profile_load_whole then reads it with load_whole. */
+hbm_profile_t *hbm__index_open_bytes(uint8_t *map, size_t len, const struct stat *st,
+                                     const char *path, hbm__whole_loader_t load_whole);
 
 #endif /* HBM_PROFILE_INDEX_H */

@@ -60,14 +60,14 @@ typedef struct hbm__index_space {
   const hbm_analysis_t *a;                /* summary, buffers at the peak, groups */
   const hbm__reserved_change_t *reserved; /* NULL: none recorded */
   size_t n_reserved;
-  bool padded;                 /* its unpadded bytes are a column of their own */
-  const uint64_t *level0_max;  /* the most live bytes in each block of HBM_INDEX_LEVEL0 steps */
-  const int64_t *level0_at;    /* the first step reaching it */
+  bool padded;                /* its unpadded bytes are a column of their own */
+  const uint64_t *level0_max; /* the most live bytes in each block of HBM_INDEX_LEVEL0 steps */
+  const int64_t *level0_at;   /* the first step reaching it */
   const hbm__index_column_t *live;
 } hbm__index_space_t;
 
 typedef struct hbm__index_parts {
-  const hbm_profile_t *p; /* metadata, spaces, OOM events, markers, step and buffer counts */
+  const hbm_profile_t *p;      /* metadata, spaces, OOM events, markers, step and buffer counts */
   hbm__buffer_lookup_t lookup; /* the buffers at the peaks, by profile index */
   const void *lookup_ctx;
   const hbm__index_space_t *spaces;
@@ -78,8 +78,5 @@ typedef struct hbm__index_parts {
 /* The index (header and body) for a profile file of this stat, in an anonymous mapping of *len
  * bytes (munmap it, or give it to hbm__index_parse); NULL when out of memory. */
 uint8_t *hbm__index_assemble(const hbm__index_parts_t *parts, const struct stat *st, size_t *len);
-
-/* Writes index bytes as path's index, atomically; HBM_OK or an error saying why not. */
-hbm_status_t hbm__index_store(const char *path, const uint8_t *bytes, size_t len);
 
 #endif /* HBM_PROFILE_INDEX_WRITE_H */
