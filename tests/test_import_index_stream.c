@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "rec_device.h"
 #include "import/load.h"
 #include "profile/index.h"
 #include "profile/profile_build.h"
 #include "profile/trace_format.h"
+#include "rec_device.h"
 
 /* ---- the truth: the whole profile's index and reports ---- */
 
@@ -185,11 +185,34 @@ static void many_kinds_of_events(void **state) {
     if (i % 2000 == 1999)
       hbm_profiler_step_end((int64_t)i);
   }
-  close_device(&b); /* with buffers live: released by the close */
-  dev_free(&a, 0xdead0000);     /* an address never allocated */
+  close_device(&b);         /* with buffers live: released by the close */
+  dev_free(&a, 0xdead0000); /* an address never allocated */
   assert_int_equal(hbm_profiler_stop(), HBM_OK);
   close_device(&a);
   close_device(&c);
+  check_capture(dir, path);
+}
+
+/* More buffers than the builder's ring of live buffers holds, some long-lived: those move
+ * to its map of older ones, some freed from there, some live out. */
+static void long_and_short_lived(void **state) {
+  (void)state;
+  fake_device_t a = {0};
+  open_device(&a, "simLong");
+  char *dir, *path = start(&dir);
+  for (uint64_t i = 0; i < 40; i++)
+    dev_alloc(&a, 0x100000000ull + i * 0x10000, 1 << 20, &tags[1]);
+  for (uint64_t i = 0; i < 150000; i++) {
+    dev_alloc(&a, 0x1000 + (i % 50) * 0x1000, 256 + i % 4000, i % 2 ? &tags[0] : NULL);
+    if (i % 10 == 9)
+      for (uint64_t k = i - 9; k <= i - (i % 20 == 19 ? 1 : 0); k++)
+        dev_free(&a, 0x1000 + (k % 50) * 0x1000);
+    if (i == 100000)
+      for (uint64_t k = 0; k < 20; k++) /* half the long-lived go, from the older map */
+        dev_free(&a, 0x100000000ull + k * 0x10000);
+  }
+  assert_int_equal(hbm_profiler_stop(), HBM_OK);
+  close_device(&a);
   check_capture(dir, path);
 }
 
@@ -328,9 +351,13 @@ static void shared_rmm_logs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(many_kinds_of_events),  cmocka_unit_test(one_step),
-      cmocka_unit_test(no_buffers),            cmocka_unit_test(threads_in_the_window),
-      cmocka_unit_test(threads_read_again),    cmocka_unit_test(saved_profile_is_refused),
+      cmocka_unit_test(many_kinds_of_events),
+      cmocka_unit_test(long_and_short_lived),
+      cmocka_unit_test(one_step),
+      cmocka_unit_test(no_buffers),
+      cmocka_unit_test(threads_in_the_window),
+      cmocka_unit_test(threads_read_again),
+      cmocka_unit_test(saved_profile_is_refused),
       cmocka_unit_test(shared_rmm_logs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

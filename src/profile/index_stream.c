@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 
 #define BLOCK HBM_INDEX_BLOCK_STEPS
+#define RING 65536 /* live buffers found by index without hashing: most live briefly */
 
 typedef struct buffer_list {
   hbm_buffer_t *items;
@@ -32,11 +33,11 @@ typedef struct buffer_list {
 } buffer_list_t;
 
 typedef struct stream_space {
-  uint64_t live;         /* bytes live now */
-  uint64_t total;        /* the sizes' (saturated) sum: the whole analysis' narrow case */
-  uint64_t *block;       /* live bytes of the current block's steps */
+  uint64_t live;   /* bytes live now */
+  uint64_t total;  /* the sizes' (saturated) sum: the whole analysis' narrow case */
+  uint64_t *block; /* live bytes of the current block's steps */
   hbm__index_column_t column;
-  uint64_t *level0_max;  /* per HBM_INDEX_LEVEL0 steps: the most, and the first step there */
+  uint64_t *level0_max; /* per HBM_INDEX_LEVEL0 steps: the most, and the first step there */
   int64_t *level0_at;
   size_t n_level0, cap_level0, cap_level0_at;
   hbm__streamed_peak_t peak; /* step -1 until a step is done */
@@ -58,7 +59,15 @@ struct hbm__index_stream {
   int64_t done;    /* steps whose values are final */
   int64_t n_buffers;
   int64_t first_time; /* step 0's */
-  hbm_u64map_t live; /* buffer index → slot in `slots` */
+  /* The live buffers, in `slots`: found by index in a ring of RING cells (index mod RING),
+   * or in `older` once a newer buffer took their cell (a map that only long-lived buffers
+   * enter: indexes never come back, so a map of them all would fill with deleted cells). */
+  struct ring_cell {
+    int64_t idx; /* -1: empty */
+    uint64_t slot;
+  } * ring;
+  hbm_u64map_t older; /* buffer index → slot */
+  size_t n_live;
   hbm_buffer_t *slots;
   size_t n_slots, cap_slots;
   uint64_t *free_slots;
@@ -110,7 +119,14 @@ hbm__index_stream_t *hbm__index_stream_new(hbm_profile_t *p) {
   }
   s->p = p;
   s->now = s->next = no_buffer;
-  hbm_u64map_init(&s->live);
+  hbm_u64map_init(&s->older);
+  if (!(s->ring = malloc(RING * sizeof *s->ring))) {
+    hbm__index_stream_free(s);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory indexing a profile as it is read");
+    return NULL;
+  }
+  for (size_t i = 0; i < RING; i++)
+    s->ring[i].idx = -1;
   hbm_u64map_init(&s->strings.ids);
   return s;
 }
@@ -130,7 +146,8 @@ void hbm__index_stream_free(hbm__index_stream_t *s) {
   for (int i = 0; i < s->n_spaces; i++)
     space_free(&s->spaces[i]);
   free(s->spaces);
-  hbm_u64map_free(&s->live);
+  hbm_u64map_free(&s->older);
+  free(s->ring);
   free(s->slots);
   free(s->free_slots);
   hbm__index_column_free(&s->steps);
@@ -149,15 +166,51 @@ static bool push_buffer(buffer_list_t *l, const hbm_buffer_t *b) {
   return true;
 }
 
+/* ---- the live buffers ---- */
+
+static bool live_put(hbm__index_stream_t *s, int64_t idx, uint64_t slot) {
+  struct ring_cell *c = &s->ring[(uint64_t)idx % RING];
+  if (c->idx >= 0 && !hbm_u64map_put(&s->older, (uint64_t)c->idx, c->slot))
+    return false;
+  *c = (struct ring_cell){idx, slot};
+  s->n_live++;
+  return true;
+}
+
+/* Finds and removes buffer idx; false when it is not live. */
+static bool live_take(hbm__index_stream_t *s, int64_t idx, uint64_t *slot) {
+  struct ring_cell *c = &s->ring[(uint64_t)idx % RING];
+  if (c->idx == idx) {
+    *slot = c->slot;
+    c->idx = -1;
+  } else if (!hbm_u64map_remove(&s->older, (uint64_t)idx, slot)) {
+    return false;
+  }
+  s->n_live--;
+  return true;
+}
+
+/* The live buffers' indexes and slots (room for s->n_live each); how many. */
+static size_t live_list(const hbm__index_stream_t *s, int64_t *idx, uint64_t *slot) {
+  size_t n = 0;
+  for (size_t i = 0; i < RING; i++)
+    if (s->ring[i].idx >= 0)
+      idx[n] = s->ring[i].idx, slot[n++] = s->ring[i].slot;
+  for (size_t i = 0; i < s->older.cap; i++)
+    if (s->older.used[i] == 1)
+      idx[n] = (int64_t)s->older.keys[i], slot[n++] = s->older.values[i];
+  return n;
+}
+
 /* ---- steps ---- */
 
 static bool add_level0(stream_space_t *sp, uint64_t bytes, int64_t step) {
-  uint64_t *max = hbm__grow_array(sp->level0_max, &sp->cap_level0, sp->n_level0 + 1, sizeof *max,
-                                  1024);
+  uint64_t *max =
+      hbm__grow_array(sp->level0_max, &sp->cap_level0, sp->n_level0 + 1, sizeof *max, 1024);
   if (max)
     sp->level0_max = max;
-  int64_t *at = hbm__grow_array(sp->level0_at, &sp->cap_level0_at, sp->n_level0 + 1, sizeof *at,
-                                1024);
+  int64_t *at =
+      hbm__grow_array(sp->level0_at, &sp->cap_level0_at, sp->n_level0 + 1, sizeof *at, 1024);
   if (at)
     sp->level0_at = at;
   if (!max || !at)
@@ -276,15 +329,15 @@ bool hbm__index_stream_buffer(hbm__index_stream_t *s, int64_t idx, const hbm_buf
   if (s->n_free_slots) {
     slot = s->free_slots[--s->n_free_slots];
   } else {
-    hbm_buffer_t *slots = hbm__grow_array(s->slots, &s->cap_slots, s->n_slots + 1, sizeof *slots,
-                                          1024);
+    hbm_buffer_t *slots =
+        hbm__grow_array(s->slots, &s->cap_slots, s->n_slots + 1, sizeof *slots, 1024);
     if (!slots)
       return out_of_memory(s);
     s->slots = slots;
     slot = s->n_slots++;
   }
   s->slots[slot] = *b;
-  if (!hbm_u64map_put(&s->live, (uint64_t)idx, slot) || !hbm__run_groups_add(&sp->run, b))
+  if (!live_put(s, idx, slot) || !hbm__run_groups_add(&sp->run, b))
     return out_of_memory(s);
   sp->live += b->size;
   sp->peak.n_buffers++;
@@ -302,10 +355,10 @@ static void note_freed(step_about_t *about, int64_t idx, const char *op) {
 
 hbm_status_t hbm__index_stream_end(hbm__index_stream_t *s, int64_t idx, int64_t end) {
   uint64_t slot;
-  if (!hbm_u64map_get(&s->live, (uint64_t)idx, &slot))
+  if (!live_take(s, idx, &slot))
     return refusal(s, "the end of a buffer not live", (long long)idx, (long long)end);
   hbm_buffer_t *b = &s->slots[slot];
-  if (end < s->done || end > s->n_steps || end < b->start)
+  if (end < s->done || end > s->n_steps || end < b->start) /* (the stream is not used again) */
     return refusal(s, "a buffer ending before the step being read", (long long)end,
                    (long long)s->done);
   if (end == s->n_steps && s->done < s->n_steps && !step_done(s)) /* it ends after this step */
@@ -316,9 +369,8 @@ hbm_status_t hbm__index_stream_end(hbm__index_stream_t *s, int64_t idx, int64_t 
   if (b->start <= sp->peak.step && !push_buffer(&sp->freed, b)) /* it was live at the peak */
     return no_memory(s);
   note_freed(end == s->n_steps ? &s->next : &s->now, idx, b->op);
-  hbm_u64map_remove(&s->live, (uint64_t)idx, NULL);
-  uint64_t *grown = hbm__grow_array(s->free_slots, &s->cap_free_slots, s->n_free_slots + 1,
-                                    sizeof *grown, 1024);
+  uint64_t *grown =
+      hbm__grow_array(s->free_slots, &s->cap_free_slots, s->n_free_slots + 1, sizeof *grown, 1024);
   if (!grown)
     return no_memory(s);
   s->free_slots = grown;
@@ -341,12 +393,18 @@ hbm_status_t hbm__index_stream_finish(hbm__index_stream_t *s) {
   }
   if (rest && !steps_block(s, rest))
     return no_memory(s);
-  for (size_t k = 0; k < s->live.cap; k++) /* what is still live lives out */
-    if (s->live.used[k] == 1) {
-      hbm_buffer_t *b = &s->slots[s->live.values[k]];
-      b->end = s->n_steps;
-      b->flags |= HBM_BUF_LIVE_OUT;
-    }
+  int64_t *idx = malloc((s->n_live + 1) * sizeof *idx);
+  uint64_t *slot = malloc((s->n_live + 1) * sizeof *slot);
+  if (!idx || !slot) {
+    free(idx), free(slot);
+    return no_memory(s);
+  }
+  size_t n = live_list(s, idx, slot);
+  for (size_t k = 0; k < n; k++) { /* what is still live lives out */
+    s->slots[slot[k]].end = s->n_steps;
+    s->slots[slot[k]].flags |= HBM_BUF_LIVE_OUT;
+  }
+  free(idx), free(slot);
   s->finished = true;
   return HBM_OK;
 }
@@ -386,19 +444,25 @@ static bool keep_peak_buffers(hbm__index_stream_t *s, kept_t *k) {
   size_t n = 0;
   for (int i = 0; i < s->n_spaces; i++)
     n += s->spaces[i].freed.n;
-  kept_entry_t *e = malloc((n + s->live.count + 1) * sizeof *e);
-  if (!e)
+  kept_entry_t *e = malloc((n + s->n_live + 1) * sizeof *e);
+  int64_t *live_idx = malloc((s->n_live + 1) * sizeof *live_idx);
+  uint64_t *live_slot = malloc((s->n_live + 1) * sizeof *live_slot);
+  if (!e || !live_idx || !live_slot) {
+    free(e), free(live_idx), free(live_slot);
     return false;
+  }
   n = 0;
   for (int i = 0; i < s->n_spaces; i++)
     for (size_t j = 0; j < s->spaces[i].freed.n; j++)
-      e[n++] = (kept_entry_t){(int64_t)s->spaces[i].freed.items[j].id, &s->spaces[i].freed.items[j]};
-  for (size_t j = 0; j < s->live.cap; j++)
-    if (s->live.used[j] == 1) {
-      const hbm_buffer_t *b = &s->slots[s->live.values[j]];
-      if (b->start <= s->spaces[b->space].peak.step)
-        e[n++] = (kept_entry_t){(int64_t)s->live.keys[j], b};
-    }
+      e[n++] =
+          (kept_entry_t){(int64_t)s->spaces[i].freed.items[j].id, &s->spaces[i].freed.items[j]};
+  size_t n_live = live_list(s, live_idx, live_slot);
+  for (size_t j = 0; j < n_live; j++) {
+    const hbm_buffer_t *b = &s->slots[live_slot[j]];
+    if (b->start <= s->spaces[b->space].peak.step)
+      e[n++] = (kept_entry_t){live_idx[j], b};
+  }
+  free(live_idx), free(live_slot);
   qsort(e, n, sizeof *e, entry_by_index);
   k->items = malloc((n + 1) * sizeof *k->items);
   k->idx = malloc((n + 1) * sizeof *k->idx);
@@ -439,9 +503,8 @@ uint8_t *hbm__index_stream_bytes(hbm__index_stream_t *s, const struct stat *st, 
   bool ok = spaces && changes && keep_peak_buffers(s, &k);
   for (int i = 0; ok && i < s->n_spaces; i++) {
     stream_space_t *sp = &s->spaces[i];
-    spaces[i] = (hbm__index_space_t){.level0_max = sp->level0_max,
-                                     .level0_at = sp->level0_at,
-                                     .live = &sp->column};
+    spaces[i] = (hbm__index_space_t){
+        .level0_max = sp->level0_max, .level0_at = sp->level0_at, .live = &sp->column};
     ok = (spaces[i].a = space_analysis(s, i, &k)) != NULL &&
          hbm__analysis_reserved_changes(s->p, i, &changes[i], &spaces[i].n_reserved);
     spaces[i].reserved = changes ? changes[i] : NULL;
