@@ -72,8 +72,8 @@ static void put_u32(out_t *o, uint32_t v) {
 
 /* Varints are most of a column's bytes (a 10^8-step profile writes 3·10^8): written in
  * place once there is room for one. */
-static void put_varint(out_t *o, uint64_t v) {
-  if (o->cap - o->n < 10) {
+static inline void put_varint(out_t *o, uint64_t v) {
+  if (__builtin_expect(o->cap - o->n < 10, 0)) {
     uint8_t b[10];
     put(o, b, hbm__put_varint(b, v));
     return;
@@ -166,10 +166,12 @@ void hbm__index_step_block(out_t *raw, hbm__index_strings_t *strings, const int6
   int64_t last = 0; /* each block on its own */
   for (size_t s = 0; s < n; last = time[s++])
     put_varint(raw, hbm__zigzag(time[s] - last));
+  for (size_t s = 0; s < n; s++) /* (runtime profiles have no labels) */
+    put_varint(raw, label[s] ? hbm__index_string_id(strings, label[s]) : 0);
   for (size_t s = 0; s < n; s++)
-    put_varint(raw, hbm__index_string_id(strings, label[s]));
-  for (size_t s = 0; s < n; s++)
-    put_varint(raw, op[s].event ? hbm__index_string_id(strings, op[s].op) * 4 + op[s].event : 0);
+    put_varint(raw, !op[s].event ? 0
+                    : op[s].op   ? hbm__index_string_id(strings, op[s].op) * 4 + op[s].event
+                                 : op[s].event);
 }
 
 /* A column's table: its blocks' count, then where each is in SEC_BLOCKS and its lengths. */
