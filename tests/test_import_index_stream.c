@@ -320,6 +320,36 @@ static void saved_profile_is_refused(void **state) {
   free(dir);
 }
 
+/* An RMM log of more allocations than the builder keeps sources for before it makes its
+ * table of them again (each allocation's source is its FILE:LINE): some live long. */
+static void rmm_log_of_many_allocations(void **state) {
+  (void)state;
+  char *dir = th_mkdtemp("rmm");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/many.csv", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "Thread,Time,Action,Pointer,Size,Stream\n");
+  for (int i = 0; i < 30; i++) /* live long, a third of them out */
+    fprintf(f, "0,0.%06d,allocate,0x%x,%d,0x0\n", i, 0x10000000 + i * 0x100000, 1 << 20);
+  for (int i = 0; i < 200000; i++) {
+    fprintf(f, "0,%d.%06d,allocate,0x%x,%d,0x0\n", 1 + i / 1000000, i % 1000000,
+            0x1000 + (i % 40) * 0x1000, 256 + i % 3000);
+    if (i % 8 == 7)
+      for (int k = i - 7; k <= i; k++)
+        fprintf(f, "0,%d.%06d,free,0x%x,%d,0x0\n", 1 + i / 1000000, i % 1000000,
+                0x1000 + (k % 40) * 0x1000, 256 + k % 3000);
+    if (i == 150000)
+      for (int k = 0; k < 20; k++)
+        fprintf(f, "0,%d.%06d,free,0x%x,%d,0x0\n", 1 + i / 1000000, i % 1000000,
+                0x10000000 + k * 0x100000, 1 << 20);
+  }
+  fclose(f);
+  check_file(path);
+  th_rmtree(dir);
+  free(dir);
+}
+
 /* ../shared's RMM logs. */
 static void shared_rmm_logs(void **state) {
   (void)state;
@@ -358,6 +388,7 @@ int main(void) {
       cmocka_unit_test(threads_in_the_window),
       cmocka_unit_test(threads_read_again),
       cmocka_unit_test(saved_profile_is_refused),
+      cmocka_unit_test(rmm_log_of_many_allocations),
       cmocka_unit_test(shared_rmm_logs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -155,6 +155,9 @@ void hbm__index_stream_free(hbm__index_stream_t *s);
 bool hbm__index_stream_space(hbm__index_stream_t *s, int space);
 bool hbm__index_stream_step(hbm__index_stream_t *s, int64_t time_ns, const char *label);
 bool hbm__index_stream_buffer(hbm__index_stream_t *s, int64_t idx, const hbm_buffer_t *b);
+/* A buffer's source text interned for the stream (kept while a buffer live or at a peak
+ * has it); NULL for NULL, or when out of memory. */
+const char *hbm__index_stream_source(hbm__index_stream_t *s, const char *text);
 hbm_status_t hbm__index_stream_end(hbm__index_stream_t *s, int64_t idx, int64_t end);
 /* Whether a call was refused (or ran out of memory): the index would be wrong, read whole. */
 bool hbm__index_stream_failed(const hbm__index_stream_t *s);

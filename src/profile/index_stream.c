@@ -19,6 +19,7 @@
  * sizes could add up past HBM_BYTES_MAX is refused with an error (the caller reads the file
  * whole instead), never counted wrong. */
 #include "profile/index_write.h"
+#include "profile/profile_build.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,11 @@ struct hbm__index_stream {
   } * ring;
   hbm_u64map_t older; /* buffer index → slot */
   size_t n_live;
+  /* The buffers' sources when they are one per buffer (an RMM log's FILE:LINE): kept apart
+   * from the profile's strings, in a table made again with only the live ones' now and then,
+   * so that 10^7 allocations do not keep 10^7 strings. */
+  hbm_intern_t *sources;
+  size_t sources_added;
   hbm_buffer_t *slots;
   size_t n_slots, cap_slots;
   uint64_t *free_slots;
@@ -148,6 +154,7 @@ void hbm__index_stream_free(hbm__index_stream_t *s) {
   free(s->spaces);
   hbm_u64map_free(&s->older);
   free(s->ring);
+  hbm_intern_free(s->sources);
   free(s->slots);
   free(s->free_slots);
   hbm__index_column_free(&s->steps);
@@ -200,6 +207,44 @@ static size_t live_list(const hbm__index_stream_t *s, int64_t *idx, uint64_t *sl
     if (s->older.used[i] == 1)
       idx[n] = (int64_t)s->older.keys[i], slot[n++] = s->older.values[i];
   return n;
+}
+
+/* Points b's source into `to` (false when out of memory). */
+static bool move_source(hbm_buffer_t *b, hbm_intern_t *to) {
+  return !b->source || (b->source = hbm_intern(to, b->source)) != NULL;
+}
+
+/* The sources' table made again with those of the buffers live or kept at a peak. */
+static bool sources_again(hbm__index_stream_t *s) {
+  hbm_intern_t *fresh = hbm_intern_new();
+  bool ok = fresh != NULL;
+  for (size_t i = 0; ok && i < RING; i++)
+    ok = s->ring[i].idx < 0 || move_source(&s->slots[s->ring[i].slot], fresh);
+  for (size_t i = 0; ok && i < s->older.cap; i++)
+    ok = s->older.used[i] != 1 || move_source(&s->slots[s->older.values[i]], fresh);
+  for (int k = 0; ok && k < s->n_spaces; k++)
+    for (size_t i = 0; ok && i < s->spaces[k].freed.n; i++)
+      ok = move_source(&s->spaces[k].freed.items[i], fresh);
+  if (!ok) {
+    hbm_intern_free(fresh);
+    return out_of_memory(s);
+  }
+  hbm_intern_free(s->sources);
+  s->sources = fresh;
+  s->sources_added = 0;
+  return true;
+}
+
+const char *hbm__index_stream_source(hbm__index_stream_t *s, const char *text) {
+  size_t kept = s->n_live;
+  for (int k = 0; k < s->n_spaces; k++)
+    kept += s->spaces[k].freed.n;
+  if ((!s->sources || s->sources_added++ > 4 * kept + 65536) && !sources_again(s))
+    return NULL;
+  const char *copy = hbm_intern(s->sources, text);
+  if (text && !copy)
+    out_of_memory(s);
+  return copy;
 }
 
 /* ---- steps ---- */
@@ -466,13 +511,15 @@ static bool keep_peak_buffers(hbm__index_stream_t *s, kept_t *k) {
   qsort(e, n, sizeof *e, entry_by_index);
   k->items = malloc((n + 1) * sizeof *k->items);
   k->idx = malloc((n + 1) * sizeof *k->idx);
-  for (size_t j = 0; k->items && k->idx && j < n; j++) {
+  bool ok = k->items && k->idx;
+  for (size_t j = 0; ok && j < n; j++) {
     k->items[j] = *e[j].b;
-    k->idx[j] = e[j].idx;
+    k->idx[j] = e[j].idx; /* its source the profile's string, as read whole */
+    ok = move_source(&k->items[j], hbm__profile_strings(s->p));
   }
   k->n = n;
   free(e);
-  return k->items && k->idx;
+  return ok;
 }
 
 /* Space i's analysis from what the pass kept. */

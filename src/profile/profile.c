@@ -150,14 +150,17 @@ static hbm_status_t check_space(const hbm_profile_t *p, int space) {
   return HBM_OK;
 }
 
-/* Interns the tag strings of b in place; false if memory ran out. */
+/* Interns the tag strings of b in place; false if memory ran out. A profile read as a summary
+ * keeps a buffer's source (often one per buffer) only while the buffer matters to it. */
 static bool intern_buffer_strings(hbm_profile_t *p, hbm_buffer_t *b) {
   const char **fields[] = {&b->op,     &b->shape, &b->group, &b->source,
                            &b->opcode, &b->label, &b->stack};
   for (size_t i = 0; i < HBM_ARRAY_LEN(fields); i++) {
     if (!*fields[i])
       continue;
-    if (!(*fields[i] = hbm_intern(p->strings, *fields[i])))
+    bool apart = p->stream && fields[i] == &b->source;
+    if (!(*fields[i] = apart ? hbm__index_stream_source(p->stream, *fields[i])
+                             : hbm_intern(p->strings, *fields[i])))
       return false;
   }
   return true;
