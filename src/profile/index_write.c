@@ -332,8 +332,10 @@ static void write_levels(out_t *o, const uint64_t *max0, const int64_t *at0, int
     o->failed = true;
     return;
   }
-  memcpy(max, max0, count * sizeof *max);
-  memcpy(at, at0, count * sizeof *at);
+  if (count) { /* (none for a profile of no steps) */
+    memcpy(max, max0, count * sizeof *max);
+    memcpy(at, at0, count * sizeof *at);
+  }
   put_u64(o, levels);
   for (size_t lv = 0; lv < levels; lv++) {
     put_u64(o, count);
