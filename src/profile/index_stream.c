@@ -23,7 +23,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define BLOCK HBM_INDEX_BLOCK_STEPS
 #define RING 65536 /* live buffers found by index without hashing: most live briefly */
@@ -58,7 +57,6 @@ struct hbm__index_stream {
   int n_spaces;
   int64_t n_steps; /* added */
   int64_t done;    /* steps whose values are final */
-  int64_t n_buffers;
   int64_t first_time; /* step 0's */
   /* The live buffers, in `slots`: found by index in a ring of RING cells (index mod RING),
    * or in `older` once a newer buffer took their cell (a map that only long-lived buffers
@@ -386,7 +384,6 @@ bool hbm__index_stream_buffer(hbm__index_stream_t *s, int64_t idx, const hbm_buf
     return out_of_memory(s);
   sp->live += b->size;
   sp->peak.n_buffers++;
-  s->n_buffers = idx + 1;
   if (s->now.born < 0) /* the step is about the first buffer it allocated */
     s->now.born = idx, s->now.born_op = b->op;
   return true;
