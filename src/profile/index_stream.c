@@ -55,8 +55,8 @@ struct hbm__index_stream {
   hbm_profile_t *p; /* the profile being read: metadata, spaces, events */
   stream_space_t *spaces;
   int n_spaces;
-  int64_t n_steps; /* added */
-  int64_t done;    /* steps whose values are final */
+  int64_t n_steps;    /* added */
+  int64_t done;       /* steps whose values are final */
   int64_t first_time; /* step 0's */
   /* The live buffers, in `slots`: found by index in a ring of RING cells (index mod RING),
    * or in `older` once a newer buffer took their cell (a map that only long-lived buffers
@@ -380,6 +380,7 @@ bool hbm__index_stream_buffer(hbm__index_stream_t *s, int64_t idx, const hbm_buf
     slot = s->n_slots++;
   }
   s->slots[slot] = *b;
+  s->slots[slot].id = (uint64_t)idx;
   if (!live_put(s, idx, slot) || !hbm__run_groups_add(&sp->run, b))
     return out_of_memory(s);
   sp->live += b->size;
@@ -411,11 +412,13 @@ hbm_status_t hbm__index_stream_end(hbm__index_stream_t *s, int64_t idx, int64_t 
   if (b->start <= sp->peak.step && !push_buffer(&sp->freed, b)) /* it was live at the peak */
     return no_memory(s);
   note_freed(end == s->n_steps ? &s->next : &s->now, idx, b->op);
-  uint64_t *grown =
-      hbm__grow_array(s->free_slots, &s->cap_free_slots, s->n_free_slots + 1, sizeof *grown, 1024);
-  if (!grown)
-    return no_memory(s);
-  s->free_slots = grown;
+  if (s->n_free_slots == s->cap_free_slots) {
+    uint64_t *grown = hbm__grow_array(s->free_slots, &s->cap_free_slots, s->n_free_slots + 1,
+                                      sizeof *grown, 1024);
+    if (!grown)
+      return no_memory(s);
+    s->free_slots = grown;
+  }
   s->free_slots[s->n_free_slots++] = slot;
   return HBM_OK;
 }

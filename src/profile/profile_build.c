@@ -9,11 +9,8 @@
 hbm_intern_t *hbm__profile_strings(hbm_profile_t *p) { return p->strings; }
 
 int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b) {
-  if (p->stream) { /* read as a summary: not kept */
-    hbm_buffer_t copy = *b;
-    copy.id = (uint64_t)p->n_buffers;
-    return hbm__index_stream_buffer(p->stream, p->n_buffers, &copy) ? p->n_buffers++ : -1;
-  }
+  if (p->stream) /* read as a summary: not kept (the stream numbers it) */
+    return hbm__index_stream_buffer(p->stream, p->n_buffers, b) ? p->n_buffers++ : -1;
   if (p->n_buffers == (int64_t)p->cap_buffers) {
     hbm_buffer_t *grown =
         hbm__grow_array(p->buffers, &p->cap_buffers, (size_t)p->n_buffers + 1, sizeof *grown, 64);
