@@ -4,6 +4,7 @@
  * HLO/XLA dump; hbm_profile_load recognises files by content. Also home of
  * cli_profile_paths, which `hbm export` shares. */
 #include "cli.h"
+#include "import/load.h"
 #include "profile/index.h"
 
 #include <jansson.h>
@@ -216,6 +217,10 @@ static int load_all(const hbm_logdir_entry_t *entries, size_t n, hbm_profile_t *
     names[i] = entries[i].path;
     int64_t t0 = hbm__now_ns();
     if (index && (profiles[i] = hbm__index_open(entries[i].path, hbm_profile_load)) != NULL)
+      continue;
+    /* A big one without an index: read in one pass as the summary its index would be. */
+    if (hbm__summary_wanted(entries[i].path) &&
+        (profiles[i] = hbm__profile_load_summary(entries[i].path)) != NULL)
       continue;
     if (!(profiles[i] = hbm_profile_load(entries[i].path)))
       return cli_fail("report", 1, "%s", hbm_last_error());

@@ -10,12 +10,15 @@
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
 #include "import/xprof.h"
+#include "profile/index.h"
 #include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 typedef enum format {
   FORMAT_UNKNOWN = 0,
@@ -255,4 +258,44 @@ hbm_profile_t *hbm_profile_load(const char *path) {
 hbm_profile_t *hbm__profile_load_fd(int fd, const char *path) {
   hbm__mapped_t in;
   return hbm__map_fd(fd, path, &in) == HBM_OK ? load_mapped(path, &in, fd) : NULL;
+}
+
+/* The summary of a profile read in one pass: its index stream's bytes, stored as its index
+ * when one is wanted, read back as from an index. */
+static hbm_profile_t *summary_of(hbm_profile_t *read, const char *path, const struct stat *st,
+                                 int64_t t0) {
+  hbm__index_stream_t *stream = read ? hbm__profile_stream_of(read) : NULL;
+  size_t len = 0;
+  uint8_t *bytes = stream ? hbm__index_stream_bytes(stream, st, &len) : NULL;
+  hbm_profile_free(read);
+  if (!bytes)
+    return NULL;
+  if (hbm__index_wanted(path, hbm__now_ns() - t0))
+    hbm__index_store(path, bytes, len); /* best effort: the next open is then milliseconds */
+  return hbm__index_open_bytes(bytes, len, st, path, hbm_profile_load);
+}
+
+hbm_profile_t *hbm__profile_load_summary(const char *path) {
+  struct stat st;
+  hbm__mapped_t in;
+  int64_t t0 = hbm__now_ns();
+  if (stat(path, &st) != 0) {
+    hbm__error(HBM_ERR_IO, "%s: %s", path, strerror(errno));
+    return NULL;
+  }
+  if (hbm__map_file(path, &in) != HBM_OK)
+    return NULL;
+  format_t format = mapped_format(path, &in);
+  hbm_profile_t *read = NULL;
+  if (format == FORMAT_TRACE || format == FORMAT_RMM_CSV) { /* front to back, pages given back */
+    hbm__pager_t *pager = hbm__pager_start(&in, 50);
+    read = format == FORMAT_TRACE
+               ? hbm__trace_parse_summary(in.data, in.len, path)
+               : hbm__alloc_log_load_summary((const char *)in.data, in.len, path);
+    hbm__pager_stop(pager);
+  } else {
+    hbm__error(HBM_ERR_INVALID, "%s: not a format read as a summary", path);
+  }
+  hbm__unmap(&in);
+  return summary_of(read, path, &st, t0);
 }

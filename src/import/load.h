@@ -11,4 +11,10 @@
  * its ending counts where content alone does not tell the format. */
 hbm_profile_t *hbm__profile_load_fd(int fd, const char *path);
 
+/* The summary profile of the file at path (what its index holds, index.h), read in one pass
+ * without holding its buffers: .hbmtrace files and RMM logs. With HBM_INDEX=auto a big one's
+ * index is written on the way. NULL (hbm_last_error says why) for other formats and for a
+ * file whose events do not come in step order: callers read those whole (hbm_profile_load). */
+hbm_profile_t *hbm__profile_load_summary(const char *path);
+
 #endif /* HBM_IMPORT_LOAD_H */

@@ -16,6 +16,7 @@
  * first event, or a well-formed line that makes no sense (a free of a pointer not live), is
  * an error there too. */
 #include "base/base.h"
+#include "profile/index.h"
 #include "profile/profile_build.h"
 
 #include <stdarg.h>
@@ -554,7 +555,7 @@ static hbm_status_t note_damage(const parser_t *ps, hbm_profile_t *p, size_t len
   return hbm_profile_set_meta(p, "lost", note);
 }
 
-hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
+static hbm_profile_t *load_log(const char *data, size_t len, const char *name, bool summary) {
   log_builder_t b = {.p = new_log_profile(name), .file = hbm__base_name(name ? name : "log")};
   if (!b.p)
     return NULL;
@@ -563,8 +564,18 @@ hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *nam
                  .ctx = &b,
                  .keep_before_damage = true,
                  .damage_offset = -1};
-  hbm_status_t s = read_log(&ps, data, len);
+  hbm_status_t s = summary ? hbm__profile_stream(b.p) : HBM_OK;
+  if (s == HBM_OK)
+    s = read_log(&ps, data, len);
   if (s == HBM_OK)
     s = note_damage(&ps, b.p, len);
   return finish_log_profile(&b, s);
+}
+
+hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name) {
+  return load_log(data, len, name, false);
+}
+
+hbm_profile_t *hbm__alloc_log_load_summary(const char *data, size_t len, const char *name) {
+  return load_log(data, len, name, true);
 }

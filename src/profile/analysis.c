@@ -41,7 +41,17 @@ struct hbm_analysis {
       *run_groups; /* by group over the whole run (stored, or counted in collect_members) */
   size_t n_run_groups;
   const hbm__digest_t *digest; /* stored numbers (a profile read from its index) */
+  bool has_reserved;           /* the profile records reserved memory for this space */
+  /* The buffers by profile index when p does not hold them (index_stream.c: a profile read
+   * in one pass keeps only those live at its peaks); NULL: p's own. */
+  hbm__buffer_lookup_t lookup;
+  const void *lookup_ctx;
 };
+
+/* The buffer of profile index i. */
+static const hbm_buffer_t *buffer_at(const hbm_analysis_t *a, int64_t i) {
+  return a->lookup ? a->lookup(a->lookup_ctx, i) : &a->p->buffers[i];
+}
 
 /* x + y for a byte total of a's, saturated at HBM_BYTES_MAX (and said so in the summary). */
 static uint64_t add_bytes(hbm_analysis_t *a, uint64_t x, uint64_t y) {
@@ -75,23 +85,24 @@ static hbm_group_total_t *group_row(hbm_group_total_t *groups, size_t *n, const 
   return &groups[g];
 }
 
-/* b's row among the run's groups (a->run_groups, grown as needed); *last is the row found
- * before, tried first (consecutive buffers mostly share a group). NULL when out of memory. */
-static hbm_group_total_t *run_group_of(hbm_analysis_t *a, const hbm_buffer_t *b, size_t *cap,
-                                       size_t *last) {
+bool hbm__run_groups_add(hbm__run_groups_t *r, const hbm_buffer_t *b) {
   const char *name = b->group ? b->group : hbm_category_name(b->category);
-  if (*last < a->n_run_groups && a->run_groups[*last].name == name)
-    return &a->run_groups[*last];
-  if (a->n_run_groups == *cap) {
-    hbm_group_total_t *grown =
-        hbm__grow_array(a->run_groups, cap, *cap + 1, sizeof *a->run_groups, 16);
-    if (!grown)
-      return NULL;
-    a->run_groups = grown;
+  hbm_group_total_t *g;
+  if (r->last < r->n && r->rows[r->last].name == name) { /* consecutive buffers mostly share */
+    g = &r->rows[r->last];
+  } else {
+    if (r->n == r->cap) {
+      hbm_group_total_t *grown = hbm__grow_array(r->rows, &r->cap, r->cap + 1, sizeof *r->rows, 16);
+      if (!grown)
+        return false;
+      r->rows = grown;
+    }
+    g = group_row(r->rows, &r->n, name);
+    r->last = (size_t)(g - r->rows);
   }
-  hbm_group_total_t *g = group_row(a->run_groups, &a->n_run_groups, name);
-  *last = (size_t)(g - a->run_groups);
-  return g;
+  g->bytes = hbm__bytes_add(g->bytes, b->size);
+  g->count++;
+  return true;
 }
 
 /* What collect_members learns on its way for compute_live. */
@@ -135,7 +146,7 @@ static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
     return false;
   bool sorted = true;
   int64_t last_start = INT64_MIN;
-  size_t cap_groups = 0, last_group = 0;
+  hbm__run_groups_t run = {0};
   for (int64_t i = 0; i < p->n_buffers; i++) {
     const hbm_buffer_t *b = &p->buffers[i];
     if (b->space != space) {
@@ -143,11 +154,11 @@ static bool collect_members(hbm_analysis_t *a, int space, member_totals_t *t) {
         return false;
       continue;
     }
-    hbm_group_total_t *g = run_group_of(a, b, &cap_groups, &last_group);
-    if (!g)
+    bool added = hbm__run_groups_add(&run, b);
+    a->run_groups = run.rows;
+    a->n_run_groups = run.n;
+    if (!added)
       return false;
-    g->bytes = hbm__bytes_add(g->bytes, b->size);
-    g->count++;
     size_t k = a->n_members++;
     if (a->members)
       a->members[k] = i;
@@ -347,6 +358,19 @@ static bool compute_reserved_plan(hbm_analysis_t *a) {
   return true;
 }
 
+/* The summary's numbers at its peak step (found already): its time, unpadded bytes, padding,
+ * and reserved memory there and at most. */
+static void note_peak(hbm_summary_t *sum, int64_t time_ns, uint64_t unpadded,
+                      uint64_t reserved_at_peak, uint64_t reserved_most) {
+  sum->peak_time_ns = time_ns;
+  sum->peak_unpadded_bytes = unpadded;
+  sum->padding_bytes =
+      sum->peak_bytes > sum->peak_unpadded_bytes ? sum->peak_bytes - sum->peak_unpadded_bytes : 0;
+  sum->reserved_at_peak = reserved_at_peak;
+  sum->peak_reserved_bytes = reserved_most;
+  sum->heap_bytes = sum->peak_reserved_bytes;
+}
+
 static void find_peak(hbm_analysis_t *a) {
   hbm_summary_t *sum = &a->summary;
   sum->peak_step = -1;
@@ -357,17 +381,11 @@ static void find_peak(hbm_analysis_t *a) {
     }
   if (sum->peak_step < 0)
     return;
-  sum->peak_time_ns = a->p->step_time[sum->peak_step];
-  sum->peak_unpadded_bytes = a->unpadded[sum->peak_step];
-  sum->padding_bytes =
-      sum->peak_bytes > sum->peak_unpadded_bytes ? sum->peak_bytes - sum->peak_unpadded_bytes : 0;
-  if (a->reserved) {
-    sum->reserved_at_peak = a->reserved[sum->peak_step];
-    for (int64_t s = 0; s < a->p->n_steps; s++)
-      if (a->reserved[s] > sum->peak_reserved_bytes)
-        sum->peak_reserved_bytes = a->reserved[s];
-  }
-  sum->heap_bytes = sum->peak_reserved_bytes;
+  uint64_t most = 0;
+  for (int64_t s = 0; a->reserved && s < a->p->n_steps; s++)
+    most = a->reserved[s] > most ? a->reserved[s] : most;
+  note_peak(sum, a->p->step_time[sum->peak_step], a->unpadded[sum->peak_step],
+            a->reserved ? a->reserved[sum->peak_step] : 0, most);
 }
 
 /* Sorting by keys copied next to the index keeps qsort free of global context. */
@@ -386,12 +404,12 @@ static int sort_key_desc(const void *x, const void *y) {
 }
 
 /* Sorts idx[0..n) by size, or by padding then size, largest first. */
-static bool sort_buffers(const hbm_profile_t *p, int64_t *idx, size_t n, bool by_padding) {
+static bool sort_buffers(const hbm_analysis_t *a, int64_t *idx, size_t n, bool by_padding) {
   sort_key_t *keys = malloc((n + 1) * sizeof *keys);
   if (!keys)
     return false;
   for (size_t i = 0; i < n; i++) {
-    const hbm_buffer_t *b = &p->buffers[idx[i]];
+    const hbm_buffer_t *b = buffer_at(a, idx[i]);
     keys[i] = (sort_key_t){by_padding ? padding_of(b) : b->size, b->size, idx[i]};
   }
   qsort(keys, n, sizeof *keys, sort_key_desc);
@@ -401,21 +419,16 @@ static bool sort_buffers(const hbm_profile_t *p, int64_t *idx, size_t n, bool by
   return true;
 }
 
-static bool collect_peak_buffers(hbm_analysis_t *a) {
+/* What the buffers live at the peak (a->at_peak, n of them, by index) make of the summary:
+ * bytes by category, temporaries, arguments and outputs, and the lists by size and padding. */
+static bool peak_buffers_summary(hbm_analysis_t *a, size_t n) {
   hbm_summary_t *sum = &a->summary;
-  size_t cells = a->n_members + 1;
-  a->at_peak = malloc(cells * sizeof *a->at_peak);
-  a->by_size = malloc(cells * sizeof *a->by_size);
-  a->by_padding = malloc(cells * sizeof *a->by_padding);
-  if (!a->at_peak || !a->by_size || !a->by_padding)
+  a->by_size = malloc((n + 1) * sizeof *a->by_size);
+  a->by_padding = malloc((n + 1) * sizeof *a->by_padding);
+  if (!a->by_size || !a->by_padding)
     return false;
-  /* Live at the peak: in the window of the peak's step alone (which skips the blocks of
-   * buffers that ended before it, when starts are in order). */
-  size_t n = sum->peak_step < 0 ? 0
-                                : hbm_analysis_buffers_in_window(
-                                      a, sum->peak_step, sum->peak_step + 1, a->at_peak, cells);
   for (size_t k = 0; k < n; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const hbm_buffer_t *b = buffer_at(a, a->at_peak[k]);
     sum->category_bytes[b->category] = add_bytes(a, sum->category_bytes[b->category], b->size);
   }
   sum->n_buffers_at_peak = n;
@@ -424,7 +437,7 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
    * flagged indefinite, comes from the tags). Untagged buffers count as temporaries. */
   uint64_t program = 0;
   for (size_t k = 0; k < n; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const hbm_buffer_t *b = buffer_at(a, a->at_peak[k]);
     bool temporary = b->category == HBM_CAT_TEMPORARY || b->category == HBM_CAT_UNKNOWN;
     if ((b->flags & HBM_BUF_INDEFINITE) || !temporary)
       program = add_bytes(a, program, b->size);
@@ -435,13 +448,26 @@ static bool collect_peak_buffers(hbm_analysis_t *a) {
   /* A plan's parameter that lives out is a donated argument holding an output: XLA's
    * memory_analysis() and XProf count it in the outputs too (and as an alias). */
   for (size_t k = 0; hbm_profile_kind(a->p) == HBM_PROFILE_PLAN && k < n; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const hbm_buffer_t *b = buffer_at(a, a->at_peak[k]);
     if (b->category == HBM_CAT_PARAMETER && (b->flags & HBM_BUF_LIVE_OUT))
       sum->output_bytes += b->size;
   }
   memcpy(a->by_size, a->at_peak, n * sizeof *a->at_peak);
   memcpy(a->by_padding, a->at_peak, n * sizeof *a->at_peak);
-  return sort_buffers(a->p, a->by_size, n, false) && sort_buffers(a->p, a->by_padding, n, true);
+  return sort_buffers(a, a->by_size, n, false) && sort_buffers(a, a->by_padding, n, true);
+}
+
+static bool collect_peak_buffers(hbm_analysis_t *a) {
+  hbm_summary_t *sum = &a->summary;
+  size_t cells = a->n_members + 1;
+  if (!(a->at_peak = malloc(cells * sizeof *a->at_peak)))
+    return false;
+  /* Live at the peak: in the window of the peak's step alone (which skips the blocks of
+   * buffers that ended before it, when starts are in order). */
+  size_t n = sum->peak_step < 0 ? 0
+                                : hbm_analysis_buffers_in_window(
+                                      a, sum->peak_step, sum->peak_step + 1, a->at_peak, cells);
+  return peak_buffers_summary(a, n);
 }
 
 static int group_bytes_desc(const void *x, const void *y) {
@@ -459,7 +485,7 @@ static bool collect_groups(hbm_analysis_t *a) {
   if (!a->groups)
     return false;
   for (size_t k = 0; k < n_peak; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const hbm_buffer_t *b = buffer_at(a, a->at_peak[k]);
     const char *name = b->group ? b->group : hbm_category_name(b->category);
     size_t g = 0;
     while (g < a->n_groups && strcmp(a->groups[g].name, name) != 0)
@@ -558,7 +584,7 @@ static span_t *reserved_spans(const hbm_analysis_t *a, int64_t step, size_t *n_o
 static bool compute_fragmentation(hbm_analysis_t *a) {
   hbm_summary_t *sum = &a->summary;
   sum->fragmentation_at_peak = -1.0;
-  if (!a->reserved || sum->peak_step < 0)
+  if (!a->has_reserved || sum->peak_step < 0)
     return true;
   size_t n_regions;
   span_t *regions = reserved_spans(a, sum->peak_step, &n_regions);
@@ -570,7 +596,7 @@ static bool compute_fragmentation(hbm_analysis_t *a) {
   }
   size_t n_used = 0;
   for (size_t k = 0; k < sum->n_buffers_at_peak; k++) {
-    const hbm_buffer_t *b = &a->p->buffers[a->at_peak[k]];
+    const hbm_buffer_t *b = buffer_at(a, a->at_peak[k]);
     bool in_heap = a->p->kind != HBM_PROFILE_PLAN || !(b->flags & HBM_BUF_INDEFINITE);
     if (in_heap && b->size)
       used[n_used++] = (span_t){b->address, hbm__end_of(b->address, b->size)};
@@ -603,14 +629,8 @@ static bool compute_fragmentation(hbm_analysis_t *a) {
   return true;
 }
 
-hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
-  if (!p || space < 0 || space >= p->n_spaces) {
-    hbm__error(HBM_ERR_INVALID, "memory space %d does not exist (the profile has %d)", space,
-               p ? p->n_spaces : 0);
-    return NULL;
-  }
-  if (p->digest) /* read from its index: the numbers as they were computed here */
-    return hbm__digest_analyze(p->digest, p, space);
+/* An analysis of p's space with the profile's numbers but none of the buffers'. */
+static hbm_analysis_t *analysis_new(const hbm_profile_t *p, int space) {
   hbm_analysis_t *a = calloc(1, sizeof *a);
   if (!a) {
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile");
@@ -622,6 +642,20 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
   a->summary.limit_bytes = p->spaces[space].limit;
   for (size_t i = 0; i < p->n_ooms; i++)
     a->summary.n_oom += p->ooms[i].space == space;
+  return a;
+}
+
+hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
+  if (!p || space < 0 || space >= p->n_spaces) {
+    hbm__error(HBM_ERR_INVALID, "memory space %d does not exist (the profile has %d)", space,
+               p ? p->n_spaces : 0);
+    return NULL;
+  }
+  if (p->digest) /* read from its index: the numbers as they were computed here */
+    return hbm__digest_analyze(p->digest, p, space);
+  hbm_analysis_t *a = analysis_new(p, space);
+  if (!a)
+    return NULL;
   member_totals_t totals = {0, 0, false, NULL};
   bool ok = collect_members(a, space, &totals) && compute_live(a, &totals);
   free(totals.d_live); /* when a step above failed */
@@ -634,6 +668,7 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
     ok = p->kind == HBM_PROFILE_PLAN && !stated ? compute_reserved_plan(a)
                                                 : compute_reserved_runtime(a, space);
   if (ok) {
+    a->has_reserved = a->reserved != NULL;
     find_peak(a);
     ok = collect_peak_buffers(a) && collect_groups(a) && compute_fragmentation(a);
   }
@@ -641,6 +676,106 @@ hbm_analysis_t *hbm_analyze(const hbm_profile_t *p, int space) {
     hbm_analysis_free(a);
     hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile of %lld steps",
                (long long)p->n_steps);
+    return NULL;
+  }
+  return a;
+}
+
+typedef struct reserve_delta {
+  int64_t step;
+  wide_t delta;
+} reserve_delta_t;
+
+static int delta_by_step(const void *x, const void *y) {
+  const reserve_delta_t *a = x, *b = y;
+  return a->step < b->step ? -1 : a->step > b->step;
+}
+
+bool hbm__analysis_reserved_changes(const hbm_profile_t *p, int space, hbm__reserved_change_t **out,
+                                    size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_reserves; i++)
+    n += p->reserves[i].space == space;
+  if (n == 0 || p->n_steps == 0) /* as compute_reserved_runtime: no series */
+    return true;
+  reserve_delta_t *d = malloc(n * sizeof *d);
+  hbm__reserved_change_t *c = malloc((n + 1) * sizeof *c);
+  if (!d || !c) {
+    free(d), free(c);
+    return false;
+  }
+  n = 0;
+  for (size_t i = 0; i < p->n_reserves; i++) {
+    const hbm_reserve_event_t *e = &p->reserves[i];
+    if (e->space != space || e->step >= p->n_steps) /* at or past the end: never in use */
+      continue;
+    wide_t v = (wide_t)clamp_bytes(e->size);
+    d[n++] = (reserve_delta_t){e->step, reserve_adds(e) ? v : -v};
+  }
+  qsort(d, n, sizeof *d, delta_by_step);
+  /* The series summed as sums_finish sums it: saturated at HBM_BYTES_MAX, never below 0. */
+  wide_t run = 0;
+  size_t i = 0, changes = 0;
+  do { /* step 0 first (whatever changes there), then each step that has a change */
+    int64_t step = changes == 0 ? 0 : d[i].step;
+    for (; i < n && d[i].step <= step; i++)
+      run += d[i].delta;
+    uint64_t v = run <= 0 ? 0 : run >= (wide_t)HBM_BYTES_MAX ? HBM_BYTES_MAX : (uint64_t)run;
+    if (changes == 0 || c[changes - 1].bytes != v)
+      c[changes++] = (hbm__reserved_change_t){step, v};
+  } while (i < n);
+  free(d);
+  *out = c;
+  *n_out = changes;
+  return true;
+}
+
+/* Reserved memory at `step` and at most, from its changes. */
+static void reserved_at(const hbm__reserved_change_t *c, size_t n, int64_t step, uint64_t *at,
+                        uint64_t *most) {
+  *at = *most = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (c[i].step <= step)
+      *at = c[i].bytes;
+    *most = c[i].bytes > *most ? c[i].bytes : *most;
+  }
+}
+
+hbm_analysis_t *hbm__analysis_streamed(const hbm_profile_t *p, int space,
+                                       const hbm__streamed_peak_t *peak,
+                                       hbm__buffer_lookup_t lookup, const void *ctx,
+                                       int64_t *at_peak, size_t n_at_peak,
+                                       hbm_group_total_t *run_groups, size_t n_run_groups) {
+  hbm_analysis_t *a = analysis_new(p, space);
+  if (!a) {
+    free(at_peak), free(run_groups);
+    return NULL;
+  }
+  a->lookup = lookup;
+  a->lookup_ctx = ctx;
+  a->at_peak = at_peak;
+  a->run_groups = run_groups;
+  a->n_run_groups = n_run_groups;
+  hbm_summary_t *sum = &a->summary;
+  sum->n_buffers = peak->n_buffers;
+  sum->peak_step = p->n_steps > 0 ? peak->step : -1;
+  sum->peak_bytes = peak->bytes;
+  hbm__reserved_change_t *changes;
+  size_t n_changes;
+  bool ok = hbm__analysis_reserved_changes(p, space, &changes, &n_changes);
+  a->has_reserved = changes != NULL;
+  if (ok && sum->peak_step >= 0) {
+    uint64_t at, most;
+    reserved_at(changes, n_changes, sum->peak_step, &at, &most);
+    note_peak(sum, peak->time_ns, peak->unpadded, at, most);
+  }
+  free(changes);
+  ok = ok && peak_buffers_summary(a, n_at_peak) && collect_groups(a) && compute_fragmentation(a);
+  if (!ok) {
+    hbm_analysis_free(a);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory analysing a profile");
     return NULL;
   }
   return a;

@@ -654,6 +654,18 @@ hbm_profile_t *hbm__index_parse(const uint8_t *data, size_t len, const struct st
   return p;
 }
 
+/* The summary p remembers its file, to read it whole when asked (hbm__profile_load_whole). */
+static hbm_profile_t *attach_file(hbm_profile_t *p, const char *path,
+                                  hbm__whole_loader_t load_whole) {
+  if (!(p->digest->path = strdup(path))) {
+    hbm_profile_free(p);
+    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
+    return NULL;
+  }
+  p->digest->load_whole = load_whole;
+  return p;
+}
+
 hbm_profile_t *hbm__index_open(const char *path, hbm__whole_loader_t load_whole) {
   struct stat st;
   char where[4200];
@@ -671,15 +683,21 @@ hbm_profile_t *hbm__index_open(const char *path, hbm__whole_loader_t load_whole)
   }
   hbm__map_keep(&m);
   hbm_profile_t *p = hbm__index_parse(m.data, m.len, &st, true);
-  if (!p)
+  if (!p) {
     hbm__unmap(&m); /* the parse took the mapping only when it succeeded */
-  else if (!(p->digest->path = strdup(path))) {
-    hbm_profile_free(p);
-    hbm__error(HBM_ERR_HOST_MEMORY, "out of host memory");
     return NULL;
-  } else
-    p->digest->load_whole = load_whole;
-  return p;
+  }
+  return attach_file(p, path, load_whole);
+}
+
+hbm_profile_t *hbm__index_open_bytes(uint8_t *map, size_t len, const struct stat *st,
+                                     const char *path, hbm__whole_loader_t load_whole) {
+  hbm_profile_t *p = hbm__index_parse(map, len, st, true);
+  if (!p) {
+    munmap(map, len);
+    return NULL;
+  }
+  return attach_file(p, path, load_whole);
 }
 
 hbm_profile_t *hbm__profile_load_whole(const hbm_profile_t *summary) {
@@ -793,5 +811,12 @@ bool hbm__index_wanted(const char *path, int64_t load_ns) {
     return true;
   struct stat st;
   return load_ns >= 500000000 ||
+         (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
+}
+
+bool hbm__summary_wanted(const char *path) {
+  const char *mode = getenv("HBM_INDEX");
+  struct stat st;
+  return (mode && !strcmp(mode, "always")) ||
          (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
 }

@@ -4,8 +4,11 @@
  * counts), OOM events and markers, the buffers live at any space's peak, each space's stored
  * analysis with the maxima of its live bytes over blocks of 64·2^k steps, and the per-step
  * values (time, label, the op of the step, live bytes per space) in zstd blocks of 4096
- * steps. Written to a temporary file and renamed, so a reader never sees half of one. */
-#include "profile/index.h"
+ * steps. Written to a temporary file and renamed, so a reader never sees half of one.
+ *
+ * hbm__index_write computes the pieces from a profile held whole (its analyses' series);
+ * index_stream.c computes them in one pass; hbm__index_assemble makes the bytes for both. */
+#include "profile/index_write.h"
 
 #include "profile/trace_format.h"
 
@@ -14,35 +17,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
 enum { SEC_STRINGS = 1, SEC_PROFILE, SEC_EVENTS, SEC_BUFFERS, SEC_SPACE, SEC_STEPS, SEC_BLOCKS };
 
-typedef struct out {
-  uint8_t *d;
-  size_t n, cap;
-  bool failed;
-} out_t;
+typedef hbm__index_out_t out_t;
 
 typedef struct writer {
+  const hbm__index_parts_t *parts;
   const hbm_profile_t *p;
-  out_t body, blocks, section;
-  hbm_u64map_t string_ids; /* string pointer → id + 1 */
-  const char **strings;
-  size_t n_strings, cap_strings;
-  hbm_analysis_t **analyses;
-  int n_spaces;
-  ZSTD_CCtx *zc;
-  int64_t *step_buffer;  /* per step: the buffer it is about (runtime), else NULL */
-  uint8_t *step_is_free; /* per step: that buffer was freed there */
+  out_t body, section;
+  hbm__index_strings_t *strings;
+  uint64_t blocks_at; /* where the next column goes in SEC_BLOCKS */
 } writer_t;
 
 /* ---- bytes ---- */
 
-static void put(out_t *o, const void *p, size_t n) {
-  if (o->failed)
+void hbm__index_put(out_t *o, const void *p, size_t n) {
+  if (o->failed || n == 0)
     return;
   if (o->n + n > o->cap) {
     size_t cap = o->cap ? o->cap : 4096;
@@ -60,6 +55,8 @@ static void put(out_t *o, const void *p, size_t n) {
   o->n += n;
 }
 
+#define put hbm__index_put
+
 static void put_u64(out_t *o, uint64_t v) {
   uint8_t b[8];
   for (int i = 0; i < 8; i++)
@@ -73,27 +70,40 @@ static void put_u32(out_t *o, uint32_t v) {
   put(o, b, 4);
 }
 
-static void put_varint(out_t *o, uint64_t v) {
-  uint8_t b[10];
-  put(o, b, hbm__put_varint(b, v));
+/* Varints are most of a column's bytes (a 10^8-step profile writes 3·10^8): written in
+ * place once there is room for one. */
+static inline void put_varint(out_t *o, uint64_t v) {
+  if (__builtin_expect(o->cap - o->n < 10, 0)) {
+    uint8_t b[10];
+    put(o, b, hbm__put_varint(b, v));
+    return;
+  }
+  o->n += hbm__put_varint(o->d + o->n, v);
 }
 
-/* The id of a string (0: none), numbered as first met. */
-static uint64_t string_id(writer_t *w, const char *s) {
+uint64_t hbm__index_string_id(hbm__index_strings_t *s, const char *text) {
   uint64_t id;
-  if (!s)
+  if (!text)
     return 0;
-  if (hbm_u64map_get(&w->string_ids, (uintptr_t)s, &id))
+  if (hbm_u64map_get(&s->ids, (uintptr_t)text, &id))
     return id;
-  const char **grown =
-      hbm__grow_array(w->strings, &w->cap_strings, w->n_strings + 1, sizeof *grown, 256);
-  if (!grown || !hbm_u64map_put(&w->string_ids, (uintptr_t)s, w->n_strings + 1)) {
-    w->body.failed = true;
+  const char **grown = hbm__grow_array(s->list, &s->cap, s->n + 1, sizeof *grown, 256);
+  if (!grown || !hbm_u64map_put(&s->ids, (uintptr_t)text, s->n + 1)) {
+    s->failed = true;
     return 0;
   }
-  w->strings = grown;
-  w->strings[w->n_strings++] = s;
-  return w->n_strings;
+  s->list = grown;
+  s->list[s->n++] = text;
+  return s->n;
+}
+
+void hbm__index_strings_free(hbm__index_strings_t *s) {
+  hbm_u64map_free(&s->ids);
+  free(s->list);
+}
+
+static uint64_t string_id(writer_t *w, const char *s) {
+  return hbm__index_string_id(w->strings, s);
 }
 
 /* A section: type, length, bytes, zero padding to 8. */
@@ -106,6 +116,73 @@ static void end_section(writer_t *w, uint32_t type) {
   put(&w->body, zeros, (8 - w->section.n % 8) % 8);
   w->body.failed |= w->section.failed;
   w->section.n = 0;
+}
+
+/* ---- columns ---- */
+
+bool hbm__index_column_add(hbm__index_column_t *c, ZSTD_CCtx *zc, out_t *raw) {
+  size_t bound = ZSTD_compressBound(raw->n);
+  uint32_t *grown =
+      hbm__grow_array(c->lens, &c->cap_blocks, 2 * (c->n_blocks + 1), sizeof *grown, 64);
+  if (raw->failed || !grown)
+    return false;
+  c->lens = grown;
+  if (c->data.cap - c->data.n < bound) {
+    size_t need = c->data.n + bound;
+    uint8_t *more = realloc(c->data.d, need * 2);
+    if (!more)
+      return false;
+    c->data.d = more;
+    c->data.cap = need * 2;
+  }
+  size_t n = ZSTD_compressCCtx(zc, c->data.d + c->data.n, bound, raw->d, raw->n, 1);
+  if (ZSTD_isError(n))
+    return false;
+  c->data.n += n;
+  c->lens[2 * c->n_blocks] = (uint32_t)n;
+  c->lens[2 * c->n_blocks + 1] = (uint32_t)raw->n;
+  c->n_blocks++;
+  raw->n = 0;
+  return true;
+}
+
+void hbm__index_column_free(hbm__index_column_t *c) {
+  free(c->data.d);
+  free(c->lens);
+}
+
+void hbm__index_live_block(out_t *raw, const uint64_t *live, const uint64_t *unpadded, size_t n) {
+  uint64_t last = 0; /* each block on its own: zigzag deltas from 0 */
+  for (size_t s = 0; s < n; last = live[s++])
+    put_varint(raw, hbm__zigzag((int64_t)(live[s] - last)));
+  for (size_t s = 0; unpadded && s < n; s++)
+    put_varint(raw, hbm__zigzag((int64_t)(live[s] - unpadded[s])));
+}
+
+/* Per step: time (delta), label, and the op of the buffer the step is about (id * 4 + 1 for
+ * an allocation, + 2 for a free). */
+void hbm__index_step_block(out_t *raw, hbm__index_strings_t *strings, const int64_t *time,
+                           const char *const *label, const hbm__index_step_op_t *op, size_t n) {
+  int64_t last = 0; /* each block on its own */
+  for (size_t s = 0; s < n; last = time[s++])
+    put_varint(raw, hbm__zigzag(time[s] - last));
+  for (size_t s = 0; s < n; s++) /* (runtime profiles have no labels) */
+    put_varint(raw, label[s] ? hbm__index_string_id(strings, label[s]) : 0);
+  for (size_t s = 0; s < n; s++)
+    put_varint(raw, !op[s].event ? 0
+                    : op[s].op   ? hbm__index_string_id(strings, op[s].op) * 4 + op[s].event
+                                 : op[s].event);
+}
+
+/* A column's table: its blocks' count, then where each is in SEC_BLOCKS and its lengths. */
+static void write_table(writer_t *w, out_t *o, const hbm__index_column_t *c) {
+  put_u64(o, c->n_blocks);
+  for (size_t b = 0; b < c->n_blocks; b++) {
+    put_u64(o, w->blocks_at);
+    put_u32(o, c->lens[2 * b]);
+    put_u32(o, c->lens[2 * b + 1]);
+    w->blocks_at += c->lens[2 * b];
+  }
 }
 
 /* ---- sections ---- */
@@ -163,9 +240,10 @@ static int by_index(const void *a, const void *b) {
 
 /* Every buffer live at some space's peak, by index. */
 static void write_buffers(writer_t *w) {
+  int n_spaces = hbm_profile_space_count(w->p);
   size_t total = 0, n;
-  for (int s = 0; s < w->n_spaces; s++) {
-    hbm_analysis_buffers_at_peak(w->analyses[s], &n);
+  for (int s = 0; s < n_spaces; s++) {
+    hbm_analysis_buffers_at_peak(w->parts->spaces[s].a, &n);
     total += n;
   }
   int64_t *idx = malloc((total + 1) * sizeof *idx);
@@ -174,8 +252,8 @@ static void write_buffers(writer_t *w) {
     return;
   }
   size_t k = 0;
-  for (int s = 0; s < w->n_spaces; s++) {
-    const int64_t *at = hbm_analysis_buffers_at_peak(w->analyses[s], &n);
+  for (int s = 0; s < n_spaces; s++) {
+    const int64_t *at = hbm_analysis_buffers_at_peak(w->parts->spaces[s].a, &n);
     memcpy(idx + k, at, n * sizeof *idx);
     k += n;
   }
@@ -183,7 +261,7 @@ static void write_buffers(writer_t *w) {
   out_t *o = &w->section;
   put_u64(o, total);
   for (size_t i = 0; i < total; i++) {
-    const hbm_buffer_t *b = hbm_profile_buffer(w->p, idx[i]);
+    const hbm_buffer_t *b = w->parts->lookup(w->parts->lookup_ctx, idx[i]);
     const uint64_t fields[] = {(uint64_t)idx[i],
                                b->id,
                                b->address,
@@ -241,8 +319,8 @@ static void write_summary(out_t *o, const hbm_summary_t *s) {
 }
 
 /* The maxima of live bytes over blocks of 64·2^k steps (the first step reaching each), each
- * level from the one below, until one block holds them all. */
-static void write_levels(out_t *o, const uint64_t *live, int64_t n) {
+ * level from the one below (level 0 given), until one block holds them all. */
+static void write_levels(out_t *o, const uint64_t *max0, const int64_t *at0, int64_t n) {
   size_t levels = 1;
   for (int64_t size = HBM_INDEX_LEVEL0; size < n; size *= 2)
     levels++;
@@ -254,13 +332,9 @@ static void write_levels(out_t *o, const uint64_t *live, int64_t n) {
     o->failed = true;
     return;
   }
-  for (uint64_t b = 0; b < count; b++) {
-    int64_t best = (int64_t)b * HBM_INDEX_LEVEL0, end = best + HBM_INDEX_LEVEL0;
-    for (int64_t s = best + 1; s < end && s < n; s++)
-      if (live[s] > live[best])
-        best = s;
-    max[b] = live[best];
-    at[b] = best;
+  if (count) { /* (none for a profile of no steps) */
+    memcpy(max, max0, count * sizeof *max);
+    memcpy(at, at0, count * sizeof *at);
   }
   put_u64(o, levels);
   for (size_t lv = 0; lv < levels; lv++) {
@@ -282,58 +356,6 @@ static void write_levels(out_t *o, const uint64_t *live, int64_t n) {
   free(at);
 }
 
-/* Compressed blocks of per-step varints; the table says where each is in SEC_BLOCKS. */
-typedef void (*column_fn)(writer_t *w, out_t *raw, int64_t from, int64_t to, int space);
-
-static void write_blocks(writer_t *w, out_t *table, int64_t n, column_fn fn, int space) {
-  out_t raw = {0};
-  uint64_t count = n > 0 ? ((uint64_t)n + HBM_INDEX_BLOCK_STEPS - 1) / HBM_INDEX_BLOCK_STEPS : 0;
-  put_u64(table, count);
-  for (uint64_t b = 0; b < count; b++) {
-    int64_t from = (int64_t)b * HBM_INDEX_BLOCK_STEPS;
-    int64_t to = from + HBM_INDEX_BLOCK_STEPS > n ? n : from + HBM_INDEX_BLOCK_STEPS;
-    raw.n = 0;
-    fn(w, &raw, from, to, space);
-    size_t bound = ZSTD_compressBound(raw.n), at = w->blocks.n;
-    if (raw.failed || w->blocks.failed) {
-      w->body.failed = true;
-      break;
-    }
-    if (w->blocks.cap - w->blocks.n < bound) {
-      size_t need = w->blocks.n + bound;
-      uint8_t *grown = realloc(w->blocks.d, need * 2);
-      if (!grown) {
-        w->body.failed = true;
-        break;
-      }
-      w->blocks.d = grown;
-      w->blocks.cap = need * 2;
-    }
-    size_t c = ZSTD_compressCCtx(w->zc, w->blocks.d + at, bound, raw.d, raw.n, 1);
-    if (ZSTD_isError(c)) {
-      w->body.failed = true;
-      break;
-    }
-    w->blocks.n += c;
-    put_u64(table, at);
-    put_u32(table, (uint32_t)c);
-    put_u32(table, (uint32_t)raw.n);
-  }
-  free(raw.d);
-}
-
-/* A space's live bytes (and unpadded, when they differ), as zigzag deltas. */
-static void live_column(writer_t *w, out_t *raw, int64_t from, int64_t to, int space) {
-  const uint64_t *live = hbm__analysis_series(w->analyses[space], 0);
-  const uint64_t *unpadded = hbm__analysis_series(w->analyses[space], 1);
-  uint64_t last = 0;
-  for (int64_t s = from; s < to; s++, last = live[s - 1])
-    put_varint(raw, hbm__zigzag((int64_t)(live[s] - last)));
-  if (unpadded != live)
-    for (int64_t s = from; s < to; s++)
-      put_varint(raw, hbm__zigzag((int64_t)(live[s] - unpadded[s])));
-}
-
 /* Group totals: the count, then (name, bytes, buffers) each. */
 static void write_groups(writer_t *w, const hbm_group_total_t *g, size_t n) {
   put_u64(&w->section, n);
@@ -345,11 +367,11 @@ static void write_groups(writer_t *w, const hbm_group_total_t *g, size_t n) {
 }
 
 static void write_space(writer_t *w, int space) {
-  const hbm_analysis_t *a = w->analyses[space];
-  const hbm_summary_t *sum = hbm_analysis_summary(a);
+  const hbm__index_space_t *sp = &w->parts->spaces[space];
+  const hbm_analysis_t *a = sp->a;
   out_t *o = &w->section;
   put_u64(o, (uint64_t)space);
-  write_summary(o, sum);
+  write_summary(o, hbm_analysis_summary(a));
   size_t n;
   const int64_t *lists[3] = {hbm_analysis_buffers_at_peak(a, &n),
                              hbm_analysis_buffers_at_peak_by_size(a, &n),
@@ -365,23 +387,178 @@ static void write_space(writer_t *w, int space) {
     w->body.failed = true;
   write_groups(w, run, run ? n : 0);
   free(run);
-  /* reserved bytes where they change */
-  const uint64_t *reserved = hbm__analysis_series(a, 2);
-  int64_t steps = hbm_profile_step_count(w->p), changes = 0;
-  for (int64_t s = 0; reserved && s < steps; s++)
-    changes += s == 0 || reserved[s] != reserved[s - 1];
-  put_u64(o, reserved ? 1 : 0);
-  put_u64(o, (uint64_t)changes);
-  for (int64_t s = 0; reserved && s < steps; s++)
-    if (s == 0 || reserved[s] != reserved[s - 1]) {
-      put_u64(o, (uint64_t)s);
-      put_u64(o, reserved[s]);
-    }
-  const uint64_t *live = hbm__analysis_series(a, 0);
-  put_u64(o, hbm__analysis_series(a, 1) != live);
-  write_levels(o, live, steps);
-  write_blocks(w, o, steps, live_column, space);
+  put_u64(o, sp->reserved ? 1 : 0); /* reserved bytes where they change */
+  put_u64(o, sp->n_reserved);
+  for (size_t i = 0; i < sp->n_reserved; i++) {
+    put_u64(o, (uint64_t)sp->reserved[i].step);
+    put_u64(o, sp->reserved[i].bytes);
+  }
+  put_u64(o, sp->padded);
+  write_levels(o, sp->level0_max, sp->level0_at, hbm_profile_step_count(w->p));
+  write_table(w, o, sp->live);
   end_section(w, SEC_SPACE);
+}
+
+/* Strings, each NUL-terminated, after a table of their offsets. */
+static void write_strings(const hbm__index_strings_t *s, out_t *o) {
+  put_u64(o, s->n);
+  uint64_t at = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    put_u64(o, at);
+    at += strlen(s->list[i]) + 1;
+  }
+  for (size_t i = 0; i < s->n; i++)
+    put(o, s->list[i], strlen(s->list[i]) + 1);
+}
+
+static void make_header(uint8_t *h, const struct stat *st, uint64_t body_len, uint32_t crc) {
+  memset(h, 0, HBM_INDEX_HEADER);
+  memcpy(h, HBM_INDEX_MAGIC, 8);
+  hbm__put_le32(h + 8, HBM_INDEX_VERSION);
+  hbm__put_le32(h + 12, HBM_TRACE_VERSION);
+  uint64_t fields[] = {(uint64_t)st->st_size,
+                       (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec,
+                       (uint64_t)st->st_ino, body_len};
+  for (int f = 0; f < 4; f++)
+    for (int i = 0; i < 8; i++)
+      h[16 + 8 * f + i] = (uint8_t)(fields[f] >> (8 * i));
+  hbm__put_le32(h + 48, crc);
+  hbm__put_le32(h + 52, hbm__crc32(0, h, 52));
+}
+
+/* The header, then the pieces one after another, into one anonymous mapping. */
+static uint8_t *concatenate(const struct stat *st, const out_t *pieces, size_t n, size_t *len) {
+  size_t total = HBM_INDEX_HEADER;
+  uint32_t crc = 0;
+  for (size_t i = 0; i < n; i++) {
+    total += pieces[i].n;
+    crc = hbm__crc32(crc, pieces[i].d, pieces[i].n);
+  }
+  uint8_t *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return NULL;
+  make_header(m, st, total - HBM_INDEX_HEADER, crc);
+  size_t at = HBM_INDEX_HEADER;
+  for (size_t i = 0; i < n; i++) {
+    if (pieces[i].n)
+      memcpy(m + at, pieces[i].d, pieces[i].n);
+    at += pieces[i].n;
+  }
+  *len = total;
+  return m;
+}
+
+uint8_t *hbm__index_assemble(const hbm__index_parts_t *parts, const struct stat *st, size_t *len) {
+  writer_t w = {.parts = parts, .p = parts->p, .strings = parts->strings};
+  int n_spaces = hbm_profile_space_count(w.p);
+  write_profile(&w);
+  write_events(&w);
+  write_buffers(&w);
+  for (int s = 0; s < n_spaces; s++)
+    write_space(&w, s);
+  write_table(&w, &w.section, parts->steps);
+  end_section(&w, SEC_STEPS);
+  out_t strings = {0}, head = {0};
+  write_strings(w.strings, &strings);
+  put_u32(&head, SEC_STRINGS); /* the strings first: readers resolve ids as they go */
+  put_u32(&head, 0);
+  put_u64(&head, strings.n);
+  put(&head, strings.d, strings.n);
+  put(&head, (const uint8_t[8]){0}, (8 - strings.n % 8) % 8);
+  put_u32(&w.body, SEC_BLOCKS);
+  put_u32(&w.body, 0);
+  put_u64(&w.body, w.blocks_at);
+  uint8_t *bytes = NULL;
+  size_t n_pieces = 0;
+  out_t *pieces = malloc((size_t)(n_spaces + 3) * sizeof *pieces);
+  if (pieces && !head.failed && !w.body.failed && !strings.failed && !w.strings->failed) {
+    pieces[n_pieces++] = head;
+    pieces[n_pieces++] = w.body;
+    for (int s = 0; s < n_spaces; s++)
+      pieces[n_pieces++] = parts->spaces[s].live->data;
+    pieces[n_pieces++] = parts->steps->data;
+    bytes = concatenate(st, pieces, n_pieces, len);
+  }
+  free(pieces);
+  free(strings.d);
+  free(head.d);
+  free(w.body.d);
+  free(w.section.d);
+  return bytes;
+}
+
+/* ---- the file ---- */
+
+hbm_status_t hbm__index_store(const char *path, const uint8_t *bytes, size_t len) {
+  char target[4200], tmp[4300];
+  if (!hbm__index_path(path, true, target, sizeof target))
+    return hbm__error(HBM_ERR_IO, "%s: no writable place for its index", path);
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid()) >= (int)sizeof tmp)
+    return hbm__error(HBM_ERR_IO, "%s: its index's path is too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < len;) {
+    ssize_t k = write(fd, bytes + done, len - done);
+    ok = k > 0 || (k < 0 && errno == EINTR);
+    done += k > 0 ? (size_t)k : 0;
+  }
+  ok = fd >= 0 && close(fd) == 0 && ok;
+  if (ok && rename(tmp, target) != 0)
+    ok = false;
+  if (!ok && fd >= 0)
+    unlink(tmp);
+  return ok ? HBM_OK : hbm__error(HBM_ERR_IO, "%s: cannot write its index %s", path, target);
+}
+
+/* ---- the pieces of a profile held whole ---- */
+
+/* Level 0 of a series: its most in each block of HBM_INDEX_LEVEL0 steps, the first step. */
+static bool level0_of(const uint64_t *live, int64_t n, uint64_t **max_out, int64_t **at_out) {
+  uint64_t count = n > 0 ? ((uint64_t)n + HBM_INDEX_LEVEL0 - 1) / HBM_INDEX_LEVEL0 : 0;
+  uint64_t *max = *max_out = malloc((count + 1) * sizeof *max);
+  int64_t *at = *at_out = malloc((count + 1) * sizeof *at);
+  if (!max || !at)
+    return false;
+  for (uint64_t b = 0; b < count; b++) {
+    int64_t best = (int64_t)b * HBM_INDEX_LEVEL0, end = best + HBM_INDEX_LEVEL0;
+    for (int64_t s = best + 1; s < end && s < n; s++)
+      if (live[s] > live[best])
+        best = s;
+    max[b] = live[best];
+    at[b] = best;
+  }
+  return true;
+}
+
+/* Reserved bytes where they change, from a series. */
+static hbm__reserved_change_t *changes_of(const uint64_t *reserved, int64_t n, size_t *count) {
+  *count = 0;
+  hbm__reserved_change_t *c = malloc(sizeof *c);
+  for (int64_t s = 0; c && s < n; s++)
+    if (s == 0 || reserved[s] != reserved[s - 1]) {
+      hbm__reserved_change_t *grown = realloc(c, (*count + 1) * sizeof *c);
+      if (!grown) {
+        free(c);
+        return NULL;
+      }
+      c = grown;
+      c[(*count)++] = (hbm__reserved_change_t){s, reserved[s]};
+    }
+  return c;
+}
+
+/* A space's live column, block by block. */
+static bool live_column(hbm__index_column_t *c, ZSTD_CCtx *zc, const uint64_t *live,
+                        const uint64_t *unpadded, int64_t n) {
+  out_t raw = {0};
+  bool ok = true;
+  for (int64_t from = 0; ok && from < n; from += HBM_INDEX_BLOCK_STEPS) {
+    size_t k = (size_t)(n - from < HBM_INDEX_BLOCK_STEPS ? n - from : HBM_INDEX_BLOCK_STEPS);
+    hbm__index_live_block(&raw, live + from, unpadded != live ? unpadded + from : NULL, k);
+    ok = hbm__index_column_add(c, zc, &raw);
+  }
+  free(raw.d);
+  return ok;
 }
 
 /* Which buffer each step is about: the first born there, else the first freed there. */
@@ -409,142 +586,100 @@ static int64_t *step_buffers(const hbm_profile_t *p, uint8_t **is_free) {
   return at;
 }
 
-/* Per step: time (delta), label, and the op of the buffer the step is about (id * 4 + 1 for
- * an allocation, + 2 for a free). */
-static void step_column(writer_t *w, out_t *raw, int64_t from, int64_t to, int space) {
-  (void)space;
-  int64_t last = 0; /* each block on its own */
-  for (int64_t s = from; s < to; s++) {
-    int64_t t = hbm_profile_step_time(w->p, s);
-    put_varint(raw, hbm__zigzag(t - last));
-    last = t;
-  }
-  for (int64_t s = from; s < to; s++)
-    put_varint(raw, string_id(w, hbm_profile_step_label(w->p, s)));
-  for (int64_t s = from; s < to; s++) {
-    int64_t b = w->step_buffer ? w->step_buffer[s] : -1;
-    const hbm_buffer_t *buf = b >= 0 ? hbm_profile_buffer(w->p, b) : NULL;
-    put_varint(raw, buf ? string_id(w, buf->op) * 4 + (w->step_is_free[s] ? 2 : 1) : 0);
-  }
-}
-
-static void write_steps(writer_t *w) {
-  if (hbm_profile_kind(w->p) == HBM_PROFILE_RUNTIME &&
-      !(w->step_buffer = step_buffers(w->p, &w->step_is_free)))
-    w->body.failed = true;
-  write_blocks(w, &w->section, hbm_profile_step_count(w->p), step_column, 0);
-  free(w->step_buffer);
-  free(w->step_is_free);
-  w->step_buffer = NULL;
-  w->step_is_free = NULL;
-  end_section(w, SEC_STEPS);
-}
-
-/* Strings, each NUL-terminated, after a table of their offsets. */
-static void write_strings(writer_t *w, out_t *o) {
-  put_u64(o, w->n_strings);
-  uint64_t at = 0;
-  for (size_t i = 0; i < w->n_strings; i++) {
-    put_u64(o, at);
-    at += strlen(w->strings[i]) + 1;
-  }
-  for (size_t i = 0; i < w->n_strings; i++)
-    put(o, w->strings[i], strlen(w->strings[i]) + 1);
-}
-
-/* ---- the file ---- */
-
-static bool write_file(const char *target, const uint8_t *header, const out_t *parts,
-                       size_t n_parts) {
-  char tmp[4300];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid()) >= (int)sizeof tmp)
+/* The steps' column, block by block; its strings numbered first. */
+static bool step_column(hbm__index_column_t *c, ZSTD_CCtx *zc, const hbm_profile_t *p,
+                        hbm__index_strings_t *strings) {
+  int64_t n = hbm_profile_step_count(p);
+  uint8_t *is_free = NULL;
+  int64_t *about = NULL;
+  if (hbm_profile_kind(p) == HBM_PROFILE_RUNTIME && !(about = step_buffers(p, &is_free)))
     return false;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return false;
-  bool ok = write(fd, header, HBM_INDEX_HEADER) == HBM_INDEX_HEADER;
-  for (size_t i = 0; ok && i < n_parts; i++)
-    for (size_t done = 0; ok && done < parts[i].n;) {
-      ssize_t k = write(fd, parts[i].d + done, parts[i].n - done);
-      ok = k > 0 || (k < 0 && errno == EINTR);
-      done += k > 0 ? (size_t)k : 0;
+  int64_t time[HBM_INDEX_BLOCK_STEPS];
+  const char *label[HBM_INDEX_BLOCK_STEPS];
+  hbm__index_step_op_t op[HBM_INDEX_BLOCK_STEPS];
+  out_t raw = {0};
+  bool ok = true;
+  for (int64_t from = 0; ok && from < n; from += HBM_INDEX_BLOCK_STEPS) {
+    size_t k = (size_t)(n - from < HBM_INDEX_BLOCK_STEPS ? n - from : HBM_INDEX_BLOCK_STEPS);
+    for (size_t i = 0; i < k; i++) {
+      int64_t s = from + (int64_t)i, b = about ? about[s] : -1;
+      time[i] = hbm_profile_step_time(p, s);
+      label[i] = hbm_profile_step_label(p, s);
+      op[i] = b < 0 ? (hbm__index_step_op_t){NULL, 0}
+                    : (hbm__index_step_op_t){hbm_profile_buffer(p, b)->op, is_free[s] ? 2 : 1};
     }
-  ok = close(fd) == 0 && ok;
-  if (ok && rename(tmp, target) != 0)
-    ok = false;
-  if (!ok)
-    unlink(tmp);
+    hbm__index_step_block(&raw, strings, time, label, op, k);
+    ok = hbm__index_column_add(c, zc, &raw);
+  }
+  free(raw.d);
+  free(about);
+  free(is_free);
   return ok;
 }
 
-static void make_header(uint8_t *h, const struct stat *st, uint64_t body_len, uint32_t crc) {
-  memset(h, 0, HBM_INDEX_HEADER);
-  memcpy(h, HBM_INDEX_MAGIC, 8);
-  hbm__put_le32(h + 8, HBM_INDEX_VERSION);
-  hbm__put_le32(h + 12, HBM_TRACE_VERSION);
-  uint64_t fields[] = {(uint64_t)st->st_size,
-                       (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec,
-                       (uint64_t)st->st_ino, body_len};
-  for (int f = 0; f < 4; f++)
-    for (int i = 0; i < 8; i++)
-      h[16 + 8 * f + i] = (uint8_t)(fields[f] >> (8 * i));
-  hbm__put_le32(h + 48, crc);
-  hbm__put_le32(h + 52, hbm__crc32(0, h, 52));
+static const hbm_buffer_t *whole_buffer(const void *p, int64_t i) {
+  return hbm_profile_buffer(p, i);
+}
+
+/* A space's pieces from its analysis' series (what it holds: freed with space_free). */
+static bool space_pieces(hbm__index_space_t *sp, ZSTD_CCtx *zc, const hbm_profile_t *p,
+                         hbm__index_column_t *column) {
+  const uint64_t *live = hbm__analysis_series(sp->a, 0), *unpadded = hbm__analysis_series(sp->a, 1),
+                 *reserved = hbm__analysis_series(sp->a, 2);
+  int64_t n = hbm_profile_step_count(p);
+  uint64_t *max;
+  int64_t *at;
+  bool ok = level0_of(live, n, &max, &at);
+  sp->level0_max = max;
+  sp->level0_at = at;
+  sp->padded = unpadded != live;
+  sp->live = column;
+  if (ok && reserved)
+    ok = (sp->reserved = changes_of(reserved, n, &sp->n_reserved)) != NULL;
+  return ok && live_column(column, zc, live, unpadded, n);
+}
+
+static void space_free(hbm__index_space_t *sp) {
+  hbm_analysis_free((hbm_analysis_t *)sp->a);
+  free((void *)sp->reserved);
+  free((void *)sp->level0_max);
+  free((void *)sp->level0_at);
 }
 
 hbm_status_t hbm__index_write(const hbm_profile_t *p, const char *path) {
   struct stat st;
-  char target[4200];
   if (stat(path, &st) != 0)
     return hbm__error(HBM_ERR_IO, "%s: cannot index: %s", path, strerror(errno));
   if (hbm__profile_is_summary(p))
     return HBM_OK; /* read from its index already */
-  if (!hbm__index_path(path, true, target, sizeof target))
-    return hbm__error(HBM_ERR_IO, "%s: no writable place for its index", path);
-  writer_t w = {.p = p, .n_spaces = hbm_profile_space_count(p), .zc = ZSTD_createCCtx()};
-  hbm_u64map_init(&w.string_ids);
-  w.analyses = calloc((size_t)w.n_spaces + 1, sizeof *w.analyses);
-  bool ok = w.analyses && w.zc;
-  for (int s = 0; ok && s < w.n_spaces; s++)
-    ok = (w.analyses[s] = hbm_analyze(p, s)) != NULL;
+  int n_spaces = hbm_profile_space_count(p);
+  hbm__index_space_t *spaces = calloc((size_t)n_spaces + 1, sizeof *spaces);
+  hbm__index_column_t *columns = calloc((size_t)n_spaces + 1, sizeof *columns), steps = {0};
+  hbm__index_strings_t strings = {0};
+  hbm_u64map_init(&strings.ids);
+  ZSTD_CCtx *zc = ZSTD_createCCtx();
+  bool ok = spaces && columns && zc && step_column(&steps, zc, p, &strings);
+  for (int s = 0; ok && s < n_spaces; s++)
+    ok = (spaces[s].a = hbm_analyze(p, s)) != NULL && space_pieces(&spaces[s], zc, p, &columns[s]);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
   if (ok) {
-    write_profile(&w);
-    write_events(&w);
-    write_buffers(&w);
-    for (int s = 0; s < w.n_spaces; s++)
-      write_space(&w, s);
-    write_steps(&w);
-    out_t strings = {0};
-    write_strings(&w, &strings);
-    /* the strings first: readers resolve ids as they go */
-    out_t head = {0};
-    put_u32(&head, SEC_STRINGS);
-    put_u32(&head, 0);
-    put_u64(&head, strings.n);
-    put(&head, strings.d, strings.n);
-    put(&head, (const uint8_t[8]){0}, (8 - strings.n % 8) % 8);
-    put_u32(&w.body, SEC_BLOCKS);
-    put_u32(&w.body, 0);
-    put_u64(&w.body, w.blocks.n);
-    ok = !head.failed && !w.body.failed && !strings.failed && !w.blocks.failed;
-    out_t parts[3] = {head, w.body, w.blocks};
-    uint32_t crc = 0;
-    for (int i = 0; ok && i < 3; i++)
-      crc = hbm__crc32(crc, parts[i].d, parts[i].n);
-    uint8_t header[HBM_INDEX_HEADER];
-    make_header(header, &st, head.n + w.body.n + w.blocks.n, crc);
-    ok = ok && write_file(target, header, parts, 3);
-    free(strings.d);
-    free(head.d);
+    hbm__index_parts_t parts = {p, whole_buffer, p, spaces, &steps, &strings};
+    ok = (bytes = hbm__index_assemble(&parts, &st, &len)) != NULL;
   }
-  for (int s = 0; w.analyses && s < w.n_spaces; s++)
-    hbm_analysis_free(w.analyses[s]);
-  free(w.analyses);
-  free(w.body.d);
-  free(w.blocks.d);
-  free(w.section.d);
-  free(w.strings);
-  hbm_u64map_free(&w.string_ids);
-  ZSTD_freeCCtx(w.zc);
-  return ok ? HBM_OK : hbm__error(HBM_ERR_IO, "%s: cannot write its index %s", path, target);
+  hbm_status_t status =
+      ok ? hbm__index_store(path, bytes, len)
+         : hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory indexing it", path);
+  if (bytes)
+    munmap(bytes, len);
+  for (int s = 0; spaces && columns && s < n_spaces; s++) {
+    space_free(&spaces[s]);
+    hbm__index_column_free(&columns[s]);
+  }
+  free(spaces);
+  free(columns);
+  hbm__index_column_free(&steps);
+  hbm__index_strings_free(&strings);
+  ZSTD_freeCCtx(zc);
+  return status;
 }

@@ -61,6 +61,7 @@ void hbm_profile_free(hbm_profile_t *p) {
   free(p->markers);
   hbm_intern_free(p->strings);
   hbm__digest_free(p->digest);
+  hbm__index_stream_free(p->stream);
   free(p);
 }
 
@@ -101,6 +102,8 @@ int hbm_profile_add_space(hbm_profile_t *p, const char *name, const char *device
   s->color = color;
   s->limit = limit;
   hbm_u64map_init(&p->open[p->n_spaces]);
+  if (p->stream && !hbm__index_stream_space(p->stream, p->n_spaces))
+    return -1;
   return p->n_spaces++;
 }
 
@@ -112,6 +115,12 @@ int hbm_profile_find_space(const hbm_profile_t *p, const char *name, const char 
 }
 
 int64_t hbm_profile_add_step(hbm_profile_t *p, int64_t time_ns, const char *label) {
+  if (p->stream) { /* read as a summary: not kept */
+    const char *l = hbm_intern(p->strings, label);
+    if ((label && !l) || !hbm__index_stream_step(p->stream, time_ns, l))
+      return -1;
+    return p->n_steps++;
+  }
   if (!GROW(p, step_time, p->n_steps, cap_steps)) {
     out_of_memory("a step");
     return -1;
@@ -141,14 +150,17 @@ static hbm_status_t check_space(const hbm_profile_t *p, int space) {
   return HBM_OK;
 }
 
-/* Interns the tag strings of b in place; false if memory ran out. */
+/* Interns the tag strings of b in place; false if memory ran out. A profile read as a summary
+ * keeps a buffer's source (often one per buffer) only while the buffer matters to it. */
 static bool intern_buffer_strings(hbm_profile_t *p, hbm_buffer_t *b) {
   const char **fields[] = {&b->op,     &b->shape, &b->group, &b->source,
                            &b->opcode, &b->label, &b->stack};
   for (size_t i = 0; i < HBM_ARRAY_LEN(fields); i++) {
     if (!*fields[i])
       continue;
-    if (!(*fields[i] = hbm_intern(p->strings, *fields[i])))
+    bool apart = p->stream && fields[i] == &b->source;
+    if (!(*fields[i] = apart ? hbm__index_stream_source(p->stream, *fields[i])
+                             : hbm_intern(p->strings, *fields[i])))
       return false;
   }
   return true;
@@ -166,7 +178,7 @@ int64_t hbm_profile_add_buffer(hbm_profile_t *p, const hbm_buffer_t *b) {
     hbm__error(HBM_ERR_INVALID, "unknown buffer category %d", (int)b->category);
     return -1;
   }
-  if (!GROW(p, buffers, p->n_buffers, cap_buffers)) {
+  if (!p->stream && !GROW(p, buffers, p->n_buffers, cap_buffers)) {
     out_of_memory("a buffer");
     return -1;
   }
@@ -175,12 +187,16 @@ int64_t hbm_profile_add_buffer(hbm_profile_t *p, const hbm_buffer_t *b) {
     out_of_memory("a buffer's tags");
     return -1;
   }
+  if (p->stream)
+    return hbm__profile_add_buffer_interned(p, &copy);
   copy.id = (uint64_t)p->n_buffers;
   p->buffers[p->n_buffers] = copy;
   return p->n_buffers++;
 }
 
 hbm_status_t hbm_profile_end_buffer(hbm_profile_t *p, int64_t idx, int64_t end) {
+  if (p->stream && idx >= 0 && idx < p->n_buffers)
+    return hbm__index_stream_end(p->stream, idx, end);
   if (idx < 0 || idx >= p->n_buffers)
     return hbm__error(HBM_ERR_NOT_FOUND, "buffer %lld does not exist", (long long)idx);
   if (end < p->buffers[idx].start)
@@ -296,6 +312,8 @@ static hbm_status_t check_event_steps(const hbm_profile_t *p) {
 /* Closes the open ranges and checks every buffer's in one pass (10^8 events: 5x10^7 buffers,
  * 6 GB, read once). */
 hbm_status_t hbm_profile_finish(hbm_profile_t *p) {
+  if (p->stream) /* it closes what is still live */
+    return hbm__profile_finish_closed(p);
   for (int64_t i = 0; i < p->n_buffers; i++) {
     hbm_buffer_t *b = &p->buffers[i];
     if (b->end < 0) {
@@ -321,6 +339,9 @@ hbm_status_t hbm_profile_finish(hbm_profile_t *p) {
 }
 
 hbm_status_t hbm__profile_finish_closed(hbm_profile_t *p) {
+  hbm_status_t s = p->stream ? hbm__index_stream_finish(p->stream) : HBM_OK;
+  if (s != HBM_OK)
+    return s;
   for (int i = 0; i < p->n_spaces; i++) {
     hbm_u64map_free(&p->open[i]);
     hbm_u64map_init(&p->open[i]);
@@ -361,7 +382,7 @@ int64_t hbm_profile_step_count(const hbm_profile_t *p) {
 int64_t hbm_profile_step_time(const hbm_profile_t *p, int64_t step) {
   if (p->digest)
     return hbm__digest_step_time(p->digest, step);
-  return step >= 0 && step < p->n_steps ? p->step_time[step] : 0;
+  return step >= 0 && step < p->n_steps && p->step_time ? p->step_time[step] : 0;
 }
 
 const char *hbm_profile_step_label(const hbm_profile_t *p, int64_t step) {
@@ -377,7 +398,7 @@ int64_t hbm_profile_buffer_count(const hbm_profile_t *p) {
 const hbm_buffer_t *hbm_profile_buffer(const hbm_profile_t *p, int64_t i) {
   if (p->digest)
     return hbm__digest_buffer(p->digest, i);
-  return i >= 0 && i < p->n_buffers ? &p->buffers[i] : NULL;
+  return i >= 0 && i < p->n_buffers && p->buffers ? &p->buffers[i] : NULL;
 }
 
 size_t hbm_profile_reserve_count(const hbm_profile_t *p) { return p->n_reserves; }

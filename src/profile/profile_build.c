@@ -1,5 +1,6 @@
 /* profile_build.c — the direct access of profile_build.h to a profile under construction. */
 #include "profile/profile_build.h"
+#include "profile/index.h"
 #include "profile/profile_internal.h"
 
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 hbm_intern_t *hbm__profile_strings(hbm_profile_t *p) { return p->strings; }
 
 int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b) {
+  if (p->stream) /* read as a summary: not kept (the stream numbers it) */
+    return hbm__index_stream_buffer(p->stream, p->n_buffers, b) ? p->n_buffers++ : -1;
   if (p->n_buffers == (int64_t)p->cap_buffers) {
     hbm_buffer_t *grown =
         hbm__grow_array(p->buffers, &p->cap_buffers, (size_t)p->n_buffers + 1, sizeof *grown, 64);
@@ -24,6 +27,8 @@ int64_t hbm__profile_add_buffer_interned(hbm_profile_t *p, const hbm_buffer_t *b
 }
 
 hbm_status_t hbm__profile_reserve(hbm_profile_t *p, size_t buffers, size_t steps) {
+  if (p->stream)
+    return HBM_OK; /* nothing kept */
   size_t need_b = (size_t)p->n_buffers + buffers, need_s = (size_t)p->n_steps + steps;
   hbm_buffer_t *b = hbm__grow_array(p->buffers, &p->cap_buffers, need_b, sizeof *b, 64);
   if (!b)
@@ -101,3 +106,16 @@ void hbm__populate_ahead(void *base, size_t n, size_t elem, size_t cap_bytes) {
   (void)base, (void)n, (void)elem, (void)cap_bytes;
 #endif
 }
+
+hbm_status_t hbm__profile_stream(hbm_profile_t *p) {
+  if (p->kind != HBM_PROFILE_RUNTIME || p->n_steps || p->n_buffers || p->stream)
+    return hbm__error(HBM_ERR_INVALID, "only a runtime profile not begun is read as a summary");
+  if (!(p->stream = hbm__index_stream_new(p)))
+    return hbm_last_status();
+  for (int i = 0; i < p->n_spaces; i++)
+    if (!hbm__index_stream_space(p->stream, i))
+      return hbm_last_status();
+  return HBM_OK;
+}
+
+hbm__index_stream_t *hbm__profile_stream_of(const hbm_profile_t *p) { return p->stream; }

@@ -39,5 +39,7 @@ hbm_status_t hbm__profile_set_space(hbm_profile_t *p, int i, const char *name, c
 /* An RMM CSV log (data, len: the whole file, not NUL-terminated) read straight into a profile,
  * each event as it is parsed (alloc_log.c): no array of events. */
 hbm_profile_t *hbm__alloc_log_load(const char *data, size_t len, const char *name);
+/* The same read as a summary (hbm__profile_stream): its index stream holds what it has. */
+hbm_profile_t *hbm__alloc_log_load_summary(const char *data, size_t len, const char *name);
 
 #endif /* HBM_PROFILE_BUILD_H */

@@ -39,7 +39,8 @@ struct hbm_profile {
   hbm_marker_t *markers;
   size_t n_markers, cap_markers;
 
-  struct hbm__digest *digest; /* a summary profile read from its index (index.h), else NULL */
+  struct hbm__digest *digest;       /* a summary profile read from its index (index.h), else NULL */
+  struct hbm__index_stream *stream; /* read as a summary: steps and buffers go there (index.h) */
 };
 
 #endif /* HBM_PROFILE_INTERNAL_H */

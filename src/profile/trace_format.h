@@ -141,5 +141,7 @@ uint64_t hbm__trace_rereads(void);
  * small hostile file cannot make the reader allocate gigabytes. */
 hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
                                 uint64_t max_raw_bytes);
+/* The same read as a summary (hbm__profile_stream): its index stream holds what it has. */
+hbm_profile_t *hbm__trace_parse_summary(const uint8_t *data, size_t len, const char *name);
 
 #endif /* HBM_TRACE_FORMAT_H */

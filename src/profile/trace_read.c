@@ -8,6 +8,7 @@
  * The reader trusts nothing: every length is checked against the bytes that are really there,
  * block sizes and the total decompressed size are capped, and a file cut short or damaged is
  * read up to its last good block, with profile meta "lost" saying what was lost. */
+#include "profile/index.h"
 #include "profile/profile_build.h"
 #include "profile/trace_format.h"
 
@@ -636,7 +637,7 @@ static hbm_status_t replay_event(reader_t *r, replay_t *rp, const event_t *e) {
 static void close_live(reader_t *r, replay_t *rp) {
   int64_t n_buffers, n_steps = hbm_profile_step_count(r->p);
   hbm_buffer_t *buffers = hbm__profile_buffers(r->p, &n_buffers);
-  for (int i = 0; i < rp->n_spaces; i++)
+  for (int i = 0; buffers && i < rp->n_spaces; i++) /* none: read as a summary, which closes */
     for (size_t k = 0; k < rp->live[i].cap; k++)
       if (rp->live[i].used[k] == 1) {
         hbm_buffer_t *b = &buffers[rp->live[i].values[k]];
@@ -962,7 +963,7 @@ bool hbm__trace_is(const void *data, size_t len) {
 /* One reading of the file: its events replayed as they are read (stream) or collected and
  * sorted first. *broken: the stream met events too far out of order (nothing returned). */
 static hbm_profile_t *parse(const uint8_t *data, size_t len, const char *name,
-                            uint64_t max_raw_bytes, bool stream, bool *broken) {
+                            uint64_t max_raw_bytes, bool stream, bool summary, bool *broken) {
   reader_t r = {.name = name ? name : "profile", .in_order = true, .stream = stream};
   r.window = hbm__trace_window > 2 ? hbm__trace_window : 2;
   hbm_u64map_init(&r.tag_index);
@@ -973,6 +974,8 @@ static hbm_profile_t *parse(const uint8_t *data, size_t len, const char *name,
       (stream && !(r.rp.live = calloc(HBM_TRACE_MAX_SPACES, sizeof *r.rp.live))))
     goto done;
   s = read_header(&r, data, len, &offset);
+  if (s == HBM_OK && summary)
+    s = hbm__profile_stream(r.p);
   if (s == HBM_OK)
     s = read_blocks(&r, data, len, offset, max_raw_bytes);
   if (s == HBM_OK && !r.stream_broken) {
@@ -1001,15 +1004,25 @@ done:
   return r.p;
 }
 
-hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
-                                uint64_t max_raw_bytes) {
+/* The file read, as a stream of events when they come in order, else again, collected. */
+static hbm_profile_t *parse_twice(const uint8_t *data, size_t len, const char *name,
+                                  uint64_t max_raw_bytes, bool summary) {
   if (!max_raw_bytes) /* records at most 64 times the file, whatever zstd makes of them */
     max_raw_bytes = HBM_TRACE_RAW_BASE + HBM_TRACE_RAW_PER_BYTE * (uint64_t)len;
   bool broken = false;
-  hbm_profile_t *p = parse(data, len, name, max_raw_bytes, true, &broken);
+  hbm_profile_t *p = parse(data, len, name, max_raw_bytes, true, summary, &broken);
   if (broken) { /* read again, every event collected before any is replayed */
     __atomic_fetch_add(&rereads, 1, __ATOMIC_RELAXED);
-    p = parse(data, len, name, max_raw_bytes, false, &broken);
+    p = parse(data, len, name, max_raw_bytes, false, summary, &broken);
   }
   return p;
+}
+
+hbm_profile_t *hbm__trace_parse(const uint8_t *data, size_t len, const char *name,
+                                uint64_t max_raw_bytes) {
+  return parse_twice(data, len, name, max_raw_bytes, false);
+}
+
+hbm_profile_t *hbm__trace_parse_summary(const uint8_t *data, size_t len, const char *name) {
+  return parse_twice(data, len, name, 0, true);
 }
