@@ -5,8 +5,11 @@
  *                        so mutations reach the record parser and the event replay;
  *   anything else        a file, whose header and block checksums are recomputed first.
  * A profile it accepts is analysed and reported (text, JSON, Chrome trace) to /dev/null, so
- * odd but valid profiles exercise the analysis and the reports too. */
+ * odd but valid profiles exercise the analysis and the reports too. Each file is read twice,
+ * its blocks unpacked in turn and on the thread ahead (trace_blocks.c): the two readings must
+ * agree on the profile's size, its loss and any refusal. */
 #include "hbm.h"
+#include "profile/trace_blocks.h"
 #include "profile/trace_format.h"
 
 #include <stdint.h>
@@ -71,13 +74,36 @@ static void fix_checksums(uint8_t *d, size_t len) {
   }
 }
 
+static bool same_text(const char *a, const char *b) {
+  return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* The file read with its blocks unpacked ahead must be the one read in turn. */
+static void check_ahead(const uint8_t *file, size_t len, const hbm_profile_t *p, const char *err) {
+  size_t had = hbm__trace_ahead_min;
+  hbm__trace_ahead_min = 0;
+  hbm_profile_t *q = hbm__trace_parse(file, len, "fuzz.hbmtrace", MAX_RAW);
+  hbm__trace_ahead_min = had;
+  if (!p != !q || (!q && strcmp(err, hbm_last_error())))
+    abort();
+  if (q && (hbm_profile_buffer_count(p) != hbm_profile_buffer_count(q) ||
+            hbm_profile_step_count(p) != hbm_profile_step_count(q) ||
+            !same_text(hbm_profile_meta(p, "lost"), hbm_profile_meta(q, "lost"))))
+    abort();
+  hbm_profile_free(q);
+}
+
 static void exercise(const uint8_t *file, size_t len) {
   static FILE *sink;
   if (!sink && !(sink = fopen("/dev/null", "w")))
     return;
+  hbm__trace_ahead_min = (size_t)-1;
   hbm_profile_t *p = hbm__trace_parse(file, len, "fuzz.hbmtrace", MAX_RAW);
+  char err[1024];
+  snprintf(err, sizeof err, "%s", p ? "" : hbm_last_error());
+  check_ahead(file, len, p, err);
   if (!p) {
-    if (!hbm_last_error()[0])
+    if (!err[0])
       abort(); /* a refusal must say why */
     return;
   }

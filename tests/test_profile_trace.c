@@ -18,6 +18,7 @@
 #include <zstd.h>
 
 #include "helpers.h"
+#include "profile/trace_blocks.h"
 #include "profile/trace_format.h"
 
 /* ---- fixtures ---- */
@@ -701,5 +702,9 @@ int main(void) {
       cmocka_unit_test(events_replayed_through_a_window),
       cmocka_unit_test(not_a_trace_is_refused),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests_name("blocks read in turn", tests, NULL, NULL);
+  /* Again with every file's blocks unpacked on the thread ahead of the reader (big files'
+   * way, trace_blocks.c): the same profiles, messages and losses. */
+  hbm__trace_ahead_min = 0;
+  return failed + cmocka_run_group_tests_name("blocks unpacked ahead", tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
  * read up to its last good block, with profile meta "lost" saying what was lost. */
 #include "profile/index.h"
 #include "profile/profile_build.h"
+#include "profile/trace_blocks.h"
 #include "profile/trace_format.h"
 
 #include <stdarg.h>
@@ -858,62 +859,31 @@ static hbm_status_t note_loss(reader_t *r, size_t len, size_t offset, const char
   return hbm_profile_set_meta(r->p, "lost", text);
 }
 
-static uint8_t *grow_buffer(uint8_t *buf, size_t *cap, size_t need) {
-  if (need <= *cap)
-    return buf;
-  uint8_t *grown = realloc(buf, need);
-  if (grown)
-    *cap = need;
-  return grown;
-}
-
 /* Reads the blocks from offset on; sets "lost" when the file ends badly. */
 static hbm_status_t read_blocks(reader_t *r, const uint8_t *data, size_t len, size_t offset,
                                 uint64_t max_raw) {
-  uint8_t *raw = NULL;
-  size_t raw_cap = 0;
-  uint64_t raw_total = 0;
-  char why[640];
+  char why[700];
   why[0] = '\0';
-  while (offset < len && !why[0]) {
-    const uint8_t *h = data + offset;
-    size_t left = len - offset;
-    if (left < HBM_TRACE_BLOCK_HEAD) {
-      snprintf(why, sizeof why, "file truncated");
-      break;
-    }
-    uint32_t clen = hbm__get_le32(h + 4), rlen = hbm__get_le32(h + 8);
-    if (memcmp(h, HBM_TRACE_BLOCK_MAGIC, 4) != 0 || rlen > HBM_TRACE_BLOCK_RAW_MAX ||
-        clen > ZSTD_compressBound(HBM_TRACE_BLOCK_RAW_MAX)) {
-      snprintf(why, sizeof why, "block %llu is damaged: bad block header",
-               (unsigned long long)r->block + 1);
-    } else if (clen > left - HBM_TRACE_BLOCK_HEAD) {
-      snprintf(why, sizeof why, "file truncated");
-    } else if (hbm__crc32(0, h + HBM_TRACE_BLOCK_HEAD, clen) != hbm__get_le32(h + 12)) {
-      snprintf(why, sizeof why, "block %llu is damaged: checksum mismatch",
-               (unsigned long long)r->block + 1);
-    } else if (raw_total + rlen > max_raw) {
-      snprintf(why, sizeof why, "the file decompresses to more than %llu bytes: not read further",
-               (unsigned long long)max_raw);
-    } else if (!(raw = grow_buffer(raw, &raw_cap, rlen ? rlen : 1))) {
+  hbm__trace_blocks_t *blocks = hbm__trace_blocks_open(data, len, offset, max_raw);
+  for (int got = blocks ? 1 : -2; got > 0;) {
+    hbm__trace_block_t b;
+    got = hbm__trace_blocks_next(blocks, &b, why, sizeof why);
+    if (got == -2) {
+      hbm__trace_blocks_close(blocks);
       return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory reading block %llu", r->name,
                         (unsigned long long)r->block + 1);
-    } else {
-      size_t got = ZSTD_decompress(raw, rlen, h + HBM_TRACE_BLOCK_HEAD, clen);
-      if (ZSTD_isError(got) || got != rlen)
-        snprintf(why, sizeof why, "block %llu is damaged: %s", (unsigned long long)r->block + 1,
-                 ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong decompressed size");
-      else if (!read_records(r, raw, rlen))
-        snprintf(why, sizeof why, "block %llu is damaged: %s", (unsigned long long)r->block + 1,
-                 r->error);
     }
-    if (why[0])
+    if (got != 0)
+      offset = b.offset;
+    if (got == 1 && !read_records(r, b.raw, b.len)) {
+      snprintf(why, sizeof why, "block %llu is damaged: %s", (unsigned long long)r->block + 1,
+               r->error);
       break;
-    raw_total += rlen;
-    r->block++;
-    offset += HBM_TRACE_BLOCK_HEAD + clen;
+    }
+    if (got == 1)
+      r->block++, offset = b.next;
   }
-  free(raw);
+  hbm__trace_blocks_close(blocks);
   if (why[0])
     return note_loss(r, len, offset, why);
   if (!r->ended && hbm_profile_kind(r->p) == HBM_PROFILE_RUNTIME) {
