@@ -28,9 +28,9 @@ typedef struct slot {
 
 struct hbm__trace_blocks {
   const uint8_t *data;
-  size_t len, offset;  /* the next block to unpack */
-  uint64_t block;      /* blocks unpacked (the next one's number - 1) */
-  uint64_t raw_total;  /* bytes they decompressed to */
+  size_t len, offset; /* the next block to unpack */
+  uint64_t block;     /* blocks unpacked (the next one's number - 1) */
+  uint64_t raw_total; /* bytes they decompressed to */
   uint64_t max_raw;
   slot_t slot[SLOTS];
   bool ahead, started, stop;
