@@ -103,6 +103,9 @@ typedef struct pk_stream_options {
   /* A framed pickle this big or more is scanned in two halves at once, the second on a thread
    * of its own (0: 64 MiB; SIZE_MAX: never). The result is the same either way. */
   size_t split_min;
+  /* A pickle this big or more has its sink run on a thread of its own while the machine runs
+   * (pickle_thread.c; 0: never). The sink gets the same calls in the same order either way. */
+  size_t sink_thread_min;
 } pk_stream_options_t;
 
 /* Reads one pickle from data[0, len) into sink; `name` is used in messages ("name: byte N:

@@ -24,6 +24,9 @@
 #include <string.h>
 
 #define DROP_BEHIND ((size_t)8 << 20) /* the reader gives back pages this far behind it */
+/* A snapshot this big or more is read on two threads: the pickle machine, and the sink that
+ * turns its dicts and lists into events, stacks and the profile (pickle_thread.c). */
+#define SINK_THREAD_MIN ((size_t)1 << 20)
 #define TAG_TEXT_BASE ((size_t)16 << 20)
 #define TAG_TEXT_PER_BYTE 4
 
@@ -92,7 +95,8 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
                              .progress = map ? drop_behind : NULL,
                              .progress_ctx = map,
                              .drop = map ? drop_range : NULL,
-                             .progress_bytes = 16u << 20};
+                             .progress_bytes = 16u << 20,
+                             .sink_thread_min = SINK_THREAD_MIN};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)
     return false;
