@@ -140,6 +140,10 @@ void hbm__map_drop_before(hbm__mapped_t *m, size_t offset);
 /* Gives back the whole pages inside [from, to), leaving `dropped` as it is (a second reader
  * on another thread may call it). */
 void hbm__map_drop_range(hbm__mapped_t *m, size_t from, size_t to);
+/* Maps the pages of [from, to) that are in the page cache into m now, in one call: a reader
+ * ahead of which another thread does it takes no page faults there (a hint; nothing happens
+ * where the system cannot). */
+void hbm__map_populate(hbm__mapped_t *m, size_t from, size_t to);
 /* Gives back every page read so far (a reader that jumps around calls it now and then). */
 void hbm__map_drop_all(hbm__mapped_t *m);
 void hbm__unmap(hbm__mapped_t *m);

@@ -126,6 +126,19 @@ void hbm__map_drop_range(hbm__mapped_t *m, size_t from, size_t to) {
     madvise((void *)(m->data + start), end - start, MADV_DONTNEED);
 }
 
+void hbm__map_populate(hbm__mapped_t *m, size_t from, size_t to) {
+#ifdef MADV_POPULATE_READ
+  if (!m || !m->mapped)
+    return;
+  size_t page = page_size();
+  size_t start = from / page * page, end = to > m->len ? m->len : to;
+  if (start < end)
+    madvise((void *)(m->data + start), end - start, MADV_POPULATE_READ);
+#else
+  (void)m, (void)from, (void)to;
+#endif
+}
+
 void hbm__map_drop_all(hbm__mapped_t *m) {
   if (!m || !m->mapped || !m->len)
     return;

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BATCH_UNITS ((size_t)1 << 16) /* 1 MiB of calls a batch */
+#define BATCH_UNITS ((size_t)1 << 14) /* 256 KiB of calls a batch */
 #define BATCHES 4                     /* batches in flight at most: the machine waits past it */
 
 /* CALL_ADD_IDS: an add whose items are all stand-ins (a snapshot's frames lists), as their
@@ -153,9 +153,7 @@ static bool make_calls(pk_thread_t *t, batch_t *b) {
       t->values[c.id] = out;
       break;
     }
-    case CALL_PROGRESS:
-      t->progress(t->progress_ctx, (size_t)b->units[i++].item.as.u);
-      break;
+    case CALL_PROGRESS: t->progress(t->progress_ctx, (size_t)b->units[i++].item.as.u); break;
     default: s->discard(s->ctx, (pk_kind_t)c.kind, *state); break;
     }
   }
@@ -289,8 +287,7 @@ static bool take_id(pk_thread_t *t, const uint32_t *free_ids, size_t *n_free, ui
   return true;
 }
 
-static bool give_id(pk_thread_t *t, uint32_t **free_ids, size_t *n_free, size_t *cap,
-                    uint32_t id) {
+static bool give_id(pk_thread_t *t, uint32_t **free_ids, size_t *n_free, size_t *cap, uint32_t id) {
   if (*n_free == *cap && !fit(t, (void **)free_ids, cap, *n_free + 1, sizeof **free_ids))
     return false;
   (*free_ids)[(*n_free)++] = id;
@@ -308,8 +305,7 @@ static bool proxy_open(void *ctx, pk_kind_t kind, uint64_t *state) {
   return true;
 }
 
-static bool proxy_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t *items,
-                      size_t n) {
+static bool proxy_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t *items, size_t n) {
   pk_thread_t *t = ctx;
   if (n > UINT32_MAX)
     return hbm__error(HBM_ERR_PARSE, "%s: more than 4 billion items at once", t->name), false;
@@ -320,8 +316,8 @@ static bool proxy_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t
     unit_t *u = room(t, 1 + (n + 3) / 4);
     if (!u)
       return false;
-    u->call = (call_t){.op = CALL_ADD_IDS, .kind = (uint8_t)kind, .n = (uint32_t)n,
-                       .state = (uint32_t)*state};
+    u->call = (call_t){
+        .op = CALL_ADD_IDS, .kind = (uint8_t)kind, .n = (uint32_t)n, .state = (uint32_t)*state};
     uint32_t *ids = u[1].ids;
     for (size_t i = 0; i < n; i++)
       ids[i] = (uint32_t)items[i].as.obj;
@@ -330,8 +326,8 @@ static bool proxy_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t
   unit_t *u = room(t, 1 + n);
   if (!u)
     return false;
-  u->call = (call_t){.op = CALL_ADD, .kind = (uint8_t)kind, .n = (uint32_t)n,
-                     .state = (uint32_t)*state};
+  u->call =
+      (call_t){.op = CALL_ADD, .kind = (uint8_t)kind, .n = (uint32_t)n, .state = (uint32_t)*state};
   memcpy(&u[1].item, items, n * sizeof *items);
   for (size_t i = 0; i < n; i++) /* a stand-in used once: its id is free again */
     if (items[i].kind == PK_OBJ && items[i].tag == STAND_IN_ONCE &&

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #define DROP_BEHIND ((size_t)8 << 20) /* the reader gives back pages this far behind it */
+#define PROGRESS_BYTES ((size_t)16 << 20)
 /* A snapshot this big or more is read on two threads: the pickle machine, and the sink that
  * turns its dicts and lists into events, stacks and the profile (pickle_thread.c). */
 #define SINK_THREAD_MIN ((size_t)1 << 20)
@@ -77,8 +78,11 @@ static void snapshot_free(snapshot_t *s) {
 
 /* ---- reading ---- */
 
+/* Called every PROGRESS_BYTES: the pages behind the reader go, the next ones are mapped (on
+ * the sink's thread, when it has one: the pickle machine then takes no page faults). */
 static void drop_behind(void *ctx, size_t offset) {
   hbm__map_drop_before(ctx, offset > DROP_BEHIND ? offset - DROP_BEHIND : 0);
+  hbm__map_populate(ctx, offset, offset + 2 * PROGRESS_BYTES);
 }
 
 static void drop_range(void *ctx, size_t from, size_t to) { hbm__map_drop_range(ctx, from, to); }
@@ -95,7 +99,7 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
                              .progress = map ? drop_behind : NULL,
                              .progress_ctx = map,
                              .drop = map ? drop_range : NULL,
-                             .progress_bytes = 16u << 20,
+                             .progress_bytes = PROGRESS_BYTES,
                              .sink_thread_min = SINK_THREAD_MIN};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)
