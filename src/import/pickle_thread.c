@@ -66,9 +66,9 @@ struct pk_thread {
   pthread_cond_t filled, emptied;
   /* under lock */
   batch_t *ready, *ready_tail, *free;
-  size_t n_batches;
-  bool finished; /* the machine hands over nothing more */
-  bool failed;   /* the sink failed: what it said */
+  size_t n_ready; /* batches handed over and not taken yet */
+  bool finished;  /* the machine hands over nothing more */
+  bool failed;    /* the sink failed: what it said */
   hbm_status_t status;
   char *message;
   /* the machine's side */
@@ -174,6 +174,7 @@ static void *sink_main(void *arg) {
     }
     if (!(t->ready = b->next))
       t->ready_tail = NULL;
+    t->n_ready--;
     pthread_mutex_unlock(&t->lock);
     bool ok = failed || make_calls(t, b);
     pthread_mutex_lock(&t->lock);
@@ -226,7 +227,11 @@ static void queue_current(pk_thread_t *t) {
     else
       t->ready = b;
     t->ready_tail = b;
+    t->n_ready++;
     pthread_cond_signal(&t->filled);
+  } else if (b && b->own) {
+    free(b->units);
+    free(b);
   } else if (b) {
     b->next = t->free;
     t->free = b;
@@ -239,7 +244,7 @@ static bool hand_over(pk_thread_t *t, size_t units) {
   bool own = units > BATCH_UNITS;
   pthread_mutex_lock(&t->lock);
   queue_current(t);
-  while (!t->failed && !own && !t->free && t->n_batches >= BATCHES)
+  while (!t->failed && t->n_ready >= BATCHES) /* the sink's thread is behind: memory bounded */
     pthread_cond_wait(&t->emptied, &t->lock);
   if (t->failed) {
     pthread_mutex_unlock(&t->lock);
@@ -249,11 +254,8 @@ static bool hand_over(pk_thread_t *t, size_t units) {
     t->cur = t->free;
     t->free = t->cur->next;
   }
-  bool more = !own && !t->cur;
-  if (more)
-    t->n_batches++;
   pthread_mutex_unlock(&t->lock);
-  if (own || more)
+  if (!t->cur)
     t->cur = new_batch(own ? units : BATCH_UNITS, own);
   if (!t->cur)
     return hbm__error(HBM_ERR_HOST_MEMORY, "%s: out of host memory", t->name), false;
