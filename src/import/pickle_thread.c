@@ -60,6 +60,7 @@ struct pk_thread {
   _Alignas(LINE) const pk_sink_t *sink; /* the real one, called on the thread only */
   const char *name;
   void (*progress)(void *ctx, size_t offset);
+  void (*ahead)(void *ctx, size_t offset);
   void *progress_ctx;
   pthread_t thread;
   pthread_mutex_t lock;
@@ -407,6 +408,7 @@ pk_thread_t *pk_thread_start(const pk_sink_t *sink, const char *name,
   t->sink = sink;
   t->name = name;
   t->progress = opt->progress;
+  t->ahead = opt->ahead;
   t->progress_ctx = opt->progress_ctx;
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->filled, NULL);

@@ -78,11 +78,15 @@ static void snapshot_free(snapshot_t *s) {
 
 /* ---- reading ---- */
 
-/* Called every PROGRESS_BYTES: the pages behind the reader go, the next ones are mapped (on
- * the sink's thread, when it has one: the pickle machine then takes no page faults). */
 static void drop_behind(void *ctx, size_t offset) {
   hbm__map_drop_before(ctx, offset > DROP_BEHIND ? offset - DROP_BEHIND : 0);
-  hbm__map_populate(ctx, offset, offset + 2 * PROGRESS_BYTES);
+}
+
+/* On the sink's thread, during the machine's run (the file is in the page cache by then: the
+ * scan read it): the next PROGRESS_BYTES are mapped, so the machine takes no page faults, and
+ * the pages mapped stay as many as before. */
+static void map_ahead(void *ctx, size_t offset) {
+  hbm__map_populate(ctx, offset, offset + PROGRESS_BYTES);
 }
 
 static void drop_range(void *ctx, size_t from, size_t to) { hbm__map_drop_range(ctx, from, to); }
@@ -100,7 +104,8 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
                              .progress_ctx = map,
                              .drop = map ? drop_range : NULL,
                              .progress_bytes = PROGRESS_BYTES,
-                             .sink_thread_min = SINK_THREAD_MIN};
+                             .sink_thread_min = SINK_THREAD_MIN,
+                             .ahead = map ? map_ahead : NULL};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)
     return false;
