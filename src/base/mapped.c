@@ -248,3 +248,15 @@ uint64_t hbm__memory_available(void) {
   }
   return avail;
 }
+
+bool hbm__cpu_idle(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (!f)
+    return true;
+  double one, five, fifteen;
+  long running = 0, total = 0;
+  int got = fscanf(f, "%lf %lf %lf %ld/%ld", &one, &five, &fifteen, &running, &total);
+  fclose(f);
+  return got != 5 || cpus <= 0 || running < cpus;
+}
