@@ -159,10 +159,10 @@ void hbm__pager_stop(hbm__pager_t *pager);
 /* Memory the system can give this process now, in bytes (MemAvailable, bounded by
  * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */
 uint64_t hbm__memory_available(void);
-/* Whether a CPU is idle now besides the caller's: fewer threads runnable on the system
- * (/proc/loadavg, the caller's own included) than CPUs online. True when it cannot tell. A
- * reader that would put a second thread to work asks it first: on a busy machine the second
- * thread's cost in CPU outweighs what it overlaps. */
+/* Whether a CPU is idle now besides the caller's: the threads other processes run now
+ * (/proc/loadavg less this process's running ones), the caller and one more fit the CPUs
+ * online. True when it cannot tell. A reader that would put a second thread to work asks it
+ * first: on a busy machine the second thread's cost in CPU outweighs what it overlaps. */
 bool hbm__cpu_idle(void);
 
 #endif /* HBM_BASE_H */

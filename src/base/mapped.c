@@ -2,6 +2,7 @@
  * the system has for them. */
 #include "base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -249,6 +250,24 @@ uint64_t hbm__memory_available(void) {
   return avail;
 }
 
+/* Threads of this process running now (state R in /proc/self/task/N/stat). */
+static long own_running(void) {
+  DIR *dir = opendir("/proc/self/task");
+  long n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+    FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+    const char *paren = f && fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    n += paren && paren[1] == ' ' && paren[2] == 'R';
+    if (f)
+      fclose(f);
+  }
+  if (dir)
+    closedir(dir);
+  return n;
+}
+
 bool hbm__cpu_idle(void) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   FILE *f = fopen("/proc/loadavg", "r");
@@ -258,5 +277,6 @@ bool hbm__cpu_idle(void) {
   long running = 0, total = 0;
   int got = fscanf(f, "%lf %lf %lf %ld/%ld", &one, &five, &fifteen, &running, &total);
   fclose(f);
-  return got != 5 || cpus <= 0 || running < cpus;
+  /* the caller and a second thread, besides what other processes run now */
+  return got != 5 || cpus <= 0 || running - own_running() + 2 <= cpus;
 }
