@@ -1398,6 +1398,7 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
   pk_sink_t proxy;
   pk_thread_t *thread = NULL;
   if (ok && opt->sink_thread_min && len >= opt->sink_thread_min &&
+      (!opt->sink_thread_if_idle || hbm__cpu_idle()) &&
       (thread = pk_thread_start(sink, m.name, opt, &proxy)))
     m.sink = &proxy, m.thread = thread;
   if (ok) {

@@ -106,7 +106,8 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
                              .progress_ctx = map,
                              .drop = map ? drop_range : NULL,
                              .progress_bytes = PROGRESS_BYTES,
-                             .sink_thread_min = hbm__cpu_idle() ? SINK_THREAD_MIN : 0,
+                             .sink_thread_min = SINK_THREAD_MIN,
+                             .sink_thread_if_idle = true,
                              .ahead = map ? map_ahead : NULL};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)
