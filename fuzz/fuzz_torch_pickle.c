@@ -3,7 +3,9 @@
  * profile or a message naming the input and where ("fuzz.pickle: byte N: ..." from the
  * reader); a profile is analysed and reported, and the replay log of the same bytes is built
  * too. Any input is given the pickle magic (0x80, protocol 4) when it lacks it, so mutations
- * reach the opcodes rather than the first check. */
+ * reach the opcodes rather than the first check. The pickle is also read with its sink on a
+ * thread of its own (pickle_thread.c): the sink must get the same calls with the same values,
+ * and the reading end the same way (the same error, the same damage). */
 #include "hbm.h"
 #include "import/pickle.h"
 #include "import/torch_snapshot.h"
@@ -47,6 +49,90 @@ static void check_log(const uint8_t *data, size_t size) {
   hbm_alloc_log_free(&log);
 }
 
+/* ---- the sink on its own thread: a sink that hashes every call ---- */
+
+static void mix(uint64_t *h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++)
+    *h = (*h ^ b[i]) * 0x100000001b3ull;
+}
+
+static void mix_ref(uint64_t *h, const pk_ref_t *r) {
+  mix(h, &r->kind, 1);
+  mix(h, &r->flags, 1);
+  if (r->kind == PK_STR || r->kind == PK_BYTES)
+    mix(h, r->as.s ? r->as.s : (const uint8_t *)"", r->as.s ? r->n : 0);
+  else
+    mix(h, &r->as, sizeof r->as);
+}
+
+typedef struct hashed {
+  uint64_t h, calls;
+} hashed_t;
+
+static bool h_open(void *ctx, pk_kind_t kind, uint64_t *state) {
+  hashed_t *x = ctx;
+  mix(&x->h, &kind, sizeof kind);
+  *state = ++x->calls;
+  return true;
+}
+
+static bool h_add(void *ctx, pk_kind_t kind, uint64_t *state, const pk_ref_t *items, size_t n) {
+  hashed_t *x = ctx;
+  mix(&x->h, &kind, sizeof kind);
+  mix(&x->h, state, sizeof *state);
+  for (size_t i = 0; i < n; i++)
+    mix_ref(&x->h, &items[i]);
+  return true;
+}
+
+static bool h_close(void *ctx, pk_kind_t kind, uint64_t state, unsigned flags, pk_ref_t *out) {
+  hashed_t *x = ctx;
+  mix(&x->h, &kind, sizeof kind);
+  mix(&x->h, &state, sizeof state);
+  mix(&x->h, &flags, sizeof flags);
+  *out = (pk_ref_t){.kind = PK_OBJ, .tag = (uint16_t)kind, .as.obj = ++x->calls};
+  return true;
+}
+
+static void h_discard(void *ctx, pk_kind_t kind, uint64_t state) {
+  hashed_t *x = ctx;
+  mix(&x->h, &kind, sizeof kind);
+  mix(&x->h, &state, sizeof state);
+}
+
+typedef struct outcome {
+  hbm_status_t status;
+  uint64_t h;
+  pk_damage_t damage;
+  char error[400];
+} outcome_t;
+
+static void read_with(const uint8_t *data, size_t size, size_t thread_min, outcome_t *o) {
+  hashed_t x = {0xcbf29ce484222325ull, 0};
+  pk_sink_t sink = {&x, h_open, h_add, h_close, h_discard};
+  pk_stream_options_t opt = {.salvage = true, .sink_thread_min = thread_min};
+  pk_ref_t root;
+  memset(o, 0, sizeof *o);
+  o->status = pk_stream(data, size, "fuzz.pickle", &sink, &opt, &root, &o->damage);
+  if (o->status == HBM_OK)
+    mix_ref(&x.h, &root);
+  else
+    snprintf(o->error, sizeof o->error, "%s", hbm_last_error());
+  o->h = x.h;
+}
+
+static void check_sink_thread(const uint8_t *data, size_t size) {
+  outcome_t plain, threaded;
+  read_with(data, size, 0, &plain);
+  read_with(data, size, 1, &threaded);
+  if (plain.status != threaded.status || plain.h != threaded.h ||
+      strcmp(plain.error, threaded.error) || plain.damage.damaged != threaded.damage.damaged ||
+      plain.damage.at != threaded.damage.at || plain.damage.used != threaded.damage.used ||
+      strcmp(plain.damage.why, threaded.damage.why))
+    abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > (1u << 20))
@@ -64,6 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   check_profile(buf, n);
   check_log(buf, n);
+  check_sink_thread(buf, n);
   free(buf);
   return 0;
 }

@@ -457,22 +457,26 @@ static void h_discard(void *ctx, pk_kind_t kind, uint64_t state) {
 }
 
 /* Every value and container the reader hands its sink, hashed, with the file scanned in one
- * pass or (split_min 1) in two halves at once. */
-static uint64_t stream_hash(const uint8_t *data, size_t len, size_t split_min) {
+ * pass or (split_min 1) in two halves at once, the sink on the reader's thread or (thread_min
+ * 1) on a thread of its own. */
+static uint64_t stream_hash_with(const uint8_t *data, size_t len, size_t split_min,
+                                 size_t thread_min) {
   hashed_t x = {0xcbf29ce484222325ull, 0};
   pk_sink_t sink = {&x, h_open, h_add, h_close, h_discard};
-  pk_stream_options_t opt = {.split_min = split_min};
+  pk_stream_options_t opt = {.split_min = split_min, .sink_thread_min = thread_min};
   pk_ref_t root;
   assert_int_equal(pk_stream(data, len, "t", &sink, &opt, &root, NULL), HBM_OK);
   mix_ref(&x, &root);
   return x.h;
 }
 
-/* A framed pickle (Python's, protocol 4 and 5) is scanned in two halves on two threads when it
- * is big; what the reader hands on is the same as from one scan, for the snapshots here and
- * the real ones, and for an unframed pickle (not split). */
-static void scan_in_halves_is_the_same(void **state) {
-  (void)state;
+static uint64_t stream_hash(const uint8_t *data, size_t len, size_t split_min) {
+  return stream_hash_with(data, len, split_min, 0);
+}
+
+/* The hash of each snapshot here and of the real ones (when ../shared/real/torch is there:
+ * tens of frames), read with these options, equals the one of a plain read. */
+static void same_for_files(size_t split_min, size_t thread_min) {
   const char *files[] = {"small.pickle", "small_p5.pickle", "two_devices.pickle",
                          "expandable.pickle", "old.pickle"};
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
@@ -481,11 +485,10 @@ static void scan_in_halves_is_the_same(void **state) {
     size_t len;
     char *data = th_read(path, &len);
     assert_non_null(data);
-    assert_int_equal(stream_hash((uint8_t *)data, len, 1),
+    assert_int_equal(stream_hash_with((uint8_t *)data, len, split_min, thread_min),
                      stream_hash((uint8_t *)data, len, SIZE_MAX));
     free(data);
   }
-  /* the real snapshots (when ../shared/real/torch is there) have tens of frames */
   DIR *dir = opendir(HBM_SHARED_DIR "/real/torch");
   for (struct dirent *e; dir && (e = readdir(dir));) {
     char path[4096];
@@ -495,17 +498,62 @@ static void scan_in_halves_is_the_same(void **state) {
     bool pickle = name_len > 7 && !strcmp(e->d_name + name_len - 7, ".pickle");
     char *data = pickle ? th_read(path, &len) : NULL;
     if (data)
-      assert_int_equal(stream_hash((uint8_t *)data, len, 1),
+      assert_int_equal(stream_hash_with((uint8_t *)data, len, split_min, thread_min),
                        stream_hash((uint8_t *)data, len, SIZE_MAX));
     free(data);
   }
   if (dir)
     closedir(dir);
+}
+
+/* A framed pickle (Python's, protocol 4 and 5) is scanned in two halves on two threads when it
+ * is big; what the reader hands on is the same as from one scan, for the snapshots here and
+ * the real ones, and for an unframed pickle (not split). */
+static void scan_in_halves_is_the_same(void **state) {
+  (void)state;
+  same_for_files(1, 0);
   pickle_t p = {0};
   trace_args_t a = {.events = 200, .damage_after = -1};
   snapshot(&p, fill_pairs, &a);
   assert_int_equal(stream_hash(p.d, p.n, 1), stream_hash(p.d, p.n, SIZE_MAX));
   free(p.d);
+}
+
+/* The sink on a thread of its own gets the same calls with the same values in the same order,
+ * its results handed back where the pickle uses them again: the same hash, for the snapshots
+ * here, the real ones, a memo-heavy one, and damaged and truncated ones read with salvage
+ * (the same damage found, the same values up to it). */
+static void sink_thread_is_the_same(void **state) {
+  (void)state;
+  same_for_files(1, 1);
+  pickle_t p = {0};
+  int same = 20000;
+  snapshot(&p, fill_same_event, &same);
+  assert_int_equal(stream_hash_with(p.d, p.n, SIZE_MAX, 1), stream_hash(p.d, p.n, SIZE_MAX));
+  free(p.d);
+  for (int cut = 0; cut < 2; cut++) {
+    pickle_t q = {0};
+    trace_args_t b = {.events = 3000, .damage_after = cut ? -1 : 1500};
+    snapshot(&q, fill_pairs, &b);
+    size_t n = cut ? q.n * 2 / 3 : q.n;
+    uint64_t h[2];
+    pk_damage_t d[2];
+    for (int threaded = 0; threaded < 2; threaded++) {
+      hashed_t x = {0xcbf29ce484222325ull, 0};
+      pk_sink_t sink = {&x, h_open, h_add, h_close, h_discard};
+      pk_stream_options_t opt = {.salvage = true, .sink_thread_min = threaded ? 1 : 0};
+      pk_ref_t root;
+      assert_int_equal(pk_stream(q.d, n, "t", &sink, &opt, &root, &d[threaded]), HBM_OK);
+      mix_ref(&x, &root);
+      h[threaded] = x.h;
+    }
+    assert_true(d[0].damaged && d[1].damaged);
+    assert_int_equal(d[0].at, d[1].at);
+    assert_int_equal(d[0].used, d[1].used);
+    assert_string_equal(d[0].why, d[1].why);
+    assert_int_equal(h[0], h[1]);
+    free(q.d);
+  }
 }
 
 int main(void) {
@@ -517,6 +565,7 @@ int main(void) {
       cmocka_unit_test(nones_are_not_kept),
       cmocka_unit_test(dup_on_dup_is_refused),
       cmocka_unit_test(scan_in_halves_is_the_same),
+      cmocka_unit_test(sink_thread_is_the_same),
       cmocka_unit_test(too_big_for_memory_is_refused_first),
   };
   return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);

@@ -140,6 +140,10 @@ void hbm__map_drop_before(hbm__mapped_t *m, size_t offset);
 /* Gives back the whole pages inside [from, to), leaving `dropped` as it is (a second reader
  * on another thread may call it). */
 void hbm__map_drop_range(hbm__mapped_t *m, size_t from, size_t to);
+/* Maps the pages of [from, to) that are in the page cache into m now, in one call: a reader
+ * ahead of which another thread does it takes no page faults there (a hint; nothing happens
+ * where the system cannot). */
+void hbm__map_populate(hbm__mapped_t *m, size_t from, size_t to);
 /* Gives back every page read so far (a reader that jumps around calls it now and then). */
 void hbm__map_drop_all(hbm__mapped_t *m);
 void hbm__unmap(hbm__mapped_t *m);
@@ -155,5 +159,10 @@ void hbm__pager_stop(hbm__pager_t *pager);
 /* Memory the system can give this process now, in bytes (MemAvailable, bounded by
  * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */
 uint64_t hbm__memory_available(void);
+/* Whether a CPU is idle now besides the caller's: the threads other processes run now
+ * (/proc/loadavg less this process's running ones), the caller and one more fit the CPUs
+ * online. True when it cannot tell. A reader that would put a second thread to work asks it
+ * first: on a busy machine the second thread's cost in CPU outweighs what it overlaps. */
+bool hbm__cpu_idle(void);
 
 #endif /* HBM_BASE_H */

@@ -2,8 +2,10 @@
  * the system has for them. */
 #include "base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -126,6 +128,19 @@ void hbm__map_drop_range(hbm__mapped_t *m, size_t from, size_t to) {
     madvise((void *)(m->data + start), end - start, MADV_DONTNEED);
 }
 
+void hbm__map_populate(hbm__mapped_t *m, size_t from, size_t to) {
+#ifdef MADV_POPULATE_READ
+  if (!m || !m->mapped)
+    return;
+  size_t page = page_size();
+  size_t start = from / page * page, end = to > m->len ? m->len : to;
+  if (start < end)
+    madvise((void *)(m->data + start), end - start, MADV_POPULATE_READ);
+#else
+  (void)m, (void)from, (void)to;
+#endif
+}
+
 void hbm__map_drop_all(hbm__mapped_t *m) {
   if (!m || !m->mapped || !m->len)
     return;
@@ -234,4 +249,49 @@ uint64_t hbm__memory_available(void) {
       avail = left;
   }
   return avail;
+}
+
+/* Threads of this process running now (state R in /proc/self/task/N/stat). */
+static long own_running(void) {
+  DIR *dir = opendir("/proc/self/task");
+  long n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+    FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+    const char *paren = f && fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    n += paren && paren[1] == ' ' && paren[2] == 'R';
+    if (f)
+      fclose(f);
+  }
+  if (dir)
+    closedir(dir);
+  return n;
+}
+
+/* Threads other processes run now, from /proc/loadavg; -1 when it cannot tell. */
+static long others_running(void) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (!f)
+    return -1;
+  double one, five, fifteen;
+  long running = 0, total = 0;
+  int got = fscanf(f, "%lf %lf %lf %ld/%ld", &one, &five, &fifteen, &running, &total);
+  fclose(f);
+  return got == 5 ? running - own_running() : -1;
+}
+
+bool hbm__cpu_idle(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN), fewest = LONG_MAX;
+  /* three looks 1 ms apart, the fewest: a process that runs for an instant (the client that
+   * just sent the request being answered) is not one that keeps a CPU */
+  for (int i = 0; i < 3; i++) {
+    long n = others_running();
+    if (n < 0 || cpus <= 0)
+      return true;
+    fewest = n < fewest ? n : fewest;
+    if (i < 2)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  return fewest + 2 <= cpus; /* the caller and a second thread fit beside them */
 }

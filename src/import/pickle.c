@@ -17,6 +17,7 @@
  *
  * pickle_tree.c is the sink that builds the whole tree (pk_parse). */
 #include "import/pickle.h"
+#include "import/pickle_thread.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ typedef struct machine {
   bool truncated;     /* the input ended inside the pickle */
   bool explicit_memo; /* the pickle uses PUT: `set` says which indices are stored */
   bool sink_failed;
+  pk_thread_t *thread; /* the sink's, when it runs on one: progress is reported there */
 } machine_t;
 
 /* ---- names and errors ---- */
@@ -1112,7 +1114,10 @@ static bool refuse(machine_t *m, uint8_t op) {
 
 static void report_progress(machine_t *m) {
   if (m->opt->progress && m->pos >= m->next_progress) {
-    m->opt->progress(m->opt->progress_ctx, m->pos);
+    if (m->thread)
+      pk_thread_progress(m->thread, m->pos);
+    else
+      m->opt->progress(m->opt->progress_ctx, m->pos);
     m->next_progress = m->pos + (m->opt->progress_bytes ? m->opt->progress_bytes : (64u << 20));
   }
 }
@@ -1390,6 +1395,12 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
                       "%s: byte 0: expected a pickle of protocol 2 to 5 (0x80 and the protocol)",
                       m.name);
   bool ok = scan(&m);
+  pk_sink_t proxy;
+  pk_thread_t *thread = NULL;
+  if (ok && opt->sink_thread_min && len >= opt->sink_thread_min &&
+      (!opt->sink_thread_if_idle || hbm__cpu_idle()) &&
+      (thread = pk_thread_start(sink, m.name, opt, &proxy)))
+    m.sink = &proxy, m.thread = thread;
   if (ok) {
     m.pos = 0; /* PROTO is run like any opcode: it checks the protocol */
     ok = run(&m, root);
@@ -1410,6 +1421,12 @@ hbm_status_t pk_stream(const uint8_t *data, size_t len, const char *name, const 
     st = hbm_last_status() != HBM_OK ? hbm_last_status() : HBM_ERR_PARSE;
   }
   machine_free(&m);
+  if (thread && pk_thread_finish(thread, root) != HBM_OK) { /* the sink failed: that is all */
+    st = hbm_last_status();
+    memset(root, 0, sizeof *root);
+    if (damage)
+      memset(damage, 0, sizeof *damage);
+  }
   return st;
 }
 

@@ -103,6 +103,14 @@ typedef struct pk_stream_options {
   /* A framed pickle this big or more is scanned in two halves at once, the second on a thread
    * of its own (0: 64 MiB; SIZE_MAX: never). The result is the same either way. */
   size_t split_min;
+  /* A pickle this big or more has its sink run on a thread of its own while the machine runs
+   * (pickle_thread.c; 0: never). The sink gets the same calls in the same order either way. */
+  size_t sink_thread_min;
+  bool sink_thread_if_idle; /* ... and only when a CPU is idle as the scan ends (hbm__cpu_idle) */
+  /* With the sink on its thread: called there after each progress of the machine's run, with
+   * the same offset (may be NULL): a reader over a mapped file maps the pages the machine
+   * reads next, so the machine takes no page faults. */
+  void (*ahead)(void *ctx, size_t offset);
 } pk_stream_options_t;
 
 /* Reads one pickle from data[0, len) into sink; `name` is used in messages ("name: byte N:

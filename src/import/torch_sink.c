@@ -92,10 +92,6 @@ static bool grow_table(void **items, size_t *cap, size_t need, size_t elem) {
 /* A dict key as one of ours (-1: not one). Keys repeat as the same bytes of the file (memo
  * references), so a small cache by address answers most lookups without comparing. */
 static int key_of(ts_reader_t *r, const pk_ref_t *k) {
-  static size_t key_len[K_COUNT];
-  if (!key_len[0])
-    for (int i = 0; i < K_COUNT; i++)
-      key_len[i] = strlen(key_names[i]);
   if (k->kind != PK_STR)
     return -1;
   ts_key_seen_t *c = &r->key_cache[((uintptr_t)k->as.s * 0x9e3779b97f4a7c15ull) >> 56 &
@@ -103,8 +99,10 @@ static int key_of(ts_reader_t *r, const pk_ref_t *k) {
   if (c->s == k->as.s && c->n == k->n)
     return c->id;
   int id = -1;
+  /* strlen, no table of lengths made at the first call: two readers on two threads share
+   * nothing */
   for (int i = 0; i < K_COUNT && id < 0; i++)
-    if (k->n == key_len[i] && !memcmp(k->as.s, key_names[i], key_len[i]))
+    if (k->n == strlen(key_names[i]) && !memcmp(k->as.s, key_names[i], k->n))
       id = i;
   *c = (ts_key_seen_t){k->as.s, k->n, id};
   return id;

@@ -24,6 +24,12 @@
 #include <string.h>
 
 #define DROP_BEHIND ((size_t)8 << 20) /* the reader gives back pages this far behind it */
+#define PROGRESS_BYTES ((size_t)16 << 20)
+/* A snapshot this big or more is read on two threads when a CPU is idle: the pickle machine,
+ * and the sink that turns its dicts and lists into events, stacks and the profile
+ * (pickle_thread.c). They take about 20% more CPU in all than one thread: on a machine with
+ * no CPU to spare, one thread is faster. */
+#define SINK_THREAD_MIN ((size_t)1 << 20)
 #define TAG_TEXT_BASE ((size_t)16 << 20)
 #define TAG_TEXT_PER_BYTE 4
 
@@ -78,6 +84,13 @@ static void drop_behind(void *ctx, size_t offset) {
   hbm__map_drop_before(ctx, offset > DROP_BEHIND ? offset - DROP_BEHIND : 0);
 }
 
+/* On the sink's thread, during the machine's run (the file is in the page cache by then: the
+ * scan read it): the next PROGRESS_BYTES are mapped, so the machine takes no page faults, and
+ * the pages mapped stay as many as before. */
+static void map_ahead(void *ctx, size_t offset) {
+  hbm__map_populate(ctx, offset, offset + PROGRESS_BYTES);
+}
+
 static void drop_range(void *ctx, size_t from, size_t to) { hbm__map_drop_range(ctx, from, to); }
 
 static bool is_dict_tag(uint16_t tag) {
@@ -92,7 +105,10 @@ static bool read_pickle(snapshot_t *s, const uint8_t *data, size_t len, hbm__map
                              .progress = map ? drop_behind : NULL,
                              .progress_ctx = map,
                              .drop = map ? drop_range : NULL,
-                             .progress_bytes = 16u << 20};
+                             .progress_bytes = PROGRESS_BYTES,
+                             .sink_thread_min = SINK_THREAD_MIN,
+                             .sink_thread_if_idle = true,
+                             .ahead = map ? map_ahead : NULL};
   pk_ref_t root;
   if (pk_stream(data, len, s->r.name, &sink, &opt, &root, &s->damage) != HBM_OK)
     return false;
