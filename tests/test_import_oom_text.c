@@ -760,6 +760,12 @@ static void test_numbers_out_of_range(void **state) {
   t = parse_text(text);
   assert_true(t->known[HBM_OOMF_REQUESTED] && t->value[HBM_OOMF_REQUESTED] == 0);
   hbm_oom_text_free(t);
+  /* zero with an exponent past long double's range (found by fuzz_oom_text: UBSan, 0 × inf
+   * = NaN converted to 64 bits): 0e3082021 GiB = 0 bytes */
+  snprintf(text, sizeof text, torch, "0e3082021 GiB");
+  t = parse_text(text);
+  assert_true(t->known[HBM_OOMF_REQUESTED] && t->value[HBM_OOMF_REQUESTED] == 0);
+  hbm_oom_text_free(t);
   snprintf(text, sizeof text, torch, "8.00E");
   t = parse_text(text);
   assert_true(t->value[HBM_OOMF_REQUESTED] == UINT64_C(9223372036854775808));

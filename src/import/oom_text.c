@@ -294,7 +294,11 @@ const char *hbm__oom_size(const char *p, const char *end, uint64_t *out) {
     q = after_exponent;
   parse_unit(&q, end, &k, &decimal);
   long double unit = powl(decimal ? 1000.0L : 1024.0L, k);
-  long double bytes = (approx + frac) * unit * powl(10.0L, exponent);
+  /* zero is zero whatever its exponent ("0e9999": 0 × inf would be NaN) */
+  long double mantissa = approx + frac;
+  long double bytes = mantissa == 0 ? 0 : mantissa * unit * powl(10.0L, exponent);
+  if (isnan(bytes)) /* inf × 0: thousands of digits with an exponent of -9999 */
+    return unusable(p, q, HBM__OOM_TOO_LARGE, out);
   if (negative && bytes >= 0.5L)
     return unusable(p, q, HBM__OOM_NEGATIVE, out);
   if (bytes >= 18446744073709551616.0L) /* 2^64 */
