@@ -33,7 +33,7 @@ struct hbm__trace_blocks {
   uint64_t raw_total; /* bytes they decompressed to */
   uint64_t max_raw;
   slot_t slot[SLOTS];
-  bool ahead, started, stop;
+  bool ahead, stop;            /* ahead: the thread runs (it started) */
   uint64_t produced, consumed; /* slots filled, slots the reader is done with */
   bool holding;                /* the reader holds slot[consumed % SLOTS] */
   pthread_t thread;
@@ -130,7 +130,6 @@ hbm__trace_blocks_t *hbm__trace_blocks_open(const uint8_t *data, size_t len, siz
     pthread_mutex_destroy(&u->mu);
     u->ahead = false; /* no thread: the reader unpacks its blocks itself */
   }
-  u->started = u->ahead;
   return u;
 }
 
@@ -168,7 +167,7 @@ int hbm__trace_blocks_next(hbm__trace_blocks_t *u, hbm__trace_block_t *b, char *
 void hbm__trace_blocks_close(hbm__trace_blocks_t *u) {
   if (!u)
     return;
-  if (u->started) {
+  if (u->ahead) {
     pthread_mutex_lock(&u->mu);
     u->stop = true;
     pthread_cond_broadcast(&u->changed);
