@@ -528,6 +528,10 @@ static bool run_log(log_input_t *in, options_t *o, driver_t *cu, double deadline
     if (error && !strncmp(error, "stopped", 7)) /* begun, not finished: not run either */
       json_array_append_new(
           not_run, json_sprintf("%s on %s: stopped, the time budget was spent", a->name, in->name));
+    else if (!error && !ns) /* its memory measured, but no timed replay fit: say so */
+      json_array_append_new(
+          not_run, json_sprintf("%s on %s: timed replays not run, the time budget was spent",
+                                a->name, in->name));
     fprintf(stderr, "  %-16s %10.1f ns/op  reserved %14lld B  failed %lld%s%s\n", a->name,
             ns ? json_real_value(ns) : 0.0,
             (long long)json_integer_value(json_object_get(row, "peak_reserved_bytes")),
