@@ -127,8 +127,10 @@ static char *devices_report(const hbm_profile_t *p, bool json) {
   return text;
 }
 
-/* The summary profile answers as the profile does. */
-static void assert_same(const hbm_profile_t *full, const hbm_profile_t *sum) {
+/* The summary profile's reports (text at three widths, JSON, the devices' summary) are the
+ * profile's, byte for byte; `peaks_apart`: its devices peak apart, which the summary shows. */
+static void assert_same_reports(const hbm_profile_t *full, const hbm_profile_t *sum,
+                                bool peaks_apart) {
   assert_true(hbm__profile_is_summary(sum) && !hbm__profile_is_summary(full));
   for (int k = 0; k < 6; k++) {
     bool json = k == 3 || k == 5;
@@ -136,11 +138,16 @@ static void assert_same(const hbm_profile_t *full, const hbm_profile_t *sum) {
     char *b = k < 4 ? report(sum, json, 60 + 70 * k) : devices_report(sum, json);
     if (strcmp(a, b))
       fail_msg("report %d differs:\n%s\n---- from the index ----\n%s", k, a, b);
-    if (k == 4 && hbm_profile_space_count(full) > 1 && !strstr(a, "beyond the median"))
+    if (k == 4 && peaks_apart && !strstr(a, "beyond the median"))
       fail_msg("two devices that peak apart, and no difference shown:\n%s", a);
     free(a);
     free(b);
   }
+}
+
+/* The summary profile answers as the profile does. */
+static void assert_same(const hbm_profile_t *full, const hbm_profile_t *sum) {
+  assert_same_reports(full, sum, hbm_profile_space_count(full) > 1);
   int64_t n = hbm_profile_step_count(full);
   assert_int_equal(hbm_profile_step_count(sum), n);
   for (int space = 0; space < hbm_profile_space_count(full); space++) {
@@ -257,6 +264,46 @@ static void index_keeps_source_stacks(void **state) {
   hbm_profile_free(p);
 }
 
+/* A profile of no steps (an empty capture, an RMM log of only its header): its index reads
+ * back, and the summary reports as the profile does (0 steps, 0 buffers, its spaces, metadata
+ * and marker); its timeline has no points, as the profile's has none. Such an index was
+ * refused, and report and view read the file whole every time. */
+static void zero_step_index_reads_back(void **state) {
+  (void)state;
+  hbm_profile_t *made = hbm_profile_new(HBM_PROFILE_RUNTIME, "idle");
+  assert_non_null(made);
+  assert_int_equal(hbm_profile_set_meta(made, "host", "idle-host"), HBM_OK);
+  assert_int_equal(hbm_profile_add_space(made, "HBM", "sim0", 0, 16ull << 30), 0);
+  assert_int_equal(hbm_profile_add_space(made, "HBM", "sim1", 0, 0), 1);
+  hbm_marker_t m = {.step = 0, .kind = HBM_MARKER_TEXT, .text = "nothing happened"};
+  assert_int_equal(hbm_profile_add_marker(made, &m), HBM_OK);
+  assert_int_equal(hbm_profile_finish(made), HBM_OK);
+  hbm_profile_t *full;
+  char *path = indexed(made, "idle.hbmtrace", &full);
+  assert_int_equal(hbm_profile_step_count(full), 0);
+  hbm_profile_t *sum = hbm__index_open(path, NULL);
+  if (!sum)
+    fail_msg("the index of a profile of no steps was refused: %s", hbm_last_error());
+  assert_int_equal(hbm_profile_step_count(sum), 0);
+  assert_int_equal(hbm_profile_space_count(sum), 2);
+  assert_same_reports(full, sum, false); /* nothing allocated: no peaks */
+  for (int space = 0; space < 2; space++) {
+    hbm_analysis_t *a = hbm_analyze(full, space), *b = hbm_analyze(sum, space);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(hbm_analysis_summary(b)->peak_bytes, 0);
+    assert_int_equal(hbm_analysis_summary(b)->peak_step, hbm_analysis_summary(a)->peak_step);
+    hbm_timeline_point_t pa[8], pb[8];
+    assert_int_equal(hbm_analysis_timeline(b, 0, 0, 8, pb), hbm_analysis_timeline(a, 0, 0, 8, pa));
+    hbm_analysis_free(a);
+    hbm_analysis_free(b);
+  }
+  hbm_profile_free(sum);
+  hbm_profile_free(full);
+  hbm_profile_free(made);
+  free(path);
+}
+
 static void stale_or_damaged_index_is_not_used(void **state) {
   (void)state;
   hbm_profile_t *made = make_runtime(5000), *full;
@@ -343,6 +390,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(summary_answers_as_the_profile),
       cmocka_unit_test(index_keeps_source_stacks),
+      cmocka_unit_test(zero_step_index_reads_back),
       cmocka_unit_test(stale_or_damaged_index_is_not_used),
       cmocka_unit_test(read_only_logdir_uses_the_cache),
   };
