@@ -212,15 +212,11 @@ static int report_one(const options_t *o, const char *path, const hbm_profile_t 
  * 0 or an exit status. load_ns[i] is how long profile i took, 0 when it came from its index. */
 static int load_all(const hbm_logdir_entry_t *entries, size_t n, hbm_profile_t **profiles,
                     const char **names, int64_t *load_ns) {
-  bool index = hbm__index_allowed();
   for (size_t i = 0; i < n; i++) {
     names[i] = entries[i].path;
     int64_t t0 = hbm__now_ns();
-    if (index && (profiles[i] = hbm__index_open(entries[i].path, hbm_profile_load)) != NULL)
-      continue;
-    /* A big one without an index: read in one pass as the summary its index would be. */
-    if (hbm__summary_wanted(entries[i].path) &&
-        (profiles[i] = hbm__profile_load_summary(entries[i].path)) != NULL)
+    /* From its index, or a big one without an index in one pass as the summary it would be. */
+    if ((profiles[i] = hbm__profile_load_first(entries[i].path, -1)) != NULL)
       continue;
     if (!(profiles[i] = hbm_profile_load(entries[i].path)))
       return cli_fail("report", 1, "%s", hbm_last_error());

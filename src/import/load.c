@@ -275,6 +275,24 @@ static hbm_profile_t *summary_of(hbm_profile_t *read, const char *path, const st
   return hbm__index_open_bytes(bytes, len, st, path, hbm_profile_load);
 }
 
+/* The one-pass summary of a mapped file (unmapped here) whose stat is st. */
+static hbm_profile_t *summary_mapped(const char *path, hbm__mapped_t *in, const struct stat *st,
+                                     int64_t t0) {
+  format_t format = mapped_format(path, in);
+  hbm_profile_t *read = NULL;
+  if (format == FORMAT_TRACE || format == FORMAT_RMM_CSV) { /* front to back, pages given back */
+    hbm__pager_t *pager = hbm__pager_start(in, 50);
+    read = format == FORMAT_TRACE
+               ? hbm__trace_parse_summary(in->data, in->len, path)
+               : hbm__alloc_log_load_summary((const char *)in->data, in->len, path);
+    hbm__pager_stop(pager);
+  } else {
+    hbm__error(HBM_ERR_INVALID, "%s: not a format read as a summary", path);
+  }
+  hbm__unmap(in);
+  return summary_of(read, path, st, t0);
+}
+
 hbm_profile_t *hbm__profile_load_summary(const char *path) {
   struct stat st;
   hbm__mapped_t in;
@@ -283,19 +301,24 @@ hbm_profile_t *hbm__profile_load_summary(const char *path) {
     hbm__error(HBM_ERR_IO, "%s: %s", path, strerror(errno));
     return NULL;
   }
-  if (hbm__map_file(path, &in) != HBM_OK)
+  return hbm__map_file(path, &in) == HBM_OK ? summary_mapped(path, &in, &st, t0) : NULL;
+}
+
+/* The same from the open file fd (left open). */
+static hbm_profile_t *load_summary_fd(int fd, const char *path) {
+  struct stat st;
+  hbm__mapped_t in;
+  int64_t t0 = hbm__now_ns();
+  if (fstat(fd, &st) != 0) {
+    hbm__error(HBM_ERR_IO, "%s: %s", path, strerror(errno));
     return NULL;
-  format_t format = mapped_format(path, &in);
-  hbm_profile_t *read = NULL;
-  if (format == FORMAT_TRACE || format == FORMAT_RMM_CSV) { /* front to back, pages given back */
-    hbm__pager_t *pager = hbm__pager_start(&in, 50);
-    read = format == FORMAT_TRACE
-               ? hbm__trace_parse_summary(in.data, in.len, path)
-               : hbm__alloc_log_load_summary((const char *)in.data, in.len, path);
-    hbm__pager_stop(pager);
-  } else {
-    hbm__error(HBM_ERR_INVALID, "%s: not a format read as a summary", path);
   }
-  hbm__unmap(&in);
-  return summary_of(read, path, &st, t0);
+  return hbm__map_fd(fd, path, &in) == HBM_OK ? summary_mapped(path, &in, &st, t0) : NULL;
+}
+
+hbm_profile_t *hbm__profile_load_first(const char *path, int fd) {
+  hbm_profile_t *p = hbm__index_allowed() ? hbm__index_open(path, hbm_profile_load) : NULL;
+  if (p || !hbm__summary_wanted(path))
+    return p;
+  return fd >= 0 ? load_summary_fd(fd, path) : hbm__profile_load_summary(path);
 }

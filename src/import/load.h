@@ -17,4 +17,12 @@ hbm_profile_t *hbm__profile_load_fd(int fd, const char *path);
  * file whose events do not come in step order: callers read those whole (hbm_profile_load). */
 hbm_profile_t *hbm__profile_load_summary(const char *path);
 
+/* What `hbm report` and the viewer's first view read first, decided here for both: the
+ * summary from path's index when one matches it (hbm__index_open), else, for a big file
+ * without one (hbm__summary_wanted), its one-pass summary (hbm__profile_load_summary). NULL
+ * when neither (hbm_last_error says why): the caller reads the file whole. fd, unless -1, is
+ * path already open (the viewer's, opened without following links): the one pass reads it,
+ * and leaves it open. */
+hbm_profile_t *hbm__profile_load_first(const char *path, int fd);
+
 #endif /* HBM_IMPORT_LOAD_H */

@@ -37,10 +37,12 @@ bool hbm__index_path(const char *path, bool writable, char *out, size_t cap);
 bool hbm__index_wanted(const char *path, int64_t load_ns);
 /* Whether indexes are read at all (not with HBM_INDEX=never). */
 bool hbm__index_allowed(void);
-/* Whether `hbm report` reads a profile file without an index as a summary, in one pass
- * (hbm__profile_load_summary): files of at least HBM_INDEX_MIN_BYTES (whole, they take
- * about 70 bytes of memory per event), every file with HBM_INDEX=always. */
+/* Whether `hbm report` and the viewer's first view read a profile file without an index as a
+ * summary, in one pass (hbm__profile_load_first): files of at least hbm__summary_min_bytes
+ * (HBM_INDEX_MIN_BYTES; whole, they take about 70 bytes of memory per event; tests lower it),
+ * every file with HBM_INDEX=always. */
 bool hbm__summary_wanted(const char *path);
+extern uint64_t hbm__summary_min_bytes;
 
 /* Writes the index of p, read from `path`, atomically (a temporary file renamed). Best
  * effort: a profile is fine without one; HBM_OK or an error saying why not. */

@@ -814,9 +814,11 @@ bool hbm__index_wanted(const char *path, int64_t load_ns) {
          (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
 }
 
+uint64_t hbm__summary_min_bytes = HBM_INDEX_MIN_BYTES;
+
 bool hbm__summary_wanted(const char *path) {
   const char *mode = getenv("HBM_INDEX");
   struct stat st;
   return (mode && !strcmp(mode, "always")) ||
-         (stat(path, &st) == 0 && (uint64_t)st.st_size >= HBM_INDEX_MIN_BYTES);
+         (stat(path, &st) == 0 && (uint64_t)st.st_size >= hbm__summary_min_bytes);
 }

@@ -6,12 +6,13 @@
  * at the real path the listing found, component by component from the logdir with O_NOFOLLOW,
  * so a link swapped in after the listing is refused, not followed out of the logdir (the race
  * of issue 26), then loaded from that descriptor. It is loaded on first use (outside the lock,
- * other requests for the same file wait for it), reloaded when its size, mtime or inode
- * changes (a file still being written at most every HBM__LISTING_MS), and what is derived from
- * it is computed once: the analyses (one hbm_analyze per memory space), the allocation timeline's
- * layout (layout.c), the buffer of each step, and the answers already given (routes.c). At most
- * HBM__CACHE_MAX profiles stay loaded; the least recently used one that no request holds is dropped
- * first. */
+ * other requests for the same file wait for it): its summary first when it has an index or is
+ * big (hbm__profile_load_first, as `hbm report` reads it), the whole file behind it. It is
+ * reloaded when its size, mtime or inode changes (a file still being written at most every
+ * HBM__LISTING_MS), and what is derived from it is computed once: the analyses (one hbm_analyze per
+ * memory space), the allocation timeline's layout (layout.c), the buffer of each step, and the
+ * answers already given (routes.c). At most HBM__CACHE_MAX profiles stay loaded; the least recently
+ * used one that no request holds is dropped first. */
 #include "import/load.h"
 #include "profile/index.h"
 #include "profile/profile_build.h"
@@ -366,13 +367,22 @@ static void load_entry(const hbm__cache_t *c, hbm__loaded_t *e) {
   e->memory = entry_memory(e);
 }
 
-/* The summary from the profile's index, when there is one that matches the file. */
-static bool read_summary(hbm__loaded_t *e) {
-  if (!hbm__index_allowed() || !(e->profile = hbm__index_open(e->path, hbm_profile_load)))
+/* The first summary without the whole file, as `hbm report` reads it (hbm__profile_load_first):
+ * from the profile's index when one matches the file, else a big .hbmtrace or RMM log's in one
+ * pass (writing its index on the way with HBM_INDEX=auto). false when neither: read it whole. */
+static bool read_summary(const hbm__cache_t *c, hbm__loaded_t *e) {
+  int64_t t0 = hbm__now_ns();
+  int fd = open_listed(c, e);
+  if (fd < 0)
+    return false; /* load_entry says why */
+  e->profile = hbm__profile_load_first(e->path, fd);
+  close(fd);
+  if (!e->profile)
     return false;
   e->summary_only = true;
   e->n_spaces = hbm_profile_space_count(e->profile);
   e->loaded_at_ns = hbm__now_ns();
+  e->load_ms = (double)(e->loaded_at_ns - t0) / 1e6;
   e->memory = entry_memory(e);
   return true;
 }
@@ -516,14 +526,14 @@ hbm__loaded_t *hbm__cache_get(hbm__cache_t *c, const char *run, const char *file
   free_list(evicted);
 
   int64_t t0 = hbm__now_ns();
-  bool summary = read_summary(fresh);
+  bool summary = read_summary(c, fresh);
   if (!summary)
     load_entry(c, fresh);
   int64_t load_ns = hbm__now_ns() - t0;
 
   pthread_mutex_lock(&c->lock);
   fresh->loading = false;
-  if (summary) /* the first view from the index; the whole file behind it */
+  if (summary) /* the first view from the index or one pass; the whole file behind it */
     start_worker(c, fresh, read_whole);
   else if (fresh->profile && hbm__index_wanted(fresh->path, load_ns))
     fresh->index_wanted = true; /* after the first summary: see hbm__cache_release */
