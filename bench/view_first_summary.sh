@@ -16,7 +16,7 @@ if [ "$MODE" = cold ]; then
 fi
 HBM_INDEX=$IDX "$BIN" view --logdir "$LOG" --port $PORT >/dev/null 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null || true' EXIT
+trap 'kill -KILL $PID 2>/dev/null || true' EXIT
 for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$PORT/api/runs" && break; sleep 0.05; done
 cpu() { awk '{print $14 + $15}' /proc/$PID/stat; }
 T0=$(date +%s.%N) C0=$(cpu)
@@ -24,7 +24,7 @@ curl -sf -o /dev/null "http://127.0.0.1:$PORT/api/profile?run=$RUN&profile=$PROF
 BODY=$(curl -sf "http://127.0.0.1:$PORT/api/summary?run=$RUN&profile=$PROF")
 T1=$(date +%s.%N) C1=$(cpu)
 HWM=$(awk '/VmHWM/{print $2}' /proc/$PID/status)
-kill $PID; wait $PID 2>/dev/null || true
+kill -KILL $PID; wait $PID 2>/dev/null || true # not TERM: a clean stop waits for the whole file read behind the summary
 [ "$IDX" = never ] || rm -f "$LOG/plugins/profile/$RUN/.$PROF.hbmindex"* # the index it wrote: the next run cold again
 PEAK=$(grep -o '"peak_bytes":[ ]*[0-9]*' <<<"$BODY" | grep -o '[0-9]*$')
 echo "$(basename "$BIN") $MODE $IDX $(echo "$T1 - $T0" | bc) $(echo "scale=2; ($C1 - $C0) / $(getconf CLK_TCK)" | bc) $HWM $PEAK $(cut -d' ' -f1 /proc/loadavg)"
