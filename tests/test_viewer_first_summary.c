@@ -4,10 +4,10 @@
  * behind it; every answer the first view gives (the summary, the timeline whole and zoomed,
  * the buffers at the peak, of every space) is the one the viewer gives once the whole file has
  * taken the summary's place, byte for byte, and the peaks are those of hbm_analyze on the file
- * read whole (hbm_profile_load). With HBM_INDEX=always (auto: 16 MiB or more) the one pass writes the index on the way;
- * with never it writes none; a file under the threshold is read whole, as before. "Big"
- * (hbm__summary_min_bytes, 16 MiB) is lowered to 1 byte here so that the files stay small: a
- * capture recorded here (two devices, tags, step markers) and an RMM log written here. */
+ * read whole (hbm_profile_load). With HBM_INDEX=always (auto: 16 MiB or more) the one pass writes
+ * the index on the way; with never it writes none; a file under the threshold is read whole, as
+ * before. "Big" (hbm__summary_min_bytes, 16 MiB) is lowered to 1 byte here so that the files stay
+ * small: a capture recorded here (two devices, tags, step markers) and an RMM log written here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
