@@ -50,16 +50,7 @@ static void register_membarrier(void) {
 
 /* Sanitizers that follow threads cannot see membarrier's ordering of plain flags: under
  * ThreadSanitizer the lock is never biased (only the mutex is used). */
-#if defined(__SANITIZE_THREAD__)
-#define BIAS_ALLOWED 0
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define BIAS_ALLOWED 0
-#endif
-#endif
-#ifndef BIAS_ALLOWED
-#define BIAS_ALLOWED 1
-#endif
+#define BIAS_ALLOWED (!HBM__TSAN)
 
 void hbm__devlock_init(hbm__devlock_t *l) {
   pthread_once(&membarrier_once, register_membarrier);

@@ -156,6 +156,24 @@ typedef struct hbm__pager hbm__pager_t;
 hbm__pager_t *hbm__pager_start(hbm__mapped_t *m, int period_ms);
 void hbm__pager_stop(hbm__pager_t *pager);
 
+/* An anonymous read-write mapping of old_size bytes grown to new_size (old NULL: a new one),
+ * its bytes kept; MAP_FAILED when the system refuses. mremap, except under ThreadSanitizer,
+ * which does not follow mremap (google/sanitizers#1099) and would report two readers' arrays
+ * as one racing object: there a copy. */
+void *hbm__map_grow(void *old, size_t old_size, size_t new_size);
+
+/* Built with ThreadSanitizer (gcc defines the first, clang answers the second). */
+#if defined(__SANITIZE_THREAD__)
+#define HBM__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HBM__TSAN 1
+#endif
+#endif
+#ifndef HBM__TSAN
+#define HBM__TSAN 0
+#endif
+
 /* Memory the system can give this process now, in bytes (MemAvailable, bounded by
  * RLIMIT_AS and a cgroup limit when set); 0 when unknown. */
 uint64_t hbm__memory_available(void);

@@ -295,3 +295,16 @@ bool hbm__cpu_idle(void) {
   }
   return fewest + 2 <= cpus; /* the caller and a second thread fit beside them */
 }
+
+void *hbm__map_grow(void *old, size_t old_size, size_t new_size) {
+  if (!old)
+    return mmap(NULL, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!HBM__TSAN)
+    return mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+  void *grown = mmap(NULL, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (grown != MAP_FAILED) {
+    memcpy(grown, old, old_size < new_size ? old_size : new_size);
+    munmap(old, old_size);
+  }
+  return grown;
+}

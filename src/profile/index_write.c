@@ -432,9 +432,7 @@ static uint8_t *concatenate(const struct stat *st, const out_t *pieces, size_t n
   uint32_t crc = 0;
   for (size_t i = 0; i < n; i++) {
     total += pieces[i].n;
-    if (pieces[i].n) /* an empty piece has no data (a profile of no steps has no blocks), and
-                        zlib's crc32 of NULL is its initial value: the sum so far would be lost */
-      crc = hbm__crc32(crc, pieces[i].d, pieces[i].n);
+    crc = hbm__crc32(crc, pieces[i].d, pieces[i].n); /* an empty piece may have no data */
   }
   uint8_t *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)

@@ -270,10 +270,8 @@ static bool room_for_event(reader_t *r) {
   if (r->n_events < r->cap_events)
     return true;
   size_t cap = r->cap_events ? r->cap_events * 2 : 4096;
-  void *grown = r->events ? mremap(r->events, r->cap_events * sizeof *r->events,
-                                   cap * sizeof *r->events, MREMAP_MAYMOVE)
-                          : mmap(NULL, cap * sizeof *r->events, PROT_READ | PROT_WRITE,
-                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *grown =
+      hbm__map_grow(r->events, r->cap_events * sizeof *r->events, cap * sizeof *r->events);
   if (grown == MAP_FAILED)
     return bad(r, "out of host memory after %zu events (%zu bytes)", r->n_events,
                r->n_events * sizeof *r->events);

@@ -41,7 +41,9 @@ struct hbm_trace_writer {
 
 /* zlib's (the format names it: docs/trace-format.md), for blocks of any size. */
 uint32_t hbm__crc32(uint32_t crc, const void *data, size_t n) {
-  return (uint32_t)crc32_z(crc, data, n);
+  /* zlib answers a NULL buffer with its initial value, not `crc`: an empty piece (which may
+   * have no buffer at all) leaves the running sum as it is */
+  return n ? (uint32_t)crc32_z(crc, data, n) : crc;
 }
 
 /* ---- errors and raw output ---- */
