@@ -126,6 +126,7 @@ typedef struct ts_key_seen { /* a dict key's bytes in the file, and which key th
 /* One list of events: a device's trace once the snapshot says which device. */
 typedef struct ts_trace {
   int64_t index;         /* events seen (their position in the device trace) */
+  int64_t length;        /* the list's items, every action's (memory_viz opens the longest) */
   hbm_u64map_t seen;     /* address → SEEN_* */
   hbm_u64map_t open;     /* address → buffer index (profile mode) */
   hbm_u64map_t seg_seen; /* segment addresses the trace reserves or releases */

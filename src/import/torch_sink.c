@@ -35,6 +35,7 @@ enum key {
   K_ALLOC_CONF,
   K_HISTORY,
   K_REAL_SIZE,
+  K_DEVICE_FREE,
   K_COUNT
 };
 
@@ -58,7 +59,8 @@ static const char *const key_names[K_COUNT] = {"action",
                                                "allocator_settings",
                                                "PYTORCH_CUDA_ALLOC_CONF",
                                                "history",
-                                               "real_size"};
+                                               "real_size",
+                                               "device_free"};
 
 typedef struct dict_state {
   struct dict_state *next_free;
@@ -290,6 +292,9 @@ static bool close_event(ts_reader_t *r, const dict_state_t *d, unsigned flags, p
     return true;
   }
   e.numbers = field_u64(d, K_SIZE, &e.size) && field_u64(d, K_ADDR, &e.addr);
+  if (e.kind == EV_OOM) /* the free device memory: 'device_free' (2.0 on), or addr (later) */
+    e.numbers = field_u64(d, K_SIZE, &e.size) &&
+                (field_u64(d, K_DEVICE_FREE, &e.addr) || field_u64(d, K_ADDR, &e.addr));
   e.stack = field_stack(d);
   e.consumed = false;
   size_t id;
@@ -527,6 +532,7 @@ static void recycle(ts_reader_t *r, pk_kind_t kind, uint64_t state) {
 
 static bool close_list(ts_reader_t *r, list_state_t *l, pk_ref_t *out) {
   if (l->trace >= 0) {
+    r->traces[l->trace].length = (int64_t)l->n_items;
     *out = (pk_ref_t){.kind = PK_OBJ, .tag = OBJ_TRACE, .as.obj = (uint64_t)l->trace};
     return true;
   }

@@ -137,7 +137,7 @@ static bool profile_oom(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
                                     .index = t->index,
                                     .stream = e->stream,
                                     .requested = e->size,
-                                    .device_free = e->addr, /* PyTorch puts it in addr */
+                                    .device_free = e->addr, /* its device_free (torch_sink.c) */
                                     .live = t->live_bytes,
                                     .reserved = t->net_reserved};
   return true;
@@ -322,7 +322,8 @@ static bool explained(const ts_reader_t *r, ts_trace_t *t, uint64_t address) {
 }
 
 /* Blocks active at the dump that no alloc of the trace explains were allocated before it and
- * are live throughout (those pending free are not: memory_viz leaves them out). A block is
+ * are live throughout (in the profile, those pending free are not: memory_viz leaves them
+ * out; the replay log, for the allocator, has them, as they hold memory). A block is
  * where memory_viz places it: at its segment's address plus the sizes of the blocks before
  * it (its 'address' key, where older files lack it or a block lacks a size). */
 static bool read_blocks(ts_reader_t *r, ts_trace_t *t, const ts_segment_t *s) {
@@ -346,7 +347,7 @@ static bool read_blocks(ts_reader_t *r, ts_trace_t *t, const ts_segment_t *s) {
     if (!b->live || !has_address || !b->has_size)
       continue;
     t->sum.allocated_end = hbm__bytes_add(t->sum.allocated_end, b->size);
-    if (b->pending || explained(r, t, address))
+    if ((b->pending && !r->log_mode) || explained(r, t, address))
       continue;
     if (!add_before(t, EV_ALLOC, address, drawn_size(b), b->stack, -1) ||
         !hbm_u64map_put(&t->seen, address, SEEN_LIVE))

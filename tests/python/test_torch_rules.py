@@ -123,8 +123,9 @@ def hbm_numbers(hbm_bin, path, snap):
             event = None  # several devices without times: hbm's step order is its own
         last = s["timeline"][-1] if s["timeline"] else {"bytes": 0, "reserved": 0}
         out[device] = {"peak": s["peak_bytes"], "peak_event": event, "end": last["bytes"],
-                       "reserved": last["reserved"]}
+                       "reserved": last["reserved"], "ooms": len(s["oom_events"])}
     out["reserved_at_dump"] = int(report["meta"].get("pytorch_reserved_bytes", 0))
+    out["memory_viz_device"] = report["meta"].get("memory_viz_device")
     return out
 
 
@@ -153,6 +154,10 @@ def check(hbm_bin, path, snap):
     got = hbm_numbers(hbm_bin, path, snap)
     problems = []
     dump = sum(timeline_rule(snap, d)["reserved"] for d in devices_drawn(snap))
+    shown = default_device(snap)
+    if got["memory_viz_device"] != (None if shown is None else f"cuda:{shown}"):
+        problems.append(f"device all: memory_viz opens cuda:{shown}, hbm says "
+                        f"{got['memory_viz_device']}")
     if got["reserved_at_dump"] != dump:
         problems.append(f"device all: reserved at the dump hbm {got['reserved_at_dump']}, "
                         f"segments {dump}")
@@ -173,6 +178,9 @@ def check(hbm_bin, path, snap):
                 continue
             if mine[key] != want[key]:
                 problems.append(f"device {device}: {key} hbm {mine[key]}, rule {want[key]}")
+        ooms = sum(e["action"] == "oom" for e in snap["device_traces"][device])
+        if mine["ooms"] != ooms:
+            problems.append(f"device {device}: hbm {mine['ooms']} OOM events, the trace {ooms}")
     return problems
 
 

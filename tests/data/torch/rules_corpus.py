@@ -153,9 +153,13 @@ class Device:
                 self.release_empty()
             elif r < 0.975:
                 self.event("snapshot", 0, 0, frames=False)
-            else:
-                self.event("oom", rng.randint(0, 1 << 30), rng.randint(MiB, 1 << 34),
-                           frames=False)
+            else:  # the free device memory in 'device_free' (2.0) or addr (later), or both
+                free = rng.randint(0, 1 << 30)
+                e = self.event("oom", free, rng.randint(MiB, 1 << 34), frames=False)
+                if not self.fmt["time"] or rng.random() < 0.5:
+                    e["device_free"] = free
+                if not self.fmt["time"]:
+                    del e["addr"]
 
     def dump_segments(self):
         """The segments at the dump in the format's keys (expandable ones merged into one
