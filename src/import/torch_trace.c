@@ -1,17 +1,19 @@
 /* torch_trace.c — one device trace of a PyTorch snapshot, event by event, into the profile
  * (steps, buffers, reservation changes, OOMs) or into a replay log (torch_internal.h).
  *
- * A block is live from its alloc to its free_completed (or "free", older releases), as in
- * PyTorch's memory_viz; a free_requested changes nothing. The trace is a ring buffer that
- * usually starts after the model was built, so what was live before it began is found from
- * both ends: an address whose first event is a free was allocated before the trace (found
- * here, as its free comes); a block still active at the dump whose address the trace never
- * mentions was allocated before it and never freed (found at the dump, ts_trace_finish_device);
- * segments likewise for reserved memory. That state is step 0; each event is one step after
- * it. Events that contradict the others (a second alloc of a live address: the first ends
- * there; a second free; an event without its numbers; sizes past TS_MAX_SIZE or totals past
- * TS_MAX_TOTAL) are skipped and counted. Profile steps hold the event's time in microseconds
- * until torch_snapshot.c orders the devices' steps by time and makes them nanoseconds. */
+ * The profile follows memory_viz's Active Memory Timeline (MemoryViz.js; every rule in
+ * docs/pytorch-snapshots.md): a block is live from its alloc to its free_completed (or "free");
+ * a free_requested changes nothing. The trace is a ring buffer that usually starts after the
+ * model was built, so what was live before it began is found from both ends: a free of an
+ * address no alloc of the trace holds was allocated before the trace (found here, as its free
+ * comes); a block active_allocated at the dump that no alloc holds at the trace's end was
+ * allocated before it and never freed (found at the dump, ts_trace_dump_state); segments
+ * likewise for reserved memory. That state is step 0; each event is one step after it. An
+ * alloc of a held address leaves the earlier allocation live for good, as memory_viz draws
+ * it (the replay log frees it instead: a log must stay replayable). Events without their
+ * numbers, sizes past TS_MAX_SIZE or totals past TS_MAX_TOTAL are skipped, and they and the
+ * contradictions counted. Profile steps hold the event's time in microseconds until
+ * torch_snapshot.c orders the devices' steps by time and makes them nanoseconds. */
 #include "import/torch_internal.h"
 #include "profile/profile_build.h"
 
