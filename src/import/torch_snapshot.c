@@ -444,7 +444,7 @@ static void describe_loss(const snapshot_t *s, size_t len, char *out, size_t cap
 
 /* The device memory_viz opens a snapshot on (its newest MemoryViz.js): of the devices with a
  * trace or a segment, the one with the longest trace, the first of equals; -1 none. (Its
- * releases up to 2.5 or so opened device 0 when listed, else the first listed; 2.0's
+ * earlier versions opened device 0 when listed, else the first listed; 2.0's
  * _memory_viz.trace_plot wanted the only device with a trace.) */
 static int memory_viz_device(const snapshot_t *s) {
   int best = -1;
