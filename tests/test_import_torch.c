@@ -305,6 +305,7 @@ static void shared_data_is_read_once(void **state) {
   char *data = malloc(2 * (N + M) + 256), *p = data;
   PUT(&p, "\x80\x04}(\x8c\x08segments](");
   PUT(&p, "}q\x00(\x8c\x06"
+          "deviceK\x00\x8c\x06"
           "blocks](");                   /* S, memo 0 */
   PUT(&p, "}q\x01(\x8c\x05state\x8c\x10" /* B, memo 1 */
           "active_allocated\x8c\x07"

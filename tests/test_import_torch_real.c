@@ -2,12 +2,13 @@
  * (GPT-style models on CUDA GPUs, from public course repositories). For each, the numbers
  * are computed here a second way, straight from the pickle's tree, and compared with what
  * hbm's profile and analysis report:
- *   - the peak in use = the largest total of live allocated bytes: the trace's alloc /
- *     free_completed events, plus what was live before the trace began (addresses whose first
- *     event is a free; blocks active at the dump that the trace never mentions);
+ *   - the peak in use, as memory_viz's Active Memory Timeline draws it (MemoryViz.js's rule,
+ *     docs/pytorch-snapshots.md): the trace's alloc / free_completed events, plus what was live
+ *     before the trace began (frees of addresses no alloc holds; blocks active_allocated at the
+ *     dump, placed by the sizes before them, that no alloc holds at the trace's end);
  *   - the reserved bytes at the end = the sum of the segments' total_size (PyTorch's own);
- *   - the bytes live at the end = the requested bytes of the blocks active at the dump (the
- *     trace and the segments agree, so the reconstruction before the trace is right);
+ *   - the bytes live as the timeline ends (the trace and the segments agree, so the
+ *     reconstruction before the trace is right);
  * and the same numbers from a second decoder of the pickles, written in Python (below).
  * Skipped (not passed) when ../shared is absent. */
 #include <setjmp.h>
@@ -33,56 +34,65 @@ typedef struct truth {
   uint64_t peak, reserved_end, live_end;
 } truth_t;
 
-static bool is_live_state(const char *state) {
-  return state && (!strcmp(state, "active_allocated") || !strcmp(state, "active_pending_free"));
-}
-
 static uint64_t field(const pk_value_t *d, const char *key) {
   int64_t v = 0;
   pk_int(pk_get(d, key), &v);
   return (uint64_t)v;
 }
 
-/* Bytes live before the trace and never freed in it: active blocks the trace never names. */
-static void blocks_at_dump(const pk_value_t *root, const hbm_u64map_t *named, truth_t *t,
+static bool is_free(const char *action) {
+  return !strcmp(action, "free_completed") || !strcmp(action, "free");
+}
+
+/* The size memory_viz draws a block with: with 'frames' its requested_size, else its
+ * requested_size unless 0, else its size (these files have no 2.0 'history'). */
+static uint64_t drawn_size(const pk_value_t *block) {
+  uint64_t requested = field(block, "requested_size");
+  return pk_get(block, "frames") || requested ? requested : field(block, "size");
+}
+
+/* Blocks in state active_allocated at the dump that no alloc of the trace holds at its end,
+ * each where memory_viz places it (its segment's address plus the sizes before it): live from
+ * the start. Also the reserved bytes, and checks that 'address' agrees with that place. */
+static void blocks_at_dump(const pk_value_t *root, const hbm_u64map_t *held, truth_t *t,
                            uint64_t *before) {
   size_t n_segs, n_blocks;
   pk_value_t *const *segs = pk_items(pk_get(root, "segments"), &n_segs);
   for (size_t i = 0; i < n_segs; i++) {
     t->reserved_end += field(segs[i], "total_size");
+    uint64_t at = field(segs[i], "address");
     pk_value_t *const *blocks = pk_items(pk_get(segs[i], "blocks"), &n_blocks);
-    for (size_t k = 0; k < n_blocks; k++) {
-      if (!is_live_state(pk_str(pk_get(blocks[k], "state"))))
-        continue;
-      uint64_t requested = field(blocks[k], "requested_size");
-      t->live_end += requested;
-      if (!hbm_u64map_get(named, field(blocks[k], "address"), NULL))
-        *before += requested;
+    for (size_t k = 0; k < n_blocks; at += field(blocks[k], "size"), k++) {
+      assert_int_equal(field(blocks[k], "address"), at);
+      const char *state = pk_str(pk_get(blocks[k], "state"));
+      if (state && !strcmp(state, "active_allocated") && !hbm_u64map_get(held, at, NULL))
+        *before += drawn_size(blocks[k]);
     }
   }
 }
 
-/* The trace once for the addresses it names and the bytes freed that it never allocated,
- * then again for the running total. The real files have one device. */
+/* MemoryViz.js's Active Memory Timeline (docs/pytorch-snapshots.md), as a third reading:
+ * the trace once for what was live before it (frees of addresses no alloc holds), the blocks
+ * at the dump, then the trace again for the running total. The real files have one device. */
 static truth_t compute_truth(const pk_value_t *root) {
   truth_t t = {0, 0, 0};
   size_t n_traces, n;
   pk_value_t *const *traces = pk_items(pk_get(root, "device_traces"), &n_traces);
   assert_int_equal(n_traces, 1);
   pk_value_t *const *events = pk_items(traces[0], &n);
-  hbm_u64map_t named, live;
-  hbm_u64map_init(&named);
+  hbm_u64map_t held, live;
+  hbm_u64map_init(&held);
   hbm_u64map_init(&live);
   uint64_t before = 0;
   for (size_t i = 0; i < n; i++) {
     const char *action = pk_str(pk_get(events[i], "action"));
     uint64_t addr = field(events[i], "addr");
-    if (!strcmp(action, "free_completed") && !hbm_u64map_get(&named, addr, NULL))
+    if (!strcmp(action, "alloc"))
+      assert_true(hbm_u64map_put(&held, addr, 1));
+    else if (is_free(action) && !hbm_u64map_remove(&held, addr, NULL))
       before += field(events[i], "size");
-    if (!strcmp(action, "alloc") || !strcmp(action, "free_completed"))
-      assert_true(hbm_u64map_put(&named, addr, 1));
   }
-  blocks_at_dump(root, &named, &t, &before);
+  blocks_at_dump(root, &held, &t, &before);
   uint64_t now = before;
   t.peak = now;
   for (size_t i = 0; i < n; i++) {
@@ -91,13 +101,14 @@ static truth_t compute_truth(const pk_value_t *root) {
     if (!strcmp(action, "alloc")) {
       assert_true(hbm_u64map_put(&live, addr, size));
       now += size;
-    } else if (!strcmp(action, "free_completed")) {
+    } else if (is_free(action)) {
       now -= hbm_u64map_remove(&live, addr, &was) ? was : size; /* else: before the trace */
     }
     if (now > t.peak)
       t.peak = now;
   }
-  hbm_u64map_free(&named);
+  t.live_end = now;
+  hbm_u64map_free(&held);
   hbm_u64map_free(&live);
   return t;
 }

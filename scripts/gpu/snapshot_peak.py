@@ -1,7 +1,6 @@
-"""The peak of a PyTorch memory snapshot as memory_viz's Active Memory Timeline draws it (the
-rule ../shared/REFERENCE.md writes down: a block is live from `alloc` to `free_completed`;
-memory in use before the trace began is a free of an address the trace never allocated and a
-block active at the dump whose address the trace never names), computed by the second,
+"""The peak of a PyTorch memory snapshot as memory_viz's Active Memory Timeline draws it (every
+rule of MemoryViz.js, docs/pytorch-snapshots.md; on the device memory_viz opens), computed by
+the second,
 Python decoder of tests/data/torch/second_decoder.py: it reads the pickle's data opcodes alone
 and runs nothing. `hbm report` is checked against it.
 

@@ -34,7 +34,8 @@ enum {
   OBJ_LIST,      /* id: list record */
   OBJ_TRACE,     /* id: trace (a list of events) */
   OBJ_SETTINGS,  /* allocator_settings; id: its PYTORCH_CUDA_ALLOC_CONF (interned), 0 none */
-  OBJ_ROOT       /* the snapshot's dict */
+  OBJ_ROOT,      /* the snapshot's dict */
+  OBJ_HISTORY    /* id: a block's history entry (PyTorch 2.0: real_size, frames) */
 };
 
 typedef enum ev_kind { EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_OOM } ev_kind_t;
@@ -62,9 +63,19 @@ typedef struct ts_event {
 
 typedef struct ts_block {
   uint64_t address, size, requested;
+  uint64_t history_size; /* real_size of its first history entry (2.0), when has_history */
   bool live, has_address, has_size, has_requested;
+  bool pending;     /* active_pending_free (live, but not drawn as allocated before the trace) */
+  bool has_frames;  /* a 'frames' key (2.1 on): requested_size is its size as it is */
+  bool has_history; /* a 'history' list with a first entry that has real_size */
   uint32_t stack;
 } ts_block_t;
+
+typedef struct ts_history { /* one entry of a block's 'history' (PyTorch 2.0) */
+  uint64_t real_size;
+  bool has_real_size;
+  uint32_t stack;
+} ts_history_t;
 
 typedef struct ts_segment {
   int64_t device;
@@ -115,6 +126,7 @@ typedef struct ts_key_seen { /* a dict key's bytes in the file, and which key th
 /* One list of events: a device's trace once the snapshot says which device. */
 typedef struct ts_trace {
   int64_t index;         /* events seen (their position in the device trace) */
+  int64_t length;        /* the list's items, every action's (memory_viz opens the longest) */
   hbm_u64map_t seen;     /* address → SEEN_* */
   hbm_u64map_t open;     /* address → buffer index (profile mode) */
   hbm_u64map_t seg_seen; /* segment addresses the trace reserves or releases */
@@ -158,6 +170,8 @@ struct ts_reader {
   size_t n_events, cap_events, free_event;
   ts_block_t *blocks;
   size_t n_blocks, cap_blocks;
+  ts_history_t *histories;
+  size_t n_histories, cap_histories;
   ts_segment_t *segments;
   size_t n_segments, cap_segments;
   ts_list_t *lists;

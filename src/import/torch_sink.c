@@ -33,6 +33,9 @@ enum key {
   K_DEVICE_TRACES,
   K_ALLOCATOR_SETTINGS,
   K_ALLOC_CONF,
+  K_HISTORY,
+  K_REAL_SIZE,
+  K_DEVICE_FREE,
   K_COUNT
 };
 
@@ -54,7 +57,10 @@ static const char *const key_names[K_COUNT] = {"action",
                                                "segments",
                                                "device_traces",
                                                "allocator_settings",
-                                               "PYTORCH_CUDA_ALLOC_CONF"};
+                                               "PYTORCH_CUDA_ALLOC_CONF",
+                                               "history",
+                                               "real_size",
+                                               "device_free"};
 
 typedef struct dict_state {
   struct dict_state *next_free;
@@ -286,6 +292,9 @@ static bool close_event(ts_reader_t *r, const dict_state_t *d, unsigned flags, p
     return true;
   }
   e.numbers = field_u64(d, K_SIZE, &e.size) && field_u64(d, K_ADDR, &e.addr);
+  if (e.kind == EV_OOM) /* the free device memory: 'device_free' (2.0 on), or addr (later) */
+    e.numbers = field_u64(d, K_SIZE, &e.size) &&
+                (field_u64(d, K_DEVICE_FREE, &e.addr) || field_u64(d, K_ADDR, &e.addr));
   e.stack = field_stack(d);
   e.consumed = false;
   size_t id;
@@ -298,20 +307,46 @@ static bool close_event(ts_reader_t *r, const dict_state_t *d, unsigned flags, p
   return true;
 }
 
-static bool is_live_state(const pk_ref_t *state) {
-  return state &&
-         (pk_ref_is(state, "active_allocated", 16) || pk_ref_is(state, "active_pending_free", 19));
+/* The first entry of a block's 'history' list (PyTorch 2.0), NULL when it has none. */
+static const ts_history_t *first_history(const ts_reader_t *r, const pk_ref_t *v) {
+  if (!v || v->kind != PK_OBJ || v->tag != OBJ_LIST)
+    return NULL;
+  const ts_list_t *l = &r->lists[v->as.obj];
+  if (!l->n || l->positions[0] != 0 || l->items[0] >> 32 != OBJ_HISTORY)
+    return NULL;
+  return &r->histories[l->items[0] & 0xffffffffu];
 }
 
 static bool close_block(ts_reader_t *r, const dict_state_t *d, pk_ref_t *out) {
-  ts_block_t b = {.live = is_live_state(field(d, K_STATE)), .stack = field_stack(d)};
+  const pk_ref_t *state = field(d, K_STATE);
+  ts_block_t b = {.pending = state && pk_ref_is(state, "active_pending_free", 19),
+                  .has_frames = field(d, K_FRAMES) != NULL,
+                  .stack = field_stack(d)};
+  b.live = b.pending || (state && pk_ref_is(state, "active_allocated", 16));
   b.has_address = field_u64(d, K_ADDRESS, &b.address);
   b.has_size = field_u64(d, K_SIZE, &b.size);
   b.has_requested = field_u64(d, K_REQUESTED_SIZE, &b.requested);
+  const ts_history_t *h = first_history(r, field(d, K_HISTORY));
+  if (h && h->has_real_size) {
+    b.has_history = true;
+    b.history_size = h->real_size;
+    if (!b.stack)
+      b.stack = h->stack;
+  }
   if (!TABLE_PUSH(r, blocks, n_blocks, cap_blocks))
     return false;
   r->blocks[r->n_blocks] = b;
   *out = (pk_ref_t){.kind = PK_OBJ, .tag = OBJ_BLOCK, .as.obj = r->n_blocks++};
+  return true;
+}
+
+static bool close_history(ts_reader_t *r, const dict_state_t *d, pk_ref_t *out) {
+  ts_history_t h = {.stack = field_stack(d)};
+  h.has_real_size = field_u64(d, K_REAL_SIZE, &h.real_size);
+  if (!TABLE_PUSH(r, histories, n_histories, cap_histories))
+    return false;
+  r->histories[r->n_histories] = h;
+  *out = (pk_ref_t){.kind = PK_OBJ, .tag = OBJ_HISTORY, .as.obj = r->n_histories++};
   return true;
 }
 
@@ -320,7 +355,8 @@ static int64_t list_record_of(const pk_ref_t *v) {
 }
 
 static bool close_segment(ts_reader_t *r, const dict_state_t *d, pk_ref_t *out) {
-  ts_segment_t s = {.device = field_i64(d, K_DEVICE, 0),
+  /* no 'device': no device's (memory_viz compares it with each device and draws it nowhere) */
+  ts_segment_t s = {.device = field_i64(d, K_DEVICE, -1),
                     .blocks = list_record_of(field(d, K_BLOCKS))};
   s.numbers = field_u64(d, K_ADDRESS, &s.address) && field_u64(d, K_TOTAL_SIZE, &s.total_size);
   if (!TABLE_PUSH(r, segments, n_segments, cap_segments))
@@ -350,6 +386,8 @@ static bool close_dict(ts_reader_t *r, const dict_state_t *d, unsigned flags, pk
     return close_segment(r, d, out);
   if (field(d, K_STATE))
     return close_block(r, d, out);
+  if (field(d, K_REAL_SIZE))
+    return close_history(r, d, out);
   if (field(d, K_ALLOC_CONF)) {
     const pk_ref_t *conf = field(d, K_ALLOC_CONF);
     const char *text =
@@ -412,6 +450,7 @@ static bool list_add_one(ts_reader_t *r, list_state_t *l, const pk_ref_t *item) 
   }
   case OBJ_TRACE:
   case OBJ_BLOCK:
+  case OBJ_HISTORY:
   case OBJ_SEGMENT:
   case OBJ_LIST:
   case OBJ_STACK: return record_item(r, l, item, position);
@@ -493,6 +532,7 @@ static void recycle(ts_reader_t *r, pk_kind_t kind, uint64_t state) {
 
 static bool close_list(ts_reader_t *r, list_state_t *l, pk_ref_t *out) {
   if (l->trace >= 0) {
+    r->traces[l->trace].length = (int64_t)l->n_items;
     *out = (pk_ref_t){.kind = PK_OBJ, .tag = OBJ_TRACE, .as.obj = (uint64_t)l->trace};
     return true;
   }
@@ -551,6 +591,7 @@ void ts_sink_free(ts_reader_t *r) {
   free(r->stacks);
   free(r->events);
   free(r->blocks);
+  free(r->histories);
   free(r->segments);
   free(r->seg_read);
   free(r->block_read);

@@ -442,6 +442,19 @@ static void describe_loss(const snapshot_t *s, size_t len, char *out, size_t cap
            len - d->used, d->used, len, d->truncated ? "file truncated" : "damaged", d->why);
 }
 
+/* The device memory_viz opens a snapshot on (its newest MemoryViz.js): of the devices with a
+ * trace or a segment, the one with the longest trace, the first of equals; -1 none. (Its
+ * earlier versions opened device 0 when listed, else the first listed; 2.0's
+ * _memory_viz.trace_plot wanted the only device with a trace.) */
+static int memory_viz_device(const snapshot_t *s) {
+  int best = -1;
+  for (int d = 0; d < s->n_devices; d++)
+    if (s->used[d] &&
+        (best < 0 || s->r.traces[s->trace_of[d]].length > s->r.traces[s->trace_of[best]].length))
+      best = d;
+  return best;
+}
+
 static hbm_status_t add_meta(snapshot_t *s, const char *path, size_t len) {
   ts_reader_t *r = &s->r;
   uint64_t reserved = 0, allocated = 0, events = 0, before = 0, inconsistent = 0;
@@ -467,6 +480,12 @@ static hbm_status_t add_meta(snapshot_t *s, const char *path, size_t len) {
     st = set_number(p, "allocations_before_trace", before);
   if (st == HBM_OK && r->alloc_conf && *r->alloc_conf)
     st = hbm_profile_set_meta(p, "PYTORCH_CUDA_ALLOC_CONF", r->alloc_conf);
+  int shown = memory_viz_device(s);
+  if (st == HBM_OK && shown >= 0) {
+    char device[32];
+    snprintf(device, sizeof device, "cuda:%d", shown);
+    st = hbm_profile_set_meta(p, "memory_viz_device", device);
+  }
   if (st == HBM_OK && inconsistent)
     st = set_number(p, "inconsistent_trace_events", inconsistent);
   if (st == HBM_OK && r->repeated)

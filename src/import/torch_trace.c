@@ -1,17 +1,19 @@
 /* torch_trace.c — one device trace of a PyTorch snapshot, event by event, into the profile
  * (steps, buffers, reservation changes, OOMs) or into a replay log (torch_internal.h).
  *
- * A block is live from its alloc to its free_completed (or "free", older releases), as in
- * PyTorch's memory_viz; a free_requested changes nothing. The trace is a ring buffer that
- * usually starts after the model was built, so what was live before it began is found from
- * both ends: an address whose first event is a free was allocated before the trace (found
- * here, as its free comes); a block still active at the dump whose address the trace never
- * mentions was allocated before it and never freed (found at the dump, ts_trace_finish_device);
- * segments likewise for reserved memory. That state is step 0; each event is one step after
- * it. Events that contradict the others (a second alloc of a live address: the first ends
- * there; a second free; an event without its numbers; sizes past TS_MAX_SIZE or totals past
- * TS_MAX_TOTAL) are skipped and counted. Profile steps hold the event's time in microseconds
- * until torch_snapshot.c orders the devices' steps by time and makes them nanoseconds. */
+ * The profile follows memory_viz's Active Memory Timeline (MemoryViz.js; every rule in
+ * docs/pytorch-snapshots.md): a block is live from its alloc to its free_completed (or "free");
+ * a free_requested changes nothing. The trace is a ring buffer that usually starts after the
+ * model was built, so what was live before it began is found from both ends: a free of an
+ * address no alloc of the trace holds was allocated before the trace (found here, as its free
+ * comes); a block active_allocated at the dump that no alloc holds at the trace's end was
+ * allocated before it and never freed (found at the dump, ts_trace_dump_state); segments
+ * likewise for reserved memory. That state is step 0; each event is one step after it. An
+ * alloc of a held address leaves the earlier allocation live for good, as memory_viz draws
+ * it (the replay log frees it instead: a log must stay replayable). Events without their
+ * numbers, sizes past TS_MAX_SIZE or totals past TS_MAX_TOTAL are skipped, and they and the
+ * contradictions counted. Profile steps hold the event's time in microseconds until
+ * torch_snapshot.c orders the devices' steps by time and makes them nanoseconds. */
 #include "import/torch_internal.h"
 #include "profile/profile_build.h"
 
@@ -137,7 +139,7 @@ static bool profile_oom(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
                                     .index = t->index,
                                     .stream = e->stream,
                                     .requested = e->size,
-                                    .device_free = e->addr, /* PyTorch puts it in addr */
+                                    .device_free = e->addr, /* its device_free (torch_sink.c) */
                                     .live = t->live_bytes,
                                     .reserved = t->net_reserved};
   return true;
@@ -199,23 +201,28 @@ static bool apply(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
   }
 }
 
+/* A second alloc of a live address: memory_viz keeps the first allocation live for good (its
+ * free never comes: the address's next free ends the second), and so does the profile. The
+ * replay log, which must stay a valid allocation log, frees the first there instead. */
+static bool alloc_again(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
+  ts_trace_t *t = &r->traces[ti];
+  t->sum.inconsistent++;
+  if (!r->log_mode)
+    return true;
+  ts_event_t free_it = *e;
+  free_it.kind = EV_FREE;
+  if (!apply(r, ti, &free_it))
+    return false;
+  t->live_bytes -= (int64_t)e->size;
+  return true;
+}
+
 static bool feed_alloc(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
   ts_trace_t *t = &r->traces[ti];
   uint64_t state = 0;
   bool known = hbm_u64map_get(&t->seen, e->addr, &state);
-  if (known && state == SEEN_LIVE) { /* a second alloc of a live address: the free is missing */
-    t->sum.inconsistent++;
-    uint64_t size = e->size;
-    uint64_t idx = 0;
-    if (!r->log_mode && hbm_u64map_get(&t->open, e->addr, &idx))
-      size = hbm_profile_buffer(r->p, (int64_t)idx)->size;
-    ts_event_t free_it = *e;
-    free_it.kind = EV_FREE;
-    free_it.size = size;
-    if (!apply(r, ti, &free_it))
-      return false;
-    t->live_bytes -= (int64_t)size;
-  }
+  if (known && state == SEEN_LIVE && !alloc_again(r, ti, e))
+    return false;
   if (e->size > TS_MAX_SIZE || t->live_bytes + (int64_t)e->size > TS_MAX_TOTAL) {
     t->sum.inconsistent++;
     return hbm_u64map_put(&t->seen, e->addr, SEEN_DROPPED);
@@ -226,25 +233,34 @@ static bool feed_alloc(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
   return true;
 }
 
+/* A free of an address no alloc of the trace holds: memory_viz draws an allocation of the
+ * free's size live from the start of the trace to here, whether the address was never seen
+ * (allocated before the trace) or freed already (a second free). The replay log takes the
+ * first kind only: a second free has no allocation a valid log could give it. */
+static bool free_unheld(ts_reader_t *r, uint32_t ti, const ts_event_t *e, bool known,
+                        uint64_t state) {
+  ts_trace_t *t = &r->traces[ti];
+  if (known)
+    t->sum.inconsistent++; /* freed twice, or the free of an allocation skipped */
+  if (e->size > TS_MAX_SIZE || state == SEEN_DROPPED || (known && r->log_mode))
+    return state != SEEN_DROPPED || hbm_u64map_put(&t->seen, e->addr, SEEN_FREED);
+  if (!add_before(t, EV_ALLOC, e->addr, e->size, 0, -1))
+    return false;
+  if (r->log_mode) /* its allocation goes first in the log (log_before) */
+    return hbm_u64map_put(&t->seen, e->addr, SEEN_FREED) &&
+           (e->size == 0 || log_event(t, HBM_LOG_FREE, e, false));
+  return hbm_u64map_put(&t->seen, e->addr, SEEN_FREED) && apply(r, ti, e);
+}
+
 static bool feed_free(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
   ts_trace_t *t = &r->traces[ti];
-  uint64_t state = 0, size = e->size;
-  if (!hbm_u64map_get(&t->seen, e->addr, &state)) {
-    /* the first event of this address is its free: it was allocated before the trace */
-    if (!add_before(t, EV_ALLOC, e->addr, e->size, 0, -1))
-      return false;
-    if (r->log_mode) /* its allocation goes first in the log (log_before) */
-      return hbm_u64map_put(&t->seen, e->addr, SEEN_FREED) &&
-             (e->size == 0 || log_event(t, HBM_LOG_FREE, e, false));
-  } else if (state != SEEN_LIVE) {
-    t->sum.inconsistent++; /* freed twice, or the free of an allocation skipped */
-    return state != SEEN_DROPPED || hbm_u64map_put(&t->seen, e->addr, SEEN_FREED);
-  } else {
-    uint64_t idx;
-    if (!r->log_mode && hbm_u64map_get(&t->open, e->addr, &idx))
-      size = hbm_profile_buffer(r->p, (int64_t)idx)->size; /* the alloc's own size */
-    t->live_bytes -= (int64_t)size;
-  }
+  uint64_t state = 0, size = e->size, idx;
+  bool known = hbm_u64map_get(&t->seen, e->addr, &state);
+  if (!known || state != SEEN_LIVE)
+    return free_unheld(r, ti, e, known, state);
+  if (!r->log_mode && hbm_u64map_get(&t->open, e->addr, &idx))
+    size = hbm_profile_buffer(r->p, (int64_t)idx)->size; /* the alloc's own size */
+  t->live_bytes -= (int64_t)size;
   return hbm_u64map_put(&t->seen, e->addr, SEEN_FREED) && apply(r, ti, e);
 }
 
@@ -285,28 +301,58 @@ bool ts_trace_feed(ts_reader_t *r, uint32_t ti, const ts_event_t *e) {
 
 /* ---- at the dump: the state before the trace ---- */
 
-/* Blocks active at the dump whose address the trace never mentions were allocated before it
- * and are live throughout. */
-static bool read_blocks(ts_reader_t *r, ts_trace_t *t, int64_t list) {
-  const ts_list_t *l = list >= 0 ? &r->lists[list] : NULL;
+/* The size memory_viz draws a block active at the dump with (its annotate_snapshot): with a
+ * 'frames' key (PyTorch 2.1 on) its requested_size as it is; without, its requested_size
+ * unless missing or 0, then its first history entry's real_size (2.0), then its size. */
+static uint64_t drawn_size(const ts_block_t *b) {
+  if (b->has_frames)
+    return b->has_requested ? b->requested : b->size;
+  if (b->has_requested && b->requested)
+    return b->requested;
+  return b->has_history ? b->history_size : b->size;
+}
+
+/* Whether the trace explains the block at `address`: profile mode, as memory_viz has it, when
+ * an alloc of the trace still holds the address at its end (a block freed in the trace and
+ * active at the dump was allocated again after the trace: it is drawn from the start); the
+ * replay log, which must not allocate an address twice, when the trace names it at all. */
+static bool explained(const ts_reader_t *r, ts_trace_t *t, uint64_t address) {
+  uint64_t state = 0;
+  if (!hbm_u64map_get(&t->seen, address, &state))
+    return false;
+  return r->log_mode || state == SEEN_LIVE;
+}
+
+/* Blocks active at the dump that no alloc of the trace explains were allocated before it and
+ * are live throughout (in the profile, those pending free are not: memory_viz leaves them
+ * out; the replay log, for the allocator, has them, as they hold memory). A block is
+ * where memory_viz places it: at its segment's address plus the sizes of the blocks before
+ * it (its 'address' key, where older files lack it or a block lacks a size). */
+static bool read_blocks(ts_reader_t *r, ts_trace_t *t, const ts_segment_t *s) {
+  const ts_list_t *l = s->blocks >= 0 ? &r->lists[s->blocks] : NULL;
+  uint64_t at = s->address;
+  bool placed = s->numbers;
   for (size_t i = 0; l && i < l->n; i++) {
     if (l->items[i] >> 32 != OBJ_BLOCK)
       continue;
     size_t id = l->items[i] & 0xffffffffu;
     const ts_block_t *b = &r->blocks[id];
+    uint64_t address = placed ? at : b->address;
+    bool has_address = placed || b->has_address;
+    placed = placed && b->has_size && l->positions[i] == i;
+    at += b->size;
     if (r->block_read[id]) {
       r->repeated++;
       continue;
     }
     r->block_read[id] = 1;
-    if (!b->live || !b->has_address || !b->has_size)
+    if (!b->live || !has_address || !b->has_size)
       continue;
     t->sum.allocated_end = hbm__bytes_add(t->sum.allocated_end, b->size);
-    if (hbm_u64map_get(&t->seen, b->address, NULL))
+    if ((b->pending && !r->log_mode) || explained(r, t, address))
       continue;
-    uint64_t size = b->has_requested && b->requested ? b->requested : b->size;
-    if (!add_before(t, EV_ALLOC, b->address, size, b->stack, -1) ||
-        !hbm_u64map_put(&t->seen, b->address, SEEN_LIVE))
+    if (!add_before(t, EV_ALLOC, address, drawn_size(b), b->stack, -1) ||
+        !hbm_u64map_put(&t->seen, address, SEEN_LIVE))
       return false;
   }
   return true;
@@ -337,7 +383,7 @@ static bool read_segments(ts_reader_t *r, ts_trace_t *t, int device) {
           !add_before(t, EV_RESERVE, s->address, s->total_size, 0, -1))
         return false;
     }
-    if (!read_blocks(r, t, s->blocks))
+    if (!read_blocks(r, t, s))
       return false;
   }
   return true;

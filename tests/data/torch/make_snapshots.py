@@ -131,18 +131,21 @@ class Sim:
         as one inactive block."""
         out = []
         for seg in self.segments:
-            blocks, used = [], 0
+            blocks, used, at = [], 0, seg["address"]
             for addr in sorted(self.live):
                 if seg["address"] <= addr < seg["address"] + seg["total_size"]:
                     size, block, stack, stream = self.live[addr]
+                    if addr > at:  # freed blocks between: inactive (memory_viz places blocks
+                        blocks.append({"address": at, "size": addr - at,  # by their sizes)
+                                       "requested_size": 0, "state": "inactive", "frames": []})
                     pending = any(a == addr for a, _ in self.pending)
                     blocks.append({"address": addr, "size": block, "requested_size": size,
                                    "state": "active_pending_free" if pending else "active_allocated",
                                    "frames": frames(stack)})
                     used += block
-            blocks.append({"address": seg["address"] + seg["used"],
-                           "size": seg["total_size"] - seg["used"], "requested_size": 0,
-                           "state": "inactive", "frames": []})
+                    at = addr + block
+            blocks.append({"address": at, "size": seg["address"] + seg["total_size"] - at,
+                           "requested_size": 0, "state": "inactive", "frames": []})
             out.append({"device": self.device, "address": seg["address"],
                         "total_size": seg["total_size"], "allocated_size": used,
                         "active_size": used, "requested_size": used, "stream": 0,
@@ -230,9 +233,10 @@ def main():
           [exp0, exp1])
 
     # an old snapshot: only the keys every release wrote (sizes are whole blocks, since
-    # without requested_size a block counts with its size)
+    # without requested_size a block counts with its size; 'device' every release wrote, and
+    # memory_viz draws a segment without it on no device)
     segs, trace, exp = device_run(seed=4, device=0, n_ops=80, cut_fraction=0.4, sizes_512=True)
-    old_segs = [{"address": s["address"], "total_size": s["total_size"],
+    old_segs = [{"device": s["device"], "address": s["address"], "total_size": s["total_size"],
                  "blocks": [strip(b, ("requested_size", "frames")) for b in s["blocks"]]}
                 for s in segs]
     old_trace = [strip(e, ("time_us", "stream")) for e in trace]
@@ -277,14 +281,18 @@ def write_expandable():
 
 
 def write_inconsistent():
-    """A trace that contradicts itself, by hand. hbm skips (and counts) what it cannot place:
-    a second alloc of a live address (the first is ended there), a second free, an event
-    without addr, a negative size and one too big for 64 bits; an unknown action is ignored.
-    Live bytes: before the trace B (freed in it, 500) + F (a block at the dump, requested
-    4000) = 4500; alloc A 1000 -> 5500; A again: end the first (4500), then 2000 -> 6500 (the
-    peak); free B -> 6000; 'free' (older releases' action) of A -> 4000; alloc E 300 -> 4300
-    at the end = F + E."""
-    A, B, E, F = 0x1000, 0x2000, 0x5000, 0x6000
+    """A trace that contradicts itself, by hand, drawn as memory_viz's Active Memory
+    Timeline draws it (docs/pytorch-snapshots.md): a second alloc of a live address leaves the
+    first live for good; a free of an address no alloc holds (B, twice) is an allocation live
+    from the start. What memory_viz cannot draw at all (an event without addr: its address is
+    "undefined"; a negative size; one too big for 64 bits: a BigInt it cannot add) hbm skips
+    and counts; an unknown action is ignored. The segment at 0x5000 holds E (0x5000, 512
+    bytes, requested 300) then F (0x5200, requested 4000).
+    Before the trace: B 500 + B 500 + F 4000 (E is held by the trace's alloc at its end) =
+    5000; alloc A 1000 -> 6000; A again 2000 -> 8000 (the peak); free B -> 7500; free B ->
+    7000; 'free' (older releases' action) of A ends the second A -> 5000; alloc E 300 -> 5300
+    at the end = F + the first A + E."""
+    A, B, E, F = 0x1000, 0x2000, 0x5000, 0x5200
 
     def ev(action, **kw):
         return dict({"action": action, "stream": 0, "frames": []}, **kw)
@@ -294,14 +302,16 @@ def write_inconsistent():
              ev("alloc", size=7), ev("weird_action", addr=1, size=1),
              ev("free", addr=A, size=2000), ev("alloc", addr=0x3000, size=-5),
              ev("alloc", addr=0x4000, size=2 ** 70), ev("alloc", addr=E, size=300)]
-    seg = {"device": 0, "address": 0, "total_size": MiB,
-           "blocks": [{"address": F, "size": 4096, "requested_size": 4000,
+    seg = {"device": 0, "address": E, "total_size": MiB,
+           "blocks": [{"address": E, "size": 512, "requested_size": 300,
                        "state": "active_allocated"},
-                      {"address": E, "size": 512, "requested_size": 300,
-                       "state": "active_allocated"}]}
+                      {"address": F, "size": 4096, "requested_size": 4000,
+                       "state": "active_allocated"},
+                      {"address": F + 4096, "size": MiB - 512 - 4096, "requested_size": 0,
+                       "state": "inactive"}]}
     write("inconsistent", {"segments": [seg], "device_traces": [trace]}, 4,
-          [{"peak_bytes": 6500, "reserved_end": MiB, "peak_reserved": MiB, "ooms": 0,
-            "live_end": 4300, "inconsistent": 5}])
+          [{"peak_bytes": 8000, "reserved_end": MiB, "peak_reserved": MiB, "ooms": 0,
+            "live_end": 5300, "inconsistent": 5}])
 
 
 def write_refused():
