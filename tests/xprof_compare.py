@@ -46,6 +46,10 @@ COLORS = {0: "HBM", 1: "VMEM", 2: "Sflag", 3: "CMEM", 4: "SMEM", 5: "Host", 6: "
 # matching (field regex, program regex) is reported as known; any other fails the run.
 KNOWN = [
     # ("field regex", "program regex", "reason"),
+    ("span end: its bytes stay live under a later sharer", ".",
+     "hbm's buffer is its bytes: live until the last sharer frees them (XProf's chart keeps "
+     "them too); XProf's span of a buffer revived by SHARE_WITH ends at that value's own FREE "
+     "(docs/viewer.md, 'A revived buffer's span')"),
 ]
 
 
@@ -283,10 +287,24 @@ def compare_spans(where, xp, hs, start, diffs):
         other = (int(span.get("start", 0)), int(span.get("limit", 0)),
                  offsets[key] - base[1] if key in offsets else None)
         if mine != other:
-            diffs.append(Diff(where, f"heap buffer {o.get('instructionName')}: (start, end, "
-                              "offset)", mine, other))
+            outlives = _bytes_outlive_span(xp, other[1], mine[1], b["size"])
+            field = "span end: its bytes stay live under a later sharer" if outlives and \
+                (mine[0], mine[2]) == (other[0], other[2]) else "(start, end, offset)"
+            diffs.append(Diff(where, f"heap buffer {o.get('instructionName')}: {field}", mine,
+                              other))
         n += 3
     return n
+
+
+def _bytes_outlive_span(xp, their_end, our_end, size):
+    """Whether XProf's own chart shows a buffer's bytes staying in the heap at the event that
+    ends its span (a buffer revived by SHARE_WITH, freed while a later sharer still holds the
+    memory: XProf ends the span at the sharer's FREE, the bytes go at the last sharer's) and
+    leaving at hbm's end."""
+    heap = [to_bytes(m) for m in xp.get("heapSizes", [])]  # heap[i]: before event i
+    if not their_end < our_end < len(heap) - 1:
+        return False
+    return heap[their_end + 1] == heap[their_end] and heap[our_end] - heap[our_end + 1] == size
 
 
 def compare_allocators(where, xplane, report, diffs):
@@ -302,6 +320,10 @@ def compare_allocators(where, xplane, report, diffs):
             diffs.append(Diff(where, f"allocator {allocator}: peak bytes in use",
                               ours[0]["peak_bytes"], theirs))
         rows.append({"program": f"{where}: allocator {allocator}", "peak": theirs, "fields": 1})
+    shown = set(profile.get("memoryProfilePerAllocator", {}))
+    for device, name in spaces:
+        if device == "allocator" and name not in shown:
+            diffs.append(Diff(where, f"allocator {name}", "shown", "not in XProf's profile"))
     return rows
 
 

@@ -27,6 +27,13 @@ STATS = ["argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes"
          "temp_size_in_bytes"]
 
 
+def module_name(hlo_text: str) -> str:
+    """The HLO module's name, as the trace names the program: XLA's, not always jit_<name>
+    (it drops a trailing underscore)."""
+    first = hlo_text.split("\n", 1)[0].split()
+    return first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else ""
+
+
 def worker(corpus: str, root: Path, batch: int, names) -> int:
     """Traces the programs `names` of the module `corpus` in one session into root/batch-K,
     then writes each one's compiled.memory_analysis() (XLA's own totals; JAX's cache makes it
@@ -45,8 +52,9 @@ def worker(corpus: str, root: Path, batch: int, names) -> int:
             except Exception as e:  # reported by the test, not fatal to the batch
                 errors[name] = f"{type(e).__name__}: {e}"[:2000]
     for name, fn, args in ran:
-        ma = fn.lower(*args).compile().memory_analysis()
-        stats[name] = {"module": f"jit_{name}", "family": progs[name].family,
+        compiled = fn.lower(*args).compile()
+        ma = compiled.memory_analysis()
+        stats[name] = {"module": module_name(compiled.as_text()), "family": progs[name].family,
                        **{k: int(getattr(ma, k)) for k in STATS}}
     (out / "programs.json").write_text(json.dumps(stats, indent=1))
     for f in out.glob("plugins/profile/*/*.trace.json.gz"):

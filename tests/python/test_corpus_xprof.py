@@ -21,8 +21,12 @@ first of each family and of each device count in it); HBM_CORPUS_FULL=1 traces a
 (docs/viewer.md gives that run's result). The fixtures take the corpus from the `corpus`
 fixture: test_corpus_xprof_unseen.py runs the same tests on the held-out families. A table
 per family (programs, modules, fields compared, modules equal on every field, the fields
-that differ) is printed and written to families.txt beside the tables. A synthetic TPU profile (test_import_xprof_tpu --write) is compared the same way,
-and a run that XProf has opened must read as it did before.
+that differ) is printed for each of the three ways and written to families_<way>.txt beside
+the tables. Through the viewer, the page's chart (each heap-simulator event's heap size,
+unpadded size and instruction: XProf's heapSizes, unpaddedHeapSizes, hloInstructionNames)
+and each heap buffer's span and offset at the peak (logicalBufferSpans, bufferBlocks) are
+compared too. A synthetic TPU profile (test_import_xprof_tpu --write) is compared the same
+way, and a run that XProf has opened must read as it did before.
 """
 import hashlib
 import json
@@ -72,11 +76,6 @@ class Corpus:
             seen |= {p.family, (p.family, p.devices)}
         return chosen
 
-    def family(self, names):
-        """{XLA module name of a program: its family}."""
-        families = {p.name: p.family for p in self.module.programs()}
-        return {f"jit_{n}": families[n] for n in names}
-
 
 @pytest.fixture(scope="module")
 def corpus():
@@ -117,7 +116,7 @@ def traced(corpus):
     xplanes = corpus_xprof_trace.xplanes(root)
     assert xplanes, f"jax.profiler.trace wrote no .xplane.pb under {root}"
     return {"root": root, "xplanes": xplanes, "stats": stats, "names": names,
-            "families": corpus.family(names)}
+            "families": {st["module"]: st["family"] for st in stats.values()}}
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +148,10 @@ def _module_of(where):
     return re.sub(r"\(\d+\)$", "", tail.split(" ")[0])
 
 
-def family_table(traced, rows, diffs):
+def family_table(name, traced, rows, diffs):
     """Per family: the programs' modules (and colours) compared, the fields compared, how many
-    modules equal XProf's on every field, and the fields that differ (how many modules)."""
+    modules equal XProf's on every field (known differences listed apart), and the fields that
+    differ (in how many modules). Printed and written to families_<name>.txt."""
     families = traced["families"]
     fam = lambda where: families.get(_module_of(where), "(JAX's own programs)") \
         if _module_of(where) else "(allocators)"
@@ -162,7 +162,9 @@ def family_table(traced, rows, diffs):
         f["fields"] += r.get("fields", 0)
     bad_where = {}
     for d in diffs:
-        bad_where.setdefault(d.where, set()).add(re.sub(r" \[\d+\]$", "", d.field))
+        field = re.sub(r" \[\d+\]$", "", d.field) + (" [known]" if d.reason else "")
+        bad_where.setdefault(d.where, set()).add(re.sub(r"^heap buffer \S+: ", "heap buffer: ",
+                                                        field))
     for r in rows:
         f = by[fam(r["program"])]
         if r["program"] not in bad_where:
@@ -174,16 +176,16 @@ def family_table(traced, rows, diffs):
         fm = families.get(st["module"])
         traces[fm] = traces.get(fm, 0) + 1
     lines = [f"{'family':<22} {'programs':>8} {'modules':>7} {'fields':>8} {'exact':>7}  differing"]
-    for name in sorted(by):
-        f = by[name]
+    for family in sorted(by):
+        f = by[family]
         bad = ", ".join(f"{k} ({v})" for k, v in sorted(f["bad"].items()))
-        lines.append(f"{name:<22} {traces.get(name, ''):>8} {f['modules']:>7} {f['fields']:>8} "
+        lines.append(f"{family:<22} {traces.get(family, ''):>8} {f['modules']:>7} {f['fields']:>8} "
                      f"{f['exact']:>7}  {bad}")
     total = [sum(f[k] for f in by.values()) for k in ("modules", "fields", "exact")]
     lines.append(f"{'all':<22} {len(traced['stats']):>8} {total[0]:>7} {total[1]:>8} "
                  f"{total[2]:>7}")
     text = "\n".join(lines) + "\n"
-    (traced["root"] / "families.txt").write_text(text)
+    (traced["root"] / f"families_{name}.txt").write_text(text)
     print(text)
     return by
 
@@ -192,7 +194,7 @@ def test_every_program_as_xprof_shows_it(traced, xprof_side):
     rows, diffs = xprof_side["rows"], xprof_side["diffs"]
     print(f"\n{len(traced['names'])} corpus programs traced")
     unexplained = _table("table", rows, diffs, traced["root"])
-    family_table(traced, rows, diffs)
+    family_table("report", traced, rows, diffs)
     programs = [r for r in rows if "allocator" not in r["program"]]
     assert len(programs) >= len(traced["stats"]), "a traced program is missing from the table"
     assert sum(r["sources"] for r in programs) > 0, "no source line at all: nothing compared"
@@ -212,6 +214,7 @@ def test_xprofs_own_json_reads_the_same(hbm_bin, traced, xprof_side, tmp_path):
         rows.append(xc.compare_program(where, xp, report["spaces"][0], 0, color, diffs))
         path.unlink()
     unexplained = _table("table_json", rows, diffs, traced["root"])
+    family_table("json", traced, rows, diffs)
     assert rows
     assert not unexplained, "\n".join(str(d) for d in diffs if not d.reason)
 
@@ -344,6 +347,7 @@ def test_viewer_api_as_xprof_shows_it(hbm_bin, traced, xprof_side, tmp_path):
     finally:
         v.stop()
     unexplained = _table("table_viewer", rows, diffs, traced["root"])
+    family_table("viewer", traced, rows, diffs)
     assert len(rows) == len(xprof_side["seen"]), "a program XProf shows is not in the viewer"
     assert not unexplained, "\n".join(str(d) for d in diffs if not d.reason)
 
