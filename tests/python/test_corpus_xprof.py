@@ -172,7 +172,7 @@ def family_table(name, traced, rows, diffs):
         for field in bad_where.get(r["program"], ()):
             f["bad"][field] = f["bad"].get(field, 0) + 1
     traces = {}
-    for name, st in traced["stats"].items():
+    for st in traced["stats"].values():
         fm = families.get(st["module"])
         traces[fm] = traces.get(fm, 0) + 1
     lines = [f"{'family':<22} {'programs':>8} {'modules':>7} {'fields':>8} {'exact':>7}  differing"]
