@@ -62,8 +62,8 @@ class Corpus:
     build/ its traces are cached in, the subset a default run traces (every `stride`-th
     program, the first of each family and of each device count; HBM_CORPUS_FULL=1: all)."""
 
-    def __init__(self, module, folder, stride, donated=True):
-        self.module, self.folder, self.stride, self.donated = module, folder, stride, donated
+    def __init__(self, module, folder, stride):
+        self.module, self.folder, self.stride = module, folder, stride
 
     def selected(self):
         progs = self.module.programs()
@@ -219,7 +219,7 @@ def test_xprofs_own_json_reads_the_same(hbm_bin, traced, xprof_side, tmp_path):
     assert not unexplained, "\n".join(str(d) for d in diffs if not d.reason)
 
 
-def test_xla_totals_and_donated_outputs(hbm_bin, corpus, traced):
+def test_xla_totals_and_donated_outputs(hbm_bin, traced):
     """Beside each program hbm shows XLA's totals; they are compiled.memory_analysis()'s,
     and a donated argument holding an output counts in the outputs (jax.jit(..,
     donate_argnums=...)), on the program's page as in memory_analysis()."""
@@ -244,8 +244,7 @@ def test_xla_totals_and_donated_outputs(hbm_bin, corpus, traced):
                     for what, ours, theirs in checks if ours != theirs]
     print(f"\n{len(traced['stats'])} programs against memory_analysis(), {donated} with donated "
           f"arguments, {len(bad)} differences")
-    if corpus.donated:
-        assert donated > 0, "no program with donated arguments in the traced set"
+    assert donated > 0, "no program with donated arguments in the traced set"
     assert not bad, "\n".join(bad)
 
 

@@ -28,4 +28,4 @@ STRIDE = 8
 
 @pytest.fixture(scope="module")
 def corpus():
-    return Corpus(corpus_unseen, "jax_corpus_xprof_unseen", STRIDE, donated=False)
+    return Corpus(corpus_unseen, "jax_corpus_xprof_unseen", STRIDE)
