@@ -46,6 +46,10 @@ COLORS = {0: "HBM", 1: "VMEM", 2: "Sflag", 3: "CMEM", 4: "SMEM", 5: "Host", 6: "
 # matching (field regex, program regex) is reported as known; any other fails the run.
 KNOWN = [
     # ("field regex", "program regex", "reason"),
+    ("span end: its bytes stay live under a later sharer", ".",
+     "hbm's buffer is its bytes: live until the last sharer frees them (XProf's chart keeps "
+     "them too); XProf's span of a buffer revived by SHARE_WITH ends at that value's own FREE "
+     "(docs/viewer.md, 'A revived buffer's span')"),
 ]
 
 
@@ -182,7 +186,8 @@ def compare_buffers(where, xp, hs, color, diffs):
                    if b["size"] >= SMALL and b["category"] not in INDEFINITE and not _is_scoped(b)]
     if our_by_size != their_by_size:
         _list_diff(where, "heap buffers by size, in order", our_by_size, their_by_size, diffs)
-    return len(theirs) + (1 if small else 0)
+    # fields compared: each listed buffer's nine, the small total, each by-size place
+    return len(theirs) + (1 if small else 0), 9 * len(theirs) + 1 + len(their_by_size)
 
 
 def _list_diff(where, field, ours, theirs, diffs):
@@ -224,10 +229,82 @@ def compare_program(where, xp, hs, start, color, diffs):
     for field, ours, theirs in fields:
         if ours != theirs:
             diffs.append(Diff(where, field, ours, theirs))
-    n = compare_buffers(where, xp, hs, color, diffs)
+    n, buffer_fields = compare_buffers(where, xp, hs, color, diffs)
     with_source = sum(1 for o in xp.get("maxHeap", []) if (o.get("sourceInfo") or {}).get("fileName"))
     return {"program": where, "peak": peak, "arguments": fields[3][2], "outputs": fields[4][2],
-            "temporaries": fields[5][2], "buffers": n, "sources": with_source}
+            "temporaries": fields[5][2], "buffers": n, "sources": with_source,
+            "fields": len(fields) + buffer_fields}
+
+
+def compare_timeline(where, xp, timeline, indefinite, diffs):
+    """The Memory Viewer's chart of one program: XProf's heapSizes and unpaddedHeapSizes (the
+    heap before each heap-simulator event, then at the end, the whole-program allocations'
+    padded bytes added to both) and hloInstructionNames (each event's instruction), against
+    hbm's timeline of the program's steps (`/api/timeline`: one step per event, the heap
+    after it). Returns the number of fields compared."""
+    ops = timeline["ops"]
+    our_names = [ops[o] if o >= 0 else None for o in timeline["op"]]
+    if not xp.get("heapSizes"):
+        # No heap-simulator event: XProf draws no chart; hbm's program has the one step a
+        # space needs, labelled as such.
+        if our_names != ["no heap-simulator trace"]:
+            diffs.append(Diff(where, "timeline of a program without events", our_names, []))
+        return 1
+    sizes = [to_bytes(m) for m in xp["heapSizes"]][1:]  # [0]: the heap before any event
+    unpadded = [to_bytes(m) for m in xp.get("unpaddedHeapSizes", [])][1:]
+    names = [n or None for n in xp.get("hloInstructionNames", [])][:-1]  # [-1]: the end's ""
+    pad = sum(b["size"] - b["unpadded_size"] for b in indefinite)
+    ours = list(zip(timeline["bytes"], [u + pad for u in timeline["unpadded"]], our_names))
+    theirs = list(zip(sizes, unpadded, names))
+    if ours != theirs:
+        _list_diff(where, "timeline (bytes, unpadded, instruction) per event", ours, theirs,
+                   diffs)
+    return 3 * len(theirs)
+
+
+def compare_spans(where, xp, hs, start, diffs):
+    """When and where each heap buffer at the peak lives (hbm's buffer card: first step, end
+    step, offset) against XProf's logicalBufferSpans (the events that allocate and free it)
+    and bufferBlocks (its offset in the temp allocation), buffer by buffer in XProf's order.
+    hbm's card gives the offset in the colour's allocations laid end to end (docs/viewer.md,
+    "Heap size with fragmentation"), where XProf's counts from the temp allocation's start:
+    offsets are compared from the first heap buffer's (the heap's layout). Returns the
+    number of fields compared."""
+    spans = xp.get("logicalBufferSpans") or {}
+    offsets = {str(b.get("logicalBufferId")): int(b.get("offset", 0))
+               for b in xp.get("bufferBlocks", [])}
+    theirs = [o for o in xp.get("maxHeap", []) if not _is_small(o)
+              and GROUPS.get(o.get("groupName")) not in INDEFINITE]
+    ours = sorted((b for b in hs["buffers_at_peak"] if b["size"] >= SMALL and not _is_scoped(b)
+                   and b["category"] not in INDEFINITE), key=lambda b: b["index"])
+    n = 0
+    base = (ours[0]["offset"], offsets.get(str(theirs[0].get("logicalBufferId")), 0)) \
+        if ours and theirs else (0, 0)
+    for b, o in zip(ours, theirs):
+        key = str(o.get("logicalBufferId"))
+        span = spans.get(key, {})
+        mine = (b["start"] - start, b["end"] - start, b["offset"] - base[0])
+        other = (int(span.get("start", 0)), int(span.get("limit", 0)),
+                 offsets[key] - base[1] if key in offsets else None)
+        if mine != other:
+            outlives = _bytes_outlive_span(xp, other[1], mine[1], b["size"])
+            field = "span end: its bytes stay live under a later sharer" if outlives and \
+                (mine[0], mine[2]) == (other[0], other[2]) else "(start, end, offset)"
+            diffs.append(Diff(where, f"heap buffer {o.get('instructionName')}: {field}", mine,
+                              other))
+        n += 3
+    return n
+
+
+def _bytes_outlive_span(xp, their_end, our_end, size):
+    """Whether XProf's own chart shows a buffer's bytes staying in the heap at the event that
+    ends its span (a buffer revived by SHARE_WITH, freed while a later sharer still holds the
+    memory: XProf ends the span at the sharer's FREE, the bytes go at the last sharer's) and
+    leaving at hbm's end."""
+    heap = [to_bytes(m) for m in xp.get("heapSizes", [])]  # heap[i]: before event i
+    if not their_end < our_end < len(heap) - 1:
+        return False
+    return heap[their_end + 1] == heap[their_end] and heap[our_end] - heap[our_end + 1] == size
 
 
 def compare_allocators(where, xplane, report, diffs):
@@ -242,7 +319,11 @@ def compare_allocators(where, xplane, report, diffs):
         elif ours[0]["peak_bytes"] != theirs:
             diffs.append(Diff(where, f"allocator {allocator}: peak bytes in use",
                               ours[0]["peak_bytes"], theirs))
-        rows.append({"program": f"{where}: allocator {allocator}", "peak": theirs})
+        rows.append({"program": f"{where}: allocator {allocator}", "peak": theirs, "fields": 1})
+    shown = set(profile.get("memoryProfilePerAllocator", {}))
+    for device, name in spaces:
+        if device == "allocator" and name not in shown:
+            diffs.append(Diff(where, f"allocator {name}", "shown", "not in XProf's profile"))
     return rows
 
 

@@ -500,8 +500,9 @@ def _xent():
                                                                + 1e-8), m, v)
                 return tmap(lambda a, u: a - 1e-3 * u, p, upd), m, v, l
 
-            z = tmap(jnp.zeros_like, params)
-            return c.jit(step, donate_argnums=(0, 1, 2)), (params, z, z, jnp.float32(1.0))
+            # Two moment trees of their own: JAX refuses to run an array donated twice.
+            m, v = tmap(jnp.zeros_like, params), tmap(jnp.zeros_like, params)
+            return c.jit(step, donate_argnums=(0, 1, 2)), (params, m, v, jnp.float32(1.0))
 
         out.append(Program(name, "xent_train", f"softmax cross-entropy {opt} step {dims} to "
                            f"{classes} classes, batch {batch}", build))

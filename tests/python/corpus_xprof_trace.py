@@ -1,11 +1,15 @@
-"""corpus_xprof_trace.py — runs programs of the conformance corpus (corpus_programs.py) under
-jax.profiler.trace on the CPU, as a user would, and keeps the .xplane.pb files JAX writes:
-XProf's and hbm's Memory Viewers are then compared on them (test_corpus_xprof.py).
+"""corpus_xprof_trace.py — runs programs of a corpus module (corpus_programs.py, the tuned
+conformance corpus, or corpus_unseen.py, the held-out families) under jax.profiler.trace on the
+CPU, as a user would, and keeps the .xplane.pb files JAX writes: XProf's and hbm's Memory
+Viewers are then compared on them (test_corpus_xprof.py, test_corpus_xprof_unseen.py).
 
 Many programs share one trace session (a batch), so that JAX starts its profiler a few times
 rather than hundreds: batch K of programs is traced into ROOT/batch-K/ by worker K % JOBS
-(`python corpus_xprof_trace.py --worker ROOT K NAME...`). Nothing here is committed output.
+(`python corpus_xprof_trace.py --worker CORPUS ROOT K NAME...`). Nothing here is committed
+output. By hand: `python corpus_xprof_trace.py [--corpus corpus_unseen] ROOT` traces a whole
+corpus.
 """
+import importlib
 import json
 import os
 import subprocess
@@ -23,13 +27,20 @@ STATS = ["argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes"
          "temp_size_in_bytes"]
 
 
-def worker(root: Path, batch: int, names) -> int:
-    """Traces the programs `names` in one session into root/batch-K, then writes each one's
-    compiled.memory_analysis() (XLA's own totals; JAX's cache makes it free) into
-    root/batch-K/programs.json, and the errors into a JSON file."""
+def module_name(hlo_text: str) -> str:
+    """The HLO module's name, as the trace names the program: XLA's, not always jit_<name>
+    (it drops a trailing underscore)."""
+    first = hlo_text.split("\n", 1)[0].split()
+    return first[1].rstrip(",") if len(first) > 1 and first[0] == "HloModule" else ""
+
+
+def worker(corpus: str, root: Path, batch: int, names) -> int:
+    """Traces the programs `names` of the module `corpus` in one session into root/batch-K,
+    then writes each one's compiled.memory_analysis() (XLA's own totals; JAX's cache makes it
+    free) into root/batch-K/programs.json, and the errors into a JSON file."""
     import jax
 
-    progs = corpus_programs.by_name()
+    progs = importlib.import_module(corpus).by_name()
     errors, ran, stats = {}, [], {}
     out = root / f"batch-{batch}"
     with jax.profiler.trace(str(out)):
@@ -41,8 +52,9 @@ def worker(root: Path, batch: int, names) -> int:
             except Exception as e:  # reported by the test, not fatal to the batch
                 errors[name] = f"{type(e).__name__}: {e}"[:2000]
     for name, fn, args in ran:
-        ma = fn.lower(*args).compile().memory_analysis()
-        stats[name] = {"module": f"jit_{name}", "family": progs[name].family,
+        compiled = fn.lower(*args).compile()
+        ma = compiled.memory_analysis()
+        stats[name] = {"module": module_name(compiled.as_text()), "family": progs[name].family,
                        **{k: int(getattr(ma, k)) for k in STATS}}
     (out / "programs.json").write_text(json.dumps(stats, indent=1))
     for f in out.glob("plugins/profile/*/*.trace.json.gz"):
@@ -55,8 +67,9 @@ def batches(names):
     return [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
 
 
-def build(root: Path, names, jobs: int = 2) -> dict:
-    """Traces `names` in batches, `jobs` processes at a time. Returns {name or batch: error}."""
+def build(root: Path, names, jobs: int = 2, corpus: str = "corpus_programs") -> dict:
+    """Traces `names` of the module `corpus` in batches, `jobs` processes at a time. Returns
+    {name or batch: error}."""
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -65,7 +78,8 @@ def build(root: Path, names, jobs: int = 2) -> dict:
     while pending or running:
         while pending and len(running) < jobs:
             k, group = pending.pop(0)
-            p = subprocess.Popen([sys.executable, __file__, "--worker", str(root), str(k), *group],
+            p = subprocess.Popen([sys.executable, __file__, "--worker", corpus, str(root), str(k),
+                                  *group],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)
             running.append((k, p))
@@ -88,12 +102,16 @@ def xplanes(root: Path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "--worker":
-        sys.exit(worker(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]))
-    if len(sys.argv) == 2:
+    if len(sys.argv) >= 5 and sys.argv[1] == "--worker":
+        sys.exit(worker(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]))
+    argv = sys.argv[1:]
+    module = "corpus_programs"
+    if len(argv) == 3 and argv[0] == "--corpus":
+        module, argv = argv[1], argv[2:]
+    if len(argv) == 1:
         t0 = time.time()
-        all_names = [p.name for p in corpus_programs.programs()]
-        errs = build(Path(sys.argv[1]), all_names)
+        all_names = [p.name for p in importlib.import_module(module).programs()]
+        errs = build(Path(argv[0]), all_names, corpus=module)
         for k, v in errs.items():
             print(f"{k}: {v}", file=sys.stderr)
         print(f"traced {len(all_names) - len(errs)} programs in {time.time() - t0:.0f} s, "

@@ -17,9 +17,16 @@ to build/jax_corpus_xprof/<set>/table.txt); any difference not listed in
 xprof_compare.KNOWN with its reason fails.
 
 The default run traces a deterministic subset (every 6th program of the corpus and the
-first of each family); HBM_CORPUS_FULL=1 traces all of it (docs/viewer.md gives that run's
-result). A synthetic TPU profile (test_import_xprof_tpu --write) is compared the same way,
-and a run that XProf has opened must read as it did before.
+first of each family and of each device count in it); HBM_CORPUS_FULL=1 traces all of it
+(docs/viewer.md gives that run's result). The fixtures take the corpus from the `corpus`
+fixture: test_corpus_xprof_unseen.py runs the same tests on the held-out families. A table
+per family (programs, modules, fields compared, modules equal on every field, the fields
+that differ) is printed for each of the three ways and written to families_<way>.txt beside
+the tables. Through the viewer, the page's chart (each heap-simulator event's heap size,
+unpadded size and instruction: XProf's heapSizes, unpaddedHeapSizes, hloInstructionNames)
+and each heap buffer's span and offset at the peak (logicalBufferSpans, bufferBlocks) are
+compared too. A synthetic TPU profile (test_import_xprof_tpu --write) is compared the same
+way, and a run that XProf has opened must read as it did before.
 """
 import hashlib
 import json
@@ -50,40 +57,53 @@ pytest.importorskip("xprof.convert.raw_to_tool_data",
 STRIDE = 6
 
 
-def selected():
-    progs = corpus_programs.programs()
-    if os.environ.get("HBM_CORPUS_FULL"):
-        return [p.name for p in progs]
-    chosen, families = [], set()
-    for i, p in enumerate(progs):
-        if i % STRIDE == 0 or p.family not in families:
-            chosen.append(p.name)
-            families.add(p.family)
-    return chosen
+class Corpus:
+    """A corpus module traced and compared by this file's tests: its programs, the folder of
+    build/ its traces are cached in, the subset a default run traces (every `stride`-th
+    program, the first of each family and of each device count; HBM_CORPUS_FULL=1: all)."""
+
+    def __init__(self, module, folder, stride):
+        self.module, self.folder, self.stride = module, folder, stride
+
+    def selected(self):
+        progs = self.module.programs()
+        if os.environ.get("HBM_CORPUS_FULL"):
+            return [p.name for p in progs]
+        chosen, seen = [], set()
+        for i, p in enumerate(progs):
+            if i % self.stride == 0 or p.family not in seen or (p.family, p.devices) not in seen:
+                chosen.append(p.name)
+            seen |= {p.family, (p.family, p.devices)}
+        return chosen
 
 
-def _key(names):
+@pytest.fixture(scope="module")
+def corpus():
+    return Corpus(corpus_programs, "jax_corpus_xprof", STRIDE)
+
+
+def _key(corpus, names):
     import jax
     import xprof.version
 
     h = hashlib.sha256()
-    for f in (corpus_programs.__file__, corpus_xprof_trace.__file__):
+    for f in (corpus_programs.__file__, corpus.module.__file__, corpus_xprof_trace.__file__):
         h.update(Path(f).read_bytes())
     h.update(f"{jax.__version__} {xprof.version.__version__}\n".encode())
     h.update("\n".join(names).encode())
     return h.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def traced():
-    names = selected()
-    root = build_dir() / "jax_corpus_xprof" / ("full" if os.environ.get("HBM_CORPUS_FULL")
-                                                else "subset")
+@pytest.fixture(scope="module")
+def traced(corpus):
+    names = corpus.selected()
+    root = build_dir() / corpus.folder / ("full" if os.environ.get("HBM_CORPUS_FULL")
+                                          else "subset")
     stamp = root / ".key"
-    key = _key(names)
+    key = _key(corpus, names)
     if not (stamp.is_file() and stamp.read_text() == key):
         shutil.rmtree(root, ignore_errors=True)
-        errors = corpus_xprof_trace.build(root, names)
+        errors = corpus_xprof_trace.build(root, names, corpus=corpus.module.__name__)
         (root / "errors.json").write_text(json.dumps(errors, indent=1))
         stamp.write_text(key)
     errors = json.loads((root / "errors.json").read_text())
@@ -95,10 +115,11 @@ def traced():
         stats.update(json.loads(f.read_text()))
     xplanes = corpus_xprof_trace.xplanes(root)
     assert xplanes, f"jax.profiler.trace wrote no .xplane.pb under {root}"
-    return {"root": root, "xplanes": xplanes, "stats": stats, "names": names}
+    return {"root": root, "xplanes": xplanes, "stats": stats, "names": names,
+            "families": {st["module"]: st["family"] for st in stats.values()}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def xprof_side(hbm_bin, traced):
     """XProf's data for every program (its JSON text too), and hbm report's comparison."""
     rows, diffs, seen = [], [], {}
@@ -119,10 +140,61 @@ def _table(name, rows, diffs, root):
     return unexplained
 
 
+def _module_of(where):
+    """'batch-3: jit_foo(12) VMEM (viewer)' -> 'jit_foo'; an allocator's row -> None."""
+    tail = where.split(": ", 1)[1]
+    if tail.startswith("allocator "):
+        return None
+    return re.sub(r"\(\d+\)$", "", tail.split(" ")[0])
+
+
+def family_table(name, traced, rows, diffs):
+    """Per family: the programs' modules (and colours) compared, the fields compared, how many
+    modules equal XProf's on every field (known differences listed apart), and the fields that
+    differ (in how many modules). Printed and written to families_<name>.txt."""
+    families = traced["families"]
+    fam = lambda where: families.get(_module_of(where), "(JAX's own programs)") \
+        if _module_of(where) else "(allocators)"
+    by = {}
+    for r in rows:
+        f = by.setdefault(fam(r["program"]), {"modules": 0, "fields": 0, "exact": 0, "bad": {}})
+        f["modules"] += 1
+        f["fields"] += r.get("fields", 0)
+    bad_where = {}
+    for d in diffs:
+        field = re.sub(r" \[\d+\]$", "", d.field) + (" [known]" if d.reason else "")
+        bad_where.setdefault(d.where, set()).add(re.sub(r"^heap buffer \S+: ", "heap buffer: ",
+                                                        field))
+    for r in rows:
+        f = by[fam(r["program"])]
+        if r["program"] not in bad_where:
+            f["exact"] += 1
+        for field in bad_where.get(r["program"], ()):
+            f["bad"][field] = f["bad"].get(field, 0) + 1
+    traces = {}
+    for st in traced["stats"].values():
+        fm = families.get(st["module"])
+        traces[fm] = traces.get(fm, 0) + 1
+    lines = [f"{'family':<22} {'programs':>8} {'modules':>7} {'fields':>8} {'exact':>7}  differing"]
+    for family in sorted(by):
+        f = by[family]
+        bad = ", ".join(f"{k} ({v})" for k, v in sorted(f["bad"].items()))
+        lines.append(f"{family:<22} {traces.get(family, ''):>8} {f['modules']:>7} {f['fields']:>8} "
+                     f"{f['exact']:>7}  {bad}")
+    total = [sum(f[k] for f in by.values()) for k in ("modules", "fields", "exact")]
+    lines.append(f"{'all':<22} {len(traced['stats']):>8} {total[0]:>7} {total[1]:>8} "
+                 f"{total[2]:>7}")
+    text = "\n".join(lines) + "\n"
+    (traced["root"] / f"families_{name}.txt").write_text(text)
+    print(text)
+    return by
+
+
 def test_every_program_as_xprof_shows_it(traced, xprof_side):
     rows, diffs = xprof_side["rows"], xprof_side["diffs"]
     print(f"\n{len(traced['names'])} corpus programs traced")
     unexplained = _table("table", rows, diffs, traced["root"])
+    family_table("report", traced, rows, diffs)
     programs = [r for r in rows if "allocator" not in r["program"]]
     assert len(programs) >= len(traced["stats"]), "a traced program is missing from the table"
     assert sum(r["sources"] for r in programs) > 0, "no source line at all: nothing compared"
@@ -142,6 +214,7 @@ def test_xprofs_own_json_reads_the_same(hbm_bin, traced, xprof_side, tmp_path):
         rows.append(xc.compare_program(where, xp, report["spaces"][0], 0, color, diffs))
         path.unlink()
     unexplained = _table("table_json", rows, diffs, traced["root"])
+    family_table("json", traced, rows, diffs)
     assert rows
     assert not unexplained, "\n".join(str(d) for d in diffs if not d.reason)
 
@@ -206,9 +279,13 @@ class Viewer:
             self.proc.kill()
 
 
-def _api_space(v, run, profile, index, space_start):
-    """One space through the API, in the report's terms, for xprof_compare."""
+def _api_space(v, run, profile, index, space_steps):
+    """One space through the API, in the report's terms, for xprof_compare, and its timeline
+    at full resolution (`/api/timeline` over the program's steps)."""
     s = v.get("summary", run=run, profile=profile, space=index)
+    start, end = space_steps
+    timeline = v.get("timeline", run=run, profile=profile, space=index, **{"from": start},
+                     to=end, points=max(1, end - start))
     bars = v.get("buffers_at_peak", run=run, profile=profile, space=index, order="program")
     by_size = v.get("buffers_at_peak", run=run, profile=profile, space=index, order="size")
     cards = {}
@@ -222,8 +299,17 @@ def _api_space(v, run, profile, index, space_start):
         return {"index": order[b["id"]], "op": b["op"], "size": b["size"],
                 "unpadded_size": b["unpadded"], "shape": b["shape"], "group": b["group"],
                 "category": b["category"], "opcode": c.get("opcode"), "source": b.get("source"),
-                "stack": c.get("stack"), "label": c.get("label")}
-    return {**s, "buffers_at_peak": [as_report(b) for b in by_size["buffers"]]}, space_start
+                "stack": c.get("stack"), "label": c.get("label"), "start": c.get("start"),
+                "end": c.get("end"), "offset": c.get("offset")}
+    return {**s, "buffers_at_peak": [as_report(b) for b in by_size["buffers"]]}, start, timeline
+
+
+def _space_ranges(info):
+    """[(first step, end step)] of each space of a profile (its meta space_steps)."""
+    ranges = (info.get("meta") or {}).get("space_steps")
+    if not ranges:
+        return [(0, info["n_steps"])] * len(info["spaces"])
+    return [tuple(int(x) for x in r.split("-")) for r in ranges.split(",")]
 
 
 def test_viewer_api_as_xprof_shows_it(hbm_bin, traced, xprof_side, tmp_path):
@@ -239,19 +325,28 @@ def test_viewer_api_as_xprof_shows_it(hbm_bin, traced, xprof_side, tmp_path):
         for r in v.get("runs")["runs"]:
             for prof in v.get("profiles", run=r["run"])["profiles"]:
                 info = v.get("profile", run=r["run"], profile=prof["file"])
-                starts = xc.space_starts({"meta": info["meta"], "spaces": info["spaces"]})
-                for sp, start in zip(info["spaces"], starts):
+                ranges = _space_ranges(info)
+                for sp, steps in zip(info["spaces"], ranges):
                     color = next((c for c, n in xc.COLORS.items() if n == sp["name"]), None)
                     got = xprof_side["seen"].get((r["run"], sp["device"], color))
                     if got is None:
                         continue  # an allocator, or a colour XProf was not asked for
-                    hs, start = _api_space(v, r["run"], prof["file"], sp["index"], start)
+                    hs, start, timeline = _api_space(v, r["run"], prof["file"], sp["index"],
+                                                     steps)
                     where = f"{r['run']}: {sp['device']}" + (f" {sp['name']}" if color else "")
-                    rows.append(xc.compare_program(where + " (viewer)", got[1], hs, start, color,
-                                                   diffs))
+                    row = xc.compare_program(where + " (viewer)", got[1], hs, start, color,
+                                             diffs)
+                    indefinite = [b for b in hs["buffers_at_peak"]
+                                  if b["category"] in xc.INDEFINITE]
+                    row["fields"] += xc.compare_timeline(where + " (viewer)", got[1], timeline,
+                                                         indefinite, diffs)
+                    row["fields"] += xc.compare_spans(where + " (viewer)", got[1], hs, start,
+                                                      diffs)
+                    rows.append(row)
     finally:
         v.stop()
     unexplained = _table("table_viewer", rows, diffs, traced["root"])
+    family_table("viewer", traced, rows, diffs)
     assert len(rows) == len(xprof_side["seen"]), "a program XProf shows is not in the viewer"
     assert not unexplained, "\n".join(str(d) for d in diffs if not d.reason)
 
