@@ -195,16 +195,9 @@ typedef struct view_times {
 #ifdef HBM_BENCH_VIEWER
 static bool request(hbm__viewer_t *v, const char *url, double *ms, char **body, char *error,
                     size_t cap) {
-  char *copy = strdup(url), *qmark = strchr(copy, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
   hbm__response_t r;
   double t0 = now_s();
-  hbm__viewer_handle(v, "GET", copy, &q, &r);
+  hbm__viewer_handle_url(v, "GET", url, &r);
   if (ms)
     *ms = (now_s() - t0) * 1000.0;
   bool ok = r.status == 200;
@@ -213,8 +206,6 @@ static bool request(hbm__viewer_t *v, const char *url, double *ms, char **body, 
   if (body)
     *body = ok ? strndup(r.body, r.len) : NULL;
   hbm__response_free(&r);
-  hbm__query_free(&q);
-  free(copy);
   return ok;
 }
 

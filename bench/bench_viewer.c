@@ -24,17 +24,9 @@ static hbm__viewer_t *viewer;
 
 /* One request through the handler; returns its time in ms (exits on a non-200 answer). */
 static double timed_request(const char *url, size_t *bytes) {
-  char *copy = strdup(url);
-  char *qmark = strchr(copy, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
   hbm__response_t r;
   int64_t t0 = hbm__now_ns();
-  hbm__viewer_handle(viewer, "GET", copy, &q, &r);
+  hbm__viewer_handle_url(viewer, "GET", url, &r);
   double ms = (double)(hbm__now_ns() - t0) / 1e6;
   if (r.status != 200) {
     fprintf(stderr, "bench_viewer: %s answered %d: %.*s\n", url, r.status, (int)r.len, r.body);
@@ -43,8 +35,6 @@ static double timed_request(const char *url, size_t *bytes) {
   if (bytes)
     *bytes = r.len;
   hbm__response_free(&r);
-  hbm__query_free(&q);
-  free(copy);
   return ms;
 }
 

@@ -52,26 +52,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *url = strndup((const char *)data + 1, size - 1);
   if (!url)
     return 0;
-  char *qmark = strchr(url, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
-  hbm__url_decode(url, false);
   hbm__response_t r;
-  hbm__viewer_handle(v, method, url, &q, &r);
+  hbm__viewer_handle_url(v, method, url, &r);
   if (r.status < 200 || r.status > 599 || !r.content_type || (r.len && !r.body))
     abort();
-  if (!strncmp(url, "/api/", 5)) {
+  bool json = !strcmp(r.content_type, "application/json");
+  if (!strncmp(url, "/api/", 5) && !json) /* an API path answers JSON, errors included */
+    abort();
+  if (json) {
     json_t *root = json_loadb(r.body, r.len, 0, NULL);
     if (!root || (r.status >= 400 && !json_is_string(json_object_get(root, "error"))))
       abort();
     json_decref(root);
   }
   hbm__response_free(&r);
-  hbm__query_free(&q);
   free(url);
   return 0;
 }

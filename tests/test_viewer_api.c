@@ -33,17 +33,8 @@ static const char *const train = "testhost.4242.hbmtrace";
 /* GET url (path?query) through the handler; returns the parsed JSON (NULL for non-JSON) and
  * the status. */
 static json_t *request_method(const char *method, const char *url, int *status, char **body) {
-  char *copy = strdup(url);
-  char *qmark = strchr(copy, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
-  hbm__url_decode(copy, false);
   hbm__response_t r;
-  hbm__viewer_handle(viewer, method, copy, &q, &r);
+  hbm__viewer_handle_url(viewer, method, url, &r);
   *status = r.status;
   json_t *root = NULL;
   if (r.content_type && !strcmp(r.content_type, "application/json"))
@@ -51,8 +42,6 @@ static json_t *request_method(const char *method, const char *url, int *status, 
   if (body)
     *body = strndup(r.body, r.len);
   hbm__response_free(&r);
-  hbm__query_free(&q);
-  free(copy);
   return root;
 }
 

@@ -24,23 +24,13 @@ static char *logdir;
 static hbm__viewer_t *viewer;
 
 static json_t *get(const char *url) {
-  char *copy = strdup(url);
-  char *qmark = strchr(copy, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
   hbm__response_t r;
-  hbm__viewer_handle(viewer, "GET", copy, &q, &r);
+  hbm__viewer_handle_url(viewer, "GET", url, &r);
   if (r.status != 200)
     fprintf(stderr, "GET %s: %d: %.300s\n", url, r.status, r.body);
   assert_int_equal(r.status, 200);
   json_t *root = json_loadb(r.body, r.len, 0, NULL);
   hbm__response_free(&r);
-  hbm__query_free(&q);
-  free(copy);
   assert_non_null(root);
   return root;
 }

@@ -32,21 +32,12 @@ static char *logdir, *capture, *run;
 /* GET url (path?query) through the handler: the body (the caller frees); the status must be
  * 200. */
 static char *get_body(hbm__viewer_t *v, const char *url) {
-  char *copy = strdup(url), *qmark = strchr(copy, '?');
-  hbm__query_t q;
-  hbm__query_init(&q);
-  if (qmark) {
-    *qmark = '\0';
-    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
-  }
   hbm__response_t r;
-  hbm__viewer_handle(v, "GET", copy, &q, &r);
+  hbm__viewer_handle_url(v, "GET", url, &r);
   if (r.status != 200)
     fail_msg("GET %s: %d: %.300s", url, r.status, r.body ? r.body : "");
   char *body = strndup(r.body, r.len);
   hbm__response_free(&r);
-  hbm__query_free(&q);
-  free(copy);
   return body;
 }
 

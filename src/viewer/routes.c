@@ -152,6 +152,27 @@ static void answer_about_profile(hbm__viewer_t *v, const endpoint_t *ep, const h
   hbm__cache_release(&v->cache, e);
 }
 
+void hbm__viewer_handle_url(hbm__viewer_t *v, const char *method, const char *url,
+                            hbm__response_t *out) {
+  char *path = strdup(url ? url : "/");
+  if (!path) {
+    memset(out, 0, sizeof *out);
+    hbm__respond_error(out, 503, "out of host memory");
+    return;
+  }
+  char *qmark = strchr(path, '?');
+  hbm__query_t q;
+  hbm__query_init(&q);
+  if (qmark) {
+    *qmark = '\0';
+    hbm__query_parse(&q, qmark + 1, strlen(qmark + 1));
+  }
+  hbm__url_decode(path, false);
+  hbm__viewer_handle(v, method, path, &q, out);
+  hbm__query_free(&q);
+  free(path);
+}
+
 static const hbm__asset_t *find_asset(const char *path) {
   if (!strcmp(path, "/index.html"))
     path = "/";

@@ -210,6 +210,11 @@ void hbm__viewer_free(hbm__viewer_t *v);
  * response is always filled (an error page or JSON error at worst). */
 void hbm__viewer_handle(hbm__viewer_t *v, const char *method, const char *path,
                         const hbm__query_t *q, hbm__response_t *out);
+/* The same for a whole request target as a client writes it ("/api/x?run=a%20b&k=v"): split
+ * at '?', the path percent-decoded and the query parsed as the HTTP server does (the tests,
+ * benchmarks and fuzzer go through the handler without a socket). */
+void hbm__viewer_handle_url(hbm__viewer_t *v, const char *method, const char *url,
+                            hbm__response_t *out);
 
 /* ---- the HTTP server (server.c) ---- */
 
