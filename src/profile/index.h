@@ -19,10 +19,11 @@
 #include "base/base.h"
 
 #define HBM_INDEX_MAGIC "HBMINDEX"
-#define HBM_INDEX_VERSION 4        /* 3: buffers keep their source stack; 4: and their span_end */
-#define HBM_INDEX_HEADER 64        /* fixed header bytes */
-#define HBM_INDEX_BLOCK_STEPS 4096 /* steps per compressed block of per-step values */
-#define HBM_INDEX_LEVEL0 64        /* the finest maxima: blocks of this many steps */
+/* 3: buffers keep their source stack; 4: and their span_end */
+#define HBM_INDEX_VERSION 4
+#define HBM_INDEX_HEADER 64                      /* fixed header bytes */
+#define HBM_INDEX_BLOCK_STEPS 4096               /* steps per compressed block of per-step values */
+#define HBM_INDEX_LEVEL0 64                      /* the finest maxima: blocks of this many steps */
 #define HBM_INDEX_MIN_BYTES ((uint64_t)16 << 20) /* HBM_INDEX=auto: files this big get one */
 
 typedef struct hbm__digest hbm__digest_t;

@@ -187,9 +187,8 @@ static bool read_events(hbm__digest_t *d, cur_t c, hbm_profile_t *p) {
   return !c.bad;
 }
 
-#define BUFFER_FIELDS                                                                              \
-  18 /* u64 each: index, id ... flags, 7 string ids, span_end (index_write.c)                      \
-      */
+/* u64 each: index, id ... flags, 7 string ids, span_end (index_write.c) */
+#define BUFFER_FIELDS 18
 
 static bool read_buffers(hbm__digest_t *d, cur_t c) {
   uint64_t n = get_u64(&c);
