@@ -409,7 +409,7 @@ static hbm_profile_t *load_program(uint8_t *(*make)(size_t *), const char *name)
 static uint8_t *revived_program(size_t *len) {
   xf_arena_t a = {0};
   xf_module_t m;
-  xf_module_init(&m, &a, "jit_revive", 4);
+  xf_module_init(&m, &a, "jit_revive", 16);
   int64_t d256 = 256;
   const char *names[] = {"p0", "a_fusion", "b_fusion", "c_fusion", "d_fusion"};
   for (int64_t i = 0; i < 5; i++) {
