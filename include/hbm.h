@@ -339,7 +339,10 @@ typedef enum hbm_profile_kind {
 typedef struct hbm_buffer {
   uint64_t id;            /* allocation order, unique in the profile */
   uint64_t address;       /* device address (runtime); plan: offset in the temp heap, or in
-                             its own allocation for HBM_BUF_INDEFINITE buffers */
+                             its own allocation for HBM_BUF_INDEFINITE buffers; XProf
+                             programs: the colour's allocations laid end to end, the
+                             heap-simulated ones first (a temporary's is XProf's bufferBlocks
+                             offset: its offset in the temp allocation), then the others */
   uint64_t size;          /* bytes as placed: requested (runtime) or padded (plan) */
   uint64_t unpadded_size; /* bytes in the default layout (== size when unknown) */
   int64_t start;          /* first step it is live */
@@ -356,7 +359,16 @@ typedef struct hbm_buffer {
   const char *stack;  /* the source stack, innermost frame first, one "file:line:column" per
                          line (XProf's "Source Stack"); NULL when unknown. Not saved in
                          .hbmtrace files. */
+  int64_t span_end;   /* 0, or where the value the buffer is shown as ends when its bytes stay
+                         live after it, to `end` (XProf programs: a buffer revived by
+                         SHARE_WITH and freed while a later sharer holds its bytes; XProf's
+                         span). The span shown is [start, hbm_buffer_span_end()). Not saved in
+                         .hbmtrace files. */
 } hbm_buffer_t;
+
+/* The end of the buffer's span as shown (its card, `hbm report`): span_end when set, else end.
+ * The heap's occupancy (timelines, peaks) always uses end. */
+int64_t hbm_buffer_span_end(const hbm_buffer_t *b);
 
 typedef struct hbm_space_info {
   const char *name;   /* "HBM", "Host", "VMEM", ... */

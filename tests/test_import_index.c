@@ -210,7 +210,8 @@ static void summary_answers_as_the_profile(void **state) {
   }
 }
 
-/* Source stacks (XProf's "Source Stack", from an .xplane.pb) are not in .hbmtrace files, so the
+/* Source stacks (XProf's "Source Stack", from an .xplane.pb) and span ends (a revived buffer's)
+ * are not in .hbmtrace files, so the
  * profile is indexed as it is in memory, beside a file that stands for it: read back from the
  * index, the buffers at the peak keep their stacks (format 2 lost them: the corpus's XProf
  * comparison saw every stack as None on a second `hbm report`). */
@@ -227,6 +228,7 @@ static void index_keeps_source_stacks(void **state) {
                       .unpadded_size = 4096u << i,
                       .start = i,
                       .end = 4,
+                      .span_end = i ? 0 : 2, /* its value ends at 2, its bytes stay to 4 */
                       .category = HBM_CAT_TEMPORARY,
                       .op = "fusion",
                       .source = "model.py:10",
@@ -253,6 +255,7 @@ static void index_keeps_source_stacks(void **state) {
     const hbm_buffer_t *b = hbm_profile_buffer(sum, at_peak[k]);
     const char *want = stacks[at_peak[k]];
     assert_true((!want && !b->stack) || (want && b->stack && !strcmp(want, b->stack)));
+    assert_int_equal(hbm_buffer_span_end(b), at_peak[k] ? 4 : 2); /* format 4 keeps it */
   }
   char *full = report(p, true, 0), *from_index = report(sum, true, 0);
   assert_string_equal(full, from_index);

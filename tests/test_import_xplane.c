@@ -392,6 +392,71 @@ static hbm_profile_t *load_program(uint8_t *(*make)(size_t *), const char *name)
   return p;
 }
 
+/* ---- a revived buffer's span (XProf's logicalBufferSpans) against its bytes (the heap) ----
+ * HBM: allocation 0, parameter p0 f32[256] 1024 B; allocation 1, temporary 2048 B: A at
+ * offset 1024, B and C sharing A's bytes, D at offset 0 (each f32[256], 1024 B).
+ *   event 0 ALLOC A           heap 1024   A lives [0, 1)
+ *   event 1 FREE A            heap    0
+ *   event 2 SHARE_WITH B→A    heap 1024   A's bytes revived, shown as B
+ *   event 3 SHARE_WITH C→B    heap 1024   C shares them too
+ *   event 4 FREE B            heap 1024   B's own span ends here (XProf: limit 4) ...
+ *   event 5 ALLOC D           heap 2048   peak: 2048 + the parameter's 1024 = 3072
+ *   event 6 FREE C            heap 1024   ... its bytes leave here (the chart drops)
+ *   event 7 FREE D            heap    0
+ * At the peak (event 5, the first reaching 3072): p0, B (span [2, 4), bytes to 6), D.
+ * Offsets as XProf's bufferBlocks give them: the heap-simulated allocation laid out first,
+ * so D at 0 and B at 1024; the parameter's allocation after it, at 2048. */
+static uint8_t *revived_program(size_t *len) {
+  xf_arena_t a = {0};
+  xf_module_t m;
+  xf_module_init(&m, &a, "jit_revive", 16);
+  int64_t d256 = 256;
+  const char *names[] = {"p0", "a_fusion", "b_fusion", "c_fusion", "d_fusion"};
+  for (int64_t i = 0; i < 5; i++) {
+    int64_t inst = xf_instruction(&m, names[i], i ? "fusion" : "parameter", F32, &d256, 1, NULL);
+    xf_logical_buffer(&m, i + 1, inst, 1024, 0);
+  }
+  int64_t param = 1, temp[] = {2, 3, 4, 5}, offs[] = {1024, 1024, 1024, 0};
+  xf_allocation(&m, 1024, 0, XF_PARAM, &param, NULL, 1);
+  xf_allocation(&m, 2048, 0, 0, temp, offs, 4);
+  static const struct {
+    int kind;
+    int64_t buffer, shares;
+    const char *at;
+  } events[] = {{KIND_ALLOC, 2, 0, "a"}, {KIND_FREE, 2, 0, "b"},  {KIND_SHARE, 3, 2, "b"},
+                {KIND_SHARE, 4, 3, "c"}, {KIND_FREE, 3, 0, "c"},  {KIND_ALLOC, 5, 0, "d"},
+                {KIND_FREE, 4, 0, "d"},  {KIND_FREE, 5, 0, "end"}};
+  for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+    xf_event(&m, events[i].kind, events[i].buffer, events[i].at, events[i].shares);
+  uint8_t *bytes = xf_pack_hlo(&m, len);
+  xf_free(&a);
+  return bytes;
+}
+
+static void revived_buffer_span(void **state) {
+  (void)state;
+  hbm_profile_t *p = load_program(revived_program, "revive.hlo_proto.pb");
+  hbm_analysis_t *a;
+  const hbm_summary_t *s = summary_of(&a, p, 0);
+  const hbm_buffer_t *b = buffer_named(p, "b_fusion"), *d = buffer_named(p, "d_fusion");
+  int64_t base = d->start - 5;
+  assert_true(s->peak_bytes == 3072 && s->peak_step == base + 5);
+  size_t n;
+  const int64_t *at = hbm_analysis_buffers_at_peak(a, &n);
+  assert_int_equal(n, 3);
+  assert_ptr_equal(hbm_profile_buffer(p, at[1]), b);
+  assert_true(b->start == base + 2 && hbm_buffer_span_end(b) == base + 4); /* XProf's span */
+  assert_true(b->end == base + 6); /* its bytes, as the heap keeps them */
+  int64_t heap[] = {2048, 1024, 2048, 2048, 2048, 3072, 2048, 1024}; /* + the parameter */
+  for (int64_t i = 0; i < 8; i++)
+    assert_true(hbm_analysis_bytes_at(a, base + i) == (uint64_t)heap[i]);
+  assert_true(b->address == 1024 && d->address == 0 && buffer_named(p, "p0")->address == 2048);
+  assert_true(hbm_buffer_span_end(d) == d->end); /* not revived: one span */
+  assert_true(hbm_buffer_span_end(buffer_named(p, "a_fusion")) == base + 1);
+  hbm_analysis_free(a);
+  hbm_profile_free(p);
+}
+
 static void source_lines_from_stack_frames(void **state) {
   (void)state;
   hbm_profile_t *p = load_program(program_with_frames, "frames.hlo_proto.pb");
@@ -764,6 +829,7 @@ int main(void) {
       cmocka_unit_test(buffer_assignment_replayed),
       cmocka_unit_test(allocator_timeline),
       cmocka_unit_test(bare_hlo_proto),
+      cmocka_unit_test(revived_buffer_span),
       cmocka_unit_test(source_lines_from_stack_frames),
       cmocka_unit_test(deep_and_looping_stacks),
       cmocka_unit_test(donated_parameter_is_an_output),

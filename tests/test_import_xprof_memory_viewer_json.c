@@ -117,6 +117,39 @@ static void blocks_that_do_not_add_up_are_said(void **state) {
   hbm_profile_free(p);
 }
 
+/* A block whose span ends before its bytes leave (a buffer revived by SHARE_WITH, freed while a
+ * later sharer holds its bytes): r's span is events 0-1, s's 2-4, both 1 MiB. heapSizes
+ * (before each event, then the end) 0, 1, 1, 2, 1, 0: after each event 1, 1, 2, 1, 0 MiB.
+ * The fall at event 3 ends r (its span ended at 1: its bytes were held), not s (its span goes
+ * on to 4; nearest, 1 event away against r's 2, was the old rule's pick); the fall at 4 ends
+ * s. So r's bytes live [0, 3) and its card shows XProf's span [0, 1); s lives [2, 4). */
+static void revived_block_keeps_its_span(void **state) {
+  (void)state;
+  hbm_profile_t *p = hbm_profile_load(
+      write_text("revived.json",
+                 "{\"moduleName\": \"jit_r\", \"heapSizes\": [0, 1, 1, 2, 1, 0], "
+                 "\"bufferBlocks\": [{\"logicalBufferId\": 1, \"name\": \"r\", \"startStep\": 0, "
+                 "\"endStep\": 1, \"size\": 1048576, \"offset\": 0}, {\"logicalBufferId\": 2, "
+                 "\"name\": \"s\", \"startStep\": 2, \"endStep\": 4, \"size\": 1048576, "
+                 "\"offset\": 1048576}]}"));
+  if (!p)
+    fail_msg("%s", hbm_last_error());
+  assert_null(hbm_profile_meta(p, "lost"));
+  const hbm_buffer_t *r = NULL, *s = NULL;
+  for (int64_t i = 0; i < hbm_profile_buffer_count(p); i++) {
+    const hbm_buffer_t *b = hbm_profile_buffer(p, i);
+    if (b->op && !strcmp(b->op, "r"))
+      r = b;
+    else if (b->op && !strcmp(b->op, "s"))
+      s = b;
+  }
+  assert_non_null(r);
+  assert_non_null(s);
+  assert_true(r->start == 0 && r->end == 3 && hbm_buffer_span_end(r) == 1);
+  assert_true(s->start == 2 && s->end == 4 && hbm_buffer_span_end(s) == 4);
+  hbm_profile_free(p);
+}
+
 /* A program with no heap-simulator event (XProf gives no heapSizes, or only the heap before
  * it): one step, its whole-program allocation live there. */
 static void program_without_events(void **state) {
@@ -150,6 +183,7 @@ int main(void) {
       cmocka_unit_test(reads_xprofs_own_json),
       cmocka_unit_test(bad_input_says_where),
       cmocka_unit_test(blocks_that_do_not_add_up_are_said),
+      cmocka_unit_test(revived_block_keeps_its_span),
       cmocka_unit_test(program_without_events),
       cmocka_unit_test(report_reads_it),
   };

@@ -46,10 +46,6 @@ COLORS = {0: "HBM", 1: "VMEM", 2: "Sflag", 3: "CMEM", 4: "SMEM", 5: "Host", 6: "
 # matching (field regex, program regex) is reported as known; any other fails the run.
 KNOWN = [
     # ("field regex", "program regex", "reason"),
-    ("span end: its bytes stay live under a later sharer", ".",
-     "hbm's buffer is its bytes: live until the last sharer frees them (XProf's chart keeps "
-     "them too); XProf's span of a buffer revived by SHARE_WITH ends at that value's own FREE "
-     "(docs/viewer.md, 'A revived buffer's span')"),
 ]
 
 
@@ -264,12 +260,10 @@ def compare_timeline(where, xp, timeline, indefinite, diffs):
 
 def compare_spans(where, xp, hs, start, diffs):
     """When and where each heap buffer at the peak lives (hbm's buffer card: first step, end
-    step, offset) against XProf's logicalBufferSpans (the events that allocate and free it)
-    and bufferBlocks (its offset in the temp allocation), buffer by buffer in XProf's order.
-    hbm's card gives the offset in the colour's allocations laid end to end (docs/viewer.md,
-    "Heap size with fragmentation"), where XProf's counts from the temp allocation's start:
-    offsets are compared from the first heap buffer's (the heap's layout). Returns the
-    number of fields compared."""
+    step, offset) against XProf's logicalBufferSpans (the events that allocate and free it:
+    a buffer revived by SHARE_WITH ends at its own FREE even when a later sharer keeps its
+    bytes) and bufferBlocks (its offset: the heap-simulated allocations laid end to end),
+    buffer by buffer in XProf's order. Returns the number of fields compared."""
     spans = xp.get("logicalBufferSpans") or {}
     offsets = {str(b.get("logicalBufferId")): int(b.get("offset", 0))
                for b in xp.get("bufferBlocks", [])}
@@ -278,33 +272,16 @@ def compare_spans(where, xp, hs, start, diffs):
     ours = sorted((b for b in hs["buffers_at_peak"] if b["size"] >= SMALL and not _is_scoped(b)
                    and b["category"] not in INDEFINITE), key=lambda b: b["index"])
     n = 0
-    base = (ours[0]["offset"], offsets.get(str(theirs[0].get("logicalBufferId")), 0)) \
-        if ours and theirs else (0, 0)
     for b, o in zip(ours, theirs):
         key = str(o.get("logicalBufferId"))
         span = spans.get(key, {})
-        mine = (b["start"] - start, b["end"] - start, b["offset"] - base[0])
-        other = (int(span.get("start", 0)), int(span.get("limit", 0)),
-                 offsets[key] - base[1] if key in offsets else None)
+        mine = (b["start"] - start, b["end"] - start, b["offset"])
+        other = (int(span.get("start", 0)), int(span.get("limit", 0)), offsets.get(key))
         if mine != other:
-            outlives = _bytes_outlive_span(xp, other[1], mine[1], b["size"])
-            field = "span end: its bytes stay live under a later sharer" if outlives and \
-                (mine[0], mine[2]) == (other[0], other[2]) else "(start, end, offset)"
-            diffs.append(Diff(where, f"heap buffer {o.get('instructionName')}: {field}", mine,
-                              other))
+            diffs.append(Diff(where, f"heap buffer {o.get('instructionName')}: "
+                                     "(start, end, offset)", mine, other))
         n += 3
     return n
-
-
-def _bytes_outlive_span(xp, their_end, our_end, size):
-    """Whether XProf's own chart shows a buffer's bytes staying in the heap at the event that
-    ends its span (a buffer revived by SHARE_WITH, freed while a later sharer still holds the
-    memory: XProf ends the span at the sharer's FREE, the bytes go at the last sharer's) and
-    leaving at hbm's end."""
-    heap = [to_bytes(m) for m in xp.get("heapSizes", [])]  # heap[i]: before event i
-    if not their_end < our_end < len(heap) - 1:
-        return False
-    return heap[their_end + 1] == heap[their_end] and heap[our_end] - heap[our_end + 1] == size
 
 
 def compare_allocators(where, xplane, report, diffs):

@@ -29,6 +29,7 @@ typedef struct lbuf {
   int64_t ref_count;
   struct lbuf *canonical; /* SHARE_WITH: the buffer whose memory this one uses */
   int64_t open;           /* index of its live interval in the space, -1 if not live */
+  int64_t shown_as;       /* a buffer revived by SHARE_WITH: the interval it names, -1 none */
   const char *op, *shape, *label, *group, *source, *stack, *opcode;
   uint64_t unpadded;
 } lbuf_t;
@@ -351,7 +352,7 @@ static bool increase(const hlo_ctx_t *c, xprof_space_t *s, lbuf_t *b, lbuf_t *ho
     return false;
   holder->open = b->open;
   if (b != holder)
-    b->open = -1;
+    b->shown_as = b->open, b->open = -1;
   return true;
 }
 
@@ -384,6 +385,8 @@ static bool replay_event(hlo_ctx_t *c, xprof_space_t *s, const HbmHlo__HeapSimul
               "program; hbm goes on)");
     else if (root->ref_count == 0)
       close_interval(s, root, step, heap);
+    if (b->shown_as >= 0) /* its own value ends here, whoever still holds the bytes */
+      s->buffers[b->shown_as].span_end = step;
     return true;
   }
   case HBM_HLO__HEAP_SIMULATOR_TRACE__EVENT__KIND__SHARE_WITH: {
@@ -405,19 +408,30 @@ static uint64_t alloc_size(const HbmHlo__BufferAllocationProto *a) {
   return a->size > 0 ? (uint64_t)a->size : 0;
 }
 
+/* Whether an allocation's buffers are laid out by a heap-simulator trace: XProf's
+ * bufferBlocks lay these allocations end to end and give each buffer its allocation's start
+ * plus its offset in it. */
+static bool heap_simulated(const hlo_ctx_t *c, size_t i) {
+  const HbmHlo__BufferAllocationProto *a = c->proto->buffer_assignment->buffer_allocations[i];
+  return !is_indefinite(a) && c->trace_of_alloc[i] >= 0;
+}
+
 /* The colour's allocations laid end to end (each buffer's address is its allocation's start
- * plus its offset in it); returns their total, XProf's "total buffer allocation" (XProf 2.24
- * leaves the thread-local ones out of it, as hbm does). */
+ * plus its offset in it): first the heap-simulated ones, in the assignment's order, so that a
+ * temporary's address is XProf's offset (bufferBlocks; with the one temp allocation a colour
+ * has, its offset in the temp heap), then the others. Returns their total, XProf's "total
+ * buffer allocation" (XProf 2.24 leaves the thread-local ones out of it, as hbm does). */
 static uint64_t lay_out_allocations(hlo_ctx_t *c, int64_t color) {
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   uint64_t end = 0;
-  for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
-    const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
-    if (!shown_in(a, color))
-      continue;
-    c->alloc_base[i] = end;
-    end = hbm__bytes_add(end, alloc_size(a));
-  }
+  for (int simulated = 1; simulated >= 0; simulated--)
+    for (size_t i = 0; i < ba->n_buffer_allocations; i++) {
+      const HbmHlo__BufferAllocationProto *a = ba->buffer_allocations[i];
+      if (!shown_in(a, color) || heap_simulated(c, i) != (bool)simulated)
+        continue;
+      c->alloc_base[i] = end;
+      end = hbm__bytes_add(end, alloc_size(a));
+    }
   return end;
 }
 
@@ -428,7 +442,8 @@ static bool replay_color(hlo_ctx_t *c, int64_t color) {
   if (!s)
     return false;
   for (size_t i = 0; i < c->n_lbufs; i++)
-    c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1;
+    c->lbufs[i].ref_count = 0, c->lbufs[i].canonical = NULL, c->lbufs[i].open = -1,
+    c->lbufs[i].shown_as = -1;
   int64_t t = trace_for_color(c, color);
   const HbmHlo__BufferAssignmentProto *ba = c->proto->buffer_assignment;
   const HbmHlo__HeapSimulatorTrace *tr = t >= 0 ? ba->heap_simulator_traces[t] : NULL;

@@ -145,11 +145,13 @@ static bool add_space_to(hbm_profile_t *p, const xprof_space_t *s) {
   for (size_t i = 0; i < s->n_buffers; i++) {
     const xprof_buffer_t *x = &s->buffers[i];
     int64_t end = x->end < 0 || x->end > s->n_steps ? s->n_steps : x->end;
+    bool own_end = x->span_end > x->start && x->span_end < end;
     hbm_buffer_t b = {.address = x->offset,
                       .size = bounded(x->size),
                       .unpadded_size = bounded(x->unpadded),
                       .start = base + x->start,
                       .end = base + end,
+                      .span_end = own_end ? base + x->span_end : 0,
                       .space = space,
                       .category = x->category,
                       .flags = x->flags | (x->end < 0 && s->runtime ? HBM_BUF_LIVE_OUT : 0u),

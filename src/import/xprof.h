@@ -6,11 +6,13 @@
 
 #include "base/base.h"
 
-/* One live interval of one buffer, steps relative to its program (end -1: to the end). */
+/* One live interval of one buffer, steps relative to its program (end -1: to the end).
+ * span_end: where the value it is shown as ends when its bytes outlive it (a buffer revived
+ * by SHARE_WITH, freed while a later sharer holds the bytes: XProf's span), 0 none. */
 typedef struct xprof_buffer {
   const char *op, *shape, *opcode, *label, *group, *source, *stack;
   uint64_t size, unpadded, offset;
-  int64_t start, end;
+  int64_t start, end, span_end;
   hbm_category_t category;
   uint32_t flags;
 } xprof_buffer_t;

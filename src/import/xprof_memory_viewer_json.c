@@ -324,8 +324,21 @@ static bool start_life(xprof_space_t *s, lives_t *l, size_t k, int64_t step) {
   return true;
 }
 
+/* A block's bytes leave at `step`. XProf's span of a buffer revived by SHARE_WITH ends at its
+ * own FREE, before its bytes leave when a later sharer holds them: that span is shown. */
+static void end_life(xprof_space_t *s, lives_t *l, size_t k, int64_t step) {
+  xprof_buffer_t *b = &s->buffers[l->open[k]];
+  const xprof_buffer_t *t = &l->tmpl[k];
+  b->end = step;
+  if (b->start == t->start && t->end > b->start && t->end < step)
+    b->span_end = t->end;
+  l->open[k] = -1;
+}
+
 /* The block of `size` to end (live) or revive (dead) at `step`: the one whose XProf span
- * ends nearest it (revived: whose span covers it). SIZE_MAX when none. */
+ * ends nearest it (revived: whose span covers it); to end, one whose span ended before its
+ * bytes leave (a revived buffer a later sharer holds) before one whose span goes on.
+ * SIZE_MAX when none. */
 static size_t pick(const lives_t *l, uint64_t size, int64_t step, bool live) {
   size_t best = SIZE_MAX;
   int64_t best_d = INT64_MAX;
@@ -342,6 +355,8 @@ static size_t pick(const lives_t *l, uint64_t size, int64_t step, bool live) {
     if (!live && (step < t->start || step >= t->end))
       continue;
     int64_t d = t->end > step ? t->end - step : step - t->end;
+    if (live && t->end > step) /* a span never ends after its bytes leave: the last choice */
+      d = d < INT64_MAX / 2 ? d + INT64_MAX / 2 : INT64_MAX - 1;
     if (d < best_d)
       best = k, best_d = d;
   }
@@ -376,7 +391,7 @@ static bool replay_heap(mv_reader_t *r, xprof_space_t *s, const uint64_t *target
     if (k != SIZE_MAX && change > 0)
       ok = start_life(s, &l, k, step);
     else if (k != SIZE_MAX)
-      s->buffers[l.open[k]].end = step, l.open[k] = -1;
+      end_life(s, &l, k, step);
     off += change && k == SIZE_MAX;
   }
   free(l.tmpl), free(l.open), free(l.seen), free(l.by_size);

@@ -920,3 +920,11 @@ size_t hbm_analysis_buffers_in_window(const hbm_analysis_t *a, int64_t from, int
 }
 
 const hbm_profile_t *hbm_analysis_profile(const hbm_analysis_t *a) { return a->p; }
+
+/* ---- a buffer's span as shown ---- */
+
+int64_t hbm_buffer_span_end(const hbm_buffer_t *b) {
+  /* A value whose bytes outlive it (a later sharer holds them) ends before them; anything
+   * outside (start, end) is not such an end. */
+  return b->span_end > b->start && b->span_end < b->end ? b->span_end : b->end;
+}

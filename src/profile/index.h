@@ -19,7 +19,8 @@
 #include "base/base.h"
 
 #define HBM_INDEX_MAGIC "HBMINDEX"
-#define HBM_INDEX_VERSION 3                      /* 3: buffers keep their source stack */
+/* 3: buffers keep their source stack; 4: and their span_end */
+#define HBM_INDEX_VERSION 4
 #define HBM_INDEX_HEADER 64                      /* fixed header bytes */
 #define HBM_INDEX_BLOCK_STEPS 4096               /* steps per compressed block of per-step values */
 #define HBM_INDEX_LEVEL0 64                      /* the finest maxima: blocks of this many steps */

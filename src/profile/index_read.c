@@ -187,7 +187,8 @@ static bool read_events(hbm__digest_t *d, cur_t c, hbm_profile_t *p) {
   return !c.bad;
 }
 
-#define BUFFER_FIELDS 17 /* u64 each: index, id ... flags, then 7 string ids (index_write.c) */
+/* u64 each: index, id ... flags, 7 string ids, span_end (index_write.c) */
+#define BUFFER_FIELDS 18
 
 static bool read_buffers(hbm__digest_t *d, cur_t c) {
   uint64_t n = get_u64(&c);
@@ -208,7 +209,8 @@ static bool read_buffers(hbm__digest_t *d, cur_t c) {
                         .end = (int64_t)f[6],
                         .space = (int)f[7],
                         .category = (hbm_category_t)f[8],
-                        .flags = (uint32_t)f[9]};
+                        .flags = (uint32_t)f[9],
+                        .span_end = (int64_t)f[17]};
     const char **s[] = {&b->op, &b->shape, &b->group, &b->source, &b->opcode, &b->label, &b->stack};
     for (int k = 0; k < 7; k++)
       *s[k] = string_at(d, &c, f[10 + k]);

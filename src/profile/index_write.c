@@ -278,7 +278,8 @@ static void write_buffers(writer_t *w) {
                                string_id(w, b->source),
                                string_id(w, b->opcode),
                                string_id(w, b->label),
-                               string_id(w, b->stack)};
+                               string_id(w, b->stack),
+                               (uint64_t)b->span_end};
     for (size_t f = 0; f < HBM_ARRAY_LEN(fields); f++)
       put_u64(o, fields[f]);
   }

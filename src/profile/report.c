@@ -538,7 +538,7 @@ static json_t *buffer_json(const hbm_profile_t *p, int64_t idx) {
                    hbm_category_name(b->category), "group", hbm__json_string(b->group), "source",
                    hbm__json_string(b->source), "opcode", hbm__json_string(b->opcode), "label",
                    hbm__json_string(b->label), "start", (json_int_t)b->start, "end",
-                   (json_int_t)b->end, "stack", hbm__json_string(b->stack));
+                   (json_int_t)hbm_buffer_span_end(b), "stack", hbm__json_string(b->stack));
 }
 
 static json_t *oom_json(const hbm_profile_t *p, const hbm_oom_event_t *e) {

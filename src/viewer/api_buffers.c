@@ -62,12 +62,14 @@ json_t *hbm__json_buffer(const hbm__target_t *t, int64_t index) {
   set_new(o, "stack", hbm__json_text(b->stack));
   set_new(o, "opcode", hbm__json_text(b->opcode));
   set_new(o, "label", hbm__json_text(b->label));
+  int64_t end = hbm_buffer_span_end(b); /* its value's span; its bytes may stay to b->end */
   set_new(o, "start", json_integer(b->start));
-  set_new(o, "end", json_integer(b->end));
+  set_new(o, "end", json_integer(end));
   set_new(o, "start_time_ns", json_step_time(p, b->start));
-  set_new(o, "end_time_ns", json_step_time(p, b->end));
+  set_new(o, "end_time_ns", json_step_time(p, end));
   set_new(o, "start_label", json_step_label(p, b->start));
-  set_new(o, "end_label", json_step_label(p, b->end));
+  set_new(o, "end_label", json_step_label(p, end));
+  set_new(o, "bytes_end", json_integer(b->end)); /* the step its bytes leave the heap */
   set_new(o, "address", json_hex(b->address));
   /* plan: the offset in its allocation (the temp heap or its own); runtime: in its range */
   set_new(o, "offset",

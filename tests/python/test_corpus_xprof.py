@@ -202,7 +202,8 @@ def test_every_program_as_xprof_shows_it(traced, xprof_side):
 
 
 def test_xprofs_own_json_reads_the_same(hbm_bin, traced, xprof_side, tmp_path):
-    """Each program's memory_viewer JSON from XProf, read back by hbm (as users save it)."""
+    """Each program's memory_viewer JSON from XProf, read back by hbm (as users save it),
+    the spans and offsets of the heap buffers at the peak included."""
     rows, diffs = [], []
     for (label, module, color), (text, xp) in sorted(xprof_side["seen"].items()):
         path = tmp_path / f"{module}.{color}.memory_viewer.json"
@@ -211,7 +212,11 @@ def test_xprofs_own_json_reads_the_same(hbm_bin, traced, xprof_side, tmp_path):
         where = f"{label}: {module}{' ' + xc.COLORS[color] if color else ''} (its JSON)"
         if report.get("lost"):
             diffs.append(xc.Diff(where, "read", report["lost"], None))
-        rows.append(xc.compare_program(where, xp, report["spaces"][0], 0, color, diffs))
+        row = xc.compare_program(where, xp, report["spaces"][0], 0, color, diffs)
+        # spans and offsets too: a temporary's address is its bufferBlocks offset
+        bufs = [{**b, "offset": b["address"]} for b in report["spaces"][0]["buffers_at_peak"]]
+        row["fields"] += xc.compare_spans(where, xp, {"buffers_at_peak": bufs}, 0, diffs)
+        rows.append(row)
         path.unlink()
     unexplained = _table("table_json", rows, diffs, traced["root"])
     family_table("json", traced, rows, diffs)

@@ -22,6 +22,9 @@ function rangeText(card, kind) {
   if (!runtime && (card.start_label || card.end_label)) {
     text += `<br><span class="muted">${escapeHtml(card.start_label || '?')} → ${escapeHtml(card.end_label || 'end')}</span>`;
   }
+  if (card.bytes_end != null && card.bytes_end !== card.end) { // a revived buffer (docs/viewer.md)
+    text += `<br><span class="muted">its bytes stay to ${unit} ${card.bytes_end}, held by a later sharer</span>`;
+  }
   return text;
 }
 
