@@ -1070,6 +1070,39 @@ static uint8_t *giver_marks(const hlo_assignment_t *as, int color, const color_i
   return role;
 }
 
+typedef struct keyed {
+  uint64_t key;
+  uint32_t buffer;
+} keyed_t;
+
+static int by_key(const void *pa, const void *pb) {
+  const keyed_t *a = pa, *b = pb;
+  if (a->key != b->key)
+    return a->key < b->key ? -1 : 1;
+  return a->buffer < b->buffer ? -1 : a->buffer > b->buffer;
+}
+
+/* The buffers in XLA's HloValue id order (value_order.c), whose ties in placement and in
+ * event order this follows; NULL when memory ran out. */
+static uint32_t *xla_buffer_order(const hlo_assignment_t *as) {
+  uint64_t *key = hbm__hlo_xla_value_keys(as);
+  keyed_t *k = malloc(((size_t)as->n_buffers + 1) * sizeof *k);
+  uint32_t *order = malloc(((size_t)as->n_buffers + 1) * sizeof *order);
+  if (key && k && order) {
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      k[i] = (keyed_t){key[i], i};
+    qsort(k, as->n_buffers, sizeof *k, by_key);
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      order[i] = k[i].buffer;
+  } else {
+    free(order);
+    order = NULL;
+  }
+  free(key);
+  free(k);
+  return order;
+}
+
 /* Intervals for the temporaries of one colour: one per buffer (per value of a buffer with
  * the XLA backends); buffers of one share group (element-wise reuse) are placed at one
  * offset. */
@@ -1083,16 +1116,18 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
       as->buffers[i].n_segs = 0;
   uint32_t *group_size = calloc(nb + 1, sizeof *group_size);
   uint32_t *vfirst = NULL, *vals = xla_events ? values_by_buffer(as, &vfirst) : NULL;
+  uint32_t *by_id = xla_events ? xla_buffer_order(as) : NULL;
   c.iv_of = malloc((nb + 1) * sizeof *c.iv_of);
   c.delta = calloc((size_t)as->n_steps + 2, sizeof *c.delta);
   c.seg = malloc((2 * (size_t)as->n_values + 1) * sizeof *c.seg);
-  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || vals);
+  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || (vals && by_id));
   for (uint32_t i = 0; ok && i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
     if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
       group_size[b->share_group]++;
   }
-  for (uint32_t i = 0; ok && i < nb; i++) {
+  for (uint32_t k = 0; ok && k < nb; k++) {
+    uint32_t i = by_id ? by_id[k] : k;
     hlo_buffer_t *b = &as->buffers[i];
     c.iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
@@ -1138,6 +1173,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   free(group_size);
   free(vfirst);
   free(vals);
+  free(by_id);
   return st;
 }
 
