@@ -526,17 +526,25 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
     if (k == UINT32_MAX)
       continue;
     uint64_t size = 0;
-    uint32_t lo = UINT32_MAX, hi = 0, elo = UINT32_MAX, ehi = 0;
+    uint32_t lo = UINT32_MAX, hi = 0, elo = UINT32_MAX, ehi = 0, lead = UINT32_MAX;
     for (uint32_t j = 0; j < g->count[k]; j++) {
       uint32_t x_at = g->members[g->first[k] + j];
       const hlo_interval_t *x = &iv[x_at];
       size = x->size > size ? x->size : size;
+      if (lead == UINT32_MAX || x->start < iv[lead].start)
+        lead = x_at;
       lo = x->start < lo ? x->start : lo;
       hi = x->end > hi ? x->end : hi;
       if (ev) {
         elo = ev[2 * x_at] < elo ? ev[2 * x_at] : elo;
         ehi = ev[2 * x_at + 1] > ehi ? ev[2 * x_at + 1] : ehi;
       }
+    }
+    /* XLA's spatial order reads the duration of the interval it allocates (the group's
+     * first) alone, not of what shares it; its temporal order extends it to them all. */
+    if (ev && how == HLO_HEAP_SPATIAL) {
+      elo = ev[2 * lead];
+      ehi = ev[2 * lead + 1];
     }
     uint32_t span = ev ? (ehi > elo ? ehi - elo : 0) : (hi > lo ? hi - lo : 0);
     order[m++] = (order_key_t){size, span, (uint32_t)i, k, g->count[k], lo, hi};
