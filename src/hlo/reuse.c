@@ -329,6 +329,34 @@ static bool compact(reuse_state_t *s) {
 static int by_size_asc(const void *pa, const void *pb) { return -by_size_desc(pa, pb); }
 
 /* Each allocation starts with its own values, over their own live ranges. */
+/* Is c the condition of a while loop of m? */
+static bool is_while_condition(const hlo_module_t *m, const hlo_comp_t *c) {
+  for (uint32_t k = 0; k < m->n_comps; k++)
+    for (uint32_t i = 0; i < m->comps[k]->n_instrs; i++) {
+      const hlo_instr_t *in = m->comps[k]->instrs[i];
+      for (uint32_t j = 0; j < in->n_called; j++)
+        if (in->called[j].comp == c && in->called[j].role == HLO_CALL_CONDITION)
+          return true;
+    }
+  return false;
+}
+
+/* The last step of a value: a while condition's parameter (the loop state, which the body
+ * reads next) lives through the whole condition in XLA's HloLiveRange, so the condition's
+ * predicate never shares its allocation. */
+static uint32_t occupant_end(const reuse_state_t *s, const hlo_value_t *val) {
+  const hlo_assignment_t *as = s->as;
+  uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+  const hlo_comp_t *c = val->instr->parent;
+  if (hi == UINT32_MAX || val->instr->opcode != HLO_OP_PARAMETER || !c || c->is_entry ||
+      !is_while_condition(s->df->m, c))
+    return hi;
+  for (uint32_t t = val->def_step; t < as->n_steps; t++)
+    if (as->steps[t].instr == c->root)
+      return t > hi ? t : hi;
+  return hi;
+}
+
 static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
   const hlo_assignment_t *as = s->as;
   for (uint32_t v = 0; v < as->n_values; v++) {
@@ -336,7 +364,7 @@ static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
     if (b == UINT32_MAX || !is_alloc[b])
       continue;
     const hlo_value_t *val = &as->values[v];
-    uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+    uint32_t hi = occupant_end(s, val);
     uint32_t lo = (val->flags & HLO_V_PARAM) ? 0 : val->def_step;
     if (!add_occupant(s, b, lo, hi, b))
       return false;
