@@ -31,8 +31,114 @@ ALLOC_RE = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
 VALUE_RE = re.compile(
     r"^ value: <\d+ (\S+?)(\{[\d,]*\})?( \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
 
+# Why a program may differ. LOOP: a while loop's carried values (XLA's phis, the loop state
+# and the condition's predicate) sit at other offsets of the temp allocation. hbm places a loop
+# buffer as its live segments around the body (heap_sim.c), XLA as colocated HloValues in the
+# order of its own live ranges; the heap has the same size (the totals tests are exact), but
+# which 4-byte counter sits where in it differs.
+LOOP = "while loop: carried values at other temp offsets (same heap size)"
 # name -> reason. Programs whose assignment differs from XLA's (beyond equivalent swaps).
-KNOWN = {}
+KNOWN = {
+    "cumulative_logcumsumexp_1000_a0": (
+        "broadcast_map_fusion takes the buffer of its operand wrapped_reduce-window.1 in XLA "
+        "(a loop fusion around a map); hbm keeps it apart, one slot higher, same heap size"),
+    "arrayops_interp_64x128": LOOP,
+    "arrayops_interp_8x300x7": LOOP,
+    "arrayops_searchsorted_64x128": LOOP,
+    "arrayops_searchsorted_8x300x7": LOOP,
+    "cond_cond_in_scan_128": LOOP,
+    "cond_cond_in_scan_512": LOOP,
+    "dus_loop_fill_128_64": LOOP,
+    "dus_loop_fill_512_128": LOOP,
+    "linalg_inv_1_16_f32": LOOP,
+    "linalg_inv_1_16_f64": LOOP,
+    "linalg_inv_2_128_f32": LOOP,
+    "linalg_inv_2_128_f64": LOOP,
+    "linalg_inv_4_64_f32": LOOP,
+    "linalg_inv_4_64_f64": LOOP,
+    "linalg_lu_2_128_f32": LOOP,
+    "linalg_lu_4_64_f64": LOOP,
+    "linalg_slogdet_grad_1_16_f32": LOOP,
+    "linalg_slogdet_grad_1_16_f64": LOOP,
+    "linalg_slogdet_grad_2_128_f32": LOOP,
+    "linalg_slogdet_grad_2_128_f64": LOOP,
+    "linalg_slogdet_grad_4_64_f32": LOOP,
+    "linalg_slogdet_grad_4_64_f64": LOOP,
+    "linalg_solve_1_16_f32": LOOP,
+    "linalg_solve_1_16_f64": LOOP,
+    "linalg_solve_2_128_f32": LOOP,
+    "linalg_solve_2_128_f64": LOOP,
+    "linalg_solve_4_64_f32": LOOP,
+    "linalg_solve_4_64_f64": LOOP,
+    "loops2_fori_tuple_5_32": LOOP,
+    "loops2_fori_tuple_9_96": LOOP,
+    "loops2_scan_pytree_5_32": LOOP,
+    "loops2_scan_pytree_9_96": LOOP,
+    "loops2_scan_remat_5_32": LOOP,
+    "loops2_scan_remat_9_96": LOOP,
+    "random_bernoulli_16x32x64": LOOP,
+    "random_bernoulli_256": LOOP,
+    "random_bernoulli_64x128": LOOP,
+    "random_categorical_16x32x64": LOOP,
+    "random_categorical_256": LOOP,
+    "random_categorical_64x128": LOOP,
+    "random_dropout_grad_16x32x64": LOOP,
+    "random_dropout_grad_256": LOOP,
+    "random_dropout_grad_64x128": LOOP,
+    "random_normal_16x32x64": LOOP,
+    "random_normal_256": LOOP,
+    "random_normal_64x128": LOOP,
+    "random_permutation_16x32x64": LOOP,
+    "random_permutation_256": LOOP,
+    "random_permutation_64x128": LOOP,
+    "random_uniform_16x32x64": LOOP,
+    "random_uniform_256": LOOP,
+    "random_uniform_64x128": LOOP,
+    "scan_grad_n12_w256_b16": LOOP,
+    "scan_grad_n12_w64_b16": LOOP,
+    "scan_grad_n4_w256_b16": LOOP,
+    "scan_grad_n4_w64_b16": LOOP,
+    "scan_nested_n12_w256_b16": LOOP,
+    "scan_nested_n12_w64_b16": LOOP,
+    "scan_nested_n4_w256_b16": LOOP,
+    "scan_nested_n4_w64_b16": LOOP,
+    "scan_plain_n12_w256_b16": LOOP,
+    "scan_plain_n4_w256_b16": LOOP,
+    "scan_reverse_n12_w256_b16": LOOP,
+    "scan_reverse_n4_w256_b16": LOOP,
+    "scan_stacked_n12_w256_b16": LOOP,
+    "scan_stacked_n12_w64_b16": LOOP,
+    "scan_stacked_n4_w256_b16": LOOP,
+    "scan_stacked_n4_w64_b16": LOOP,
+    "shard_map_ring_matmul_d4_x2xy2": LOOP,
+    "shard_map_ring_matmul_d4_x4": LOOP,
+    "shard_map_ring_matmul_d8_x2xy4": LOOP,
+    "shard_map_ring_matmul_d8_x4xy2": LOOP,
+    "shard_map_ring_matmul_d8_x8": LOOP,
+    "special_betainc_1000": LOOP,
+    "special_betainc_4096": LOOP,
+    "vmaploop_lax_map_16_128": LOOP,
+    "vmaploop_lax_map_4_32": LOOP,
+    "vmaploop_map_batched_16_128": LOOP,
+    "vmaploop_map_batched_4_32": LOOP,
+    "vmaploop_vmap_fori_dynamic_16_128": LOOP,
+    "vmaploop_vmap_fori_dynamic_4_32": LOOP,
+    "vmaploop_vmap_scan_16_128": LOOP,
+    "vmaploop_vmap_scan_4_32": LOOP,
+    "vmaploop_vmap_while_16_128": LOOP,
+    "vmaploop_vmap_while_4_32": LOOP,
+    "while_fori_dus_256_128": LOOP,
+    "while_fori_dus_256_32": LOOP,
+    "while_fori_dus_64_128": LOOP,
+    "while_fori_dus_64_32": LOOP,
+    "while_power_256_128": LOOP,
+    "while_power_256_32": LOOP,
+    "while_power_64_128": LOOP,
+    "while_power_64_32": LOOP,
+    "while_tuple_carry_256_128": LOOP,
+    "while_tuple_carry_256_32": LOOP,
+    "while_tuple_carry_64_128": LOOP,
+}
 
 
 def allocation_kind(attrs: str) -> str:
@@ -120,8 +226,9 @@ def compare_program(hbm_bin: str, prog_dir: Path) -> dict:
                   Counter((m[2], m[3]) for _, _, m in wrong))
     status = ("exact" if not wrong and not missing else
               "equivalent" if not missing and temps_only and same_slots else "differs")
+    has_while = " while(" in (prog_dir / "optimized.hlo").read_text()
     return {"name": prog_dir.name, "values": len(xla), "matched": matched, "missing": missing,
-            "wrong": wrong, "status": status}
+            "wrong": wrong, "status": status, "has_while": has_while}
 
 
 def table(rows, families) -> str:
@@ -149,6 +256,8 @@ def differences(rows) -> list:
                        f"differ (missing {r['missing'][:3]}; first: {first})")
         elif r["status"] != "differs" and r["name"] in KNOWN:
             bad.append(f"{r['name']}: now agrees with XLA (remove it from KNOWN)")
+        elif KNOWN.get(r["name"]) == LOOP and not r["has_while"]:
+            bad.append(f"{r['name']}: KNOWN says LOOP but the program has no while loop")
     return bad
 
 
