@@ -54,8 +54,9 @@ void hbm__hlo_instruction_post_order(const hlo_comp_t *c, uint32_t *pos, uint32_
       pos[i] = next++;
 }
 
-/* Per buffer: its smallest value's XLA id as a sortable key (computation, post-order
- * position, subshape), UINT64_MAX for a buffer with no value; NULL when memory ran out. */
+/* Per buffer: the XLA id of its representative value (the first defined: the one XLA's heap
+ * simulator allocates, the others sharing it) as a sortable key (computation, post-order
+ * position, subshape), UINT64_MAX for a buffer with none; NULL when memory ran out. */
 uint64_t *hbm__hlo_xla_value_keys(const hlo_assignment_t *as) {
   uint32_t n_comps = 0;
   size_t most = 1, most_scratch = 1;
@@ -81,7 +82,7 @@ uint64_t *hbm__hlo_xla_value_keys(const hlo_assignment_t *as) {
     const hlo_value_t *val = &as->values[v];
     uint32_t b = as->value_buffer[v];
     const hlo_comp_t *c = val->instr ? val->instr->parent : NULL;
-    if (b >= as->n_buffers || !c)
+    if (b >= as->n_buffers || !c || as->buffers[b].value != v)
       continue;
     if (!pos[c->id]) {
       pos[c->id] = malloc(((size_t)c->n_instrs + 1) * sizeof **pos);

@@ -125,8 +125,6 @@ KNOWN = {
     "vmaploop_vmap_fori_dynamic_4_32": LOOP,
     "vmaploop_vmap_scan_16_128": LOOP,
     "vmaploop_vmap_scan_4_32": LOOP,
-    "vmaploop_vmap_while_16_128": LOOP,
-    "vmaploop_vmap_while_4_32": LOOP,
     "while_fori_dus_256_128": LOOP,
     "while_fori_dus_256_32": LOOP,
     "while_fori_dus_64_128": LOOP,
