@@ -882,6 +882,7 @@ typedef struct hbm_plan_options {
   uint64_t alignment; /* heap offsets are multiples of this (0 = 1) */
   int top;            /* buffers listed in reports (0 = 10) */
   int backend;        /* HBM_PLAN_BACKEND_*: whose buffer assignment to reproduce */
+  int values;         /* the JSON report lists every value's placement ("values") */
 } hbm_plan_options_t;
 
 /* The backend decides the heap alignment (XLA GPU 128 bytes, CPU 64) and how reducers'

@@ -24,7 +24,8 @@ class PlanOptions(ctypes.Structure):
 
     _fields_ = [("memory", ctypes.c_uint64), ("reserved", ctypes.c_uint64),
                 ("remat", ctypes.c_int), ("space_color", ctypes.c_int),
-                ("alignment", ctypes.c_uint64), ("top", ctypes.c_int), ("backend", ctypes.c_int)]
+                ("alignment", ctypes.c_uint64), ("top", ctypes.c_int), ("backend", ctypes.c_int),
+                ("values", ctypes.c_int)]
 
 
 class FitOptions(ctypes.Structure):

@@ -27,6 +27,8 @@ static void usage(FILE *out) {
       "  --backend B       gpu, cpu, tpu or none: whose buffer assignment to reproduce\n"
       "                    (default: from the file name and the module)\n"
       "  --json            print the plan as JSON\n"
+      "  --values          with --json: every value's placement (allocation kind, which\n"
+      "                    allocation, offset, size), to compare with XLA's assignment\n"
       "  --logdir DIR      save the plan as a profile under DIR/plugins/profile/<run>/\n"
       "                    (default: $HBM_PROFILE_DIR when set; else not saved)\n\n"
       "The largest size that fits (MODULE is then a family with {} where a value goes):\n"
@@ -113,6 +115,8 @@ int hbm_cmd_plan(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--json")) {
       json = true;
+    } else if (!strcmp(a, "--values")) {
+      opt.values = 1;
     } else if (!strcmp(a, "--remat")) {
       opt.remat = 1;
     } else if (!strcmp(a, "--memory") && has_value) {

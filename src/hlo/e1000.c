@@ -472,6 +472,8 @@ hbm_status_t hbm_plan_report_json(const hbm_plan_t *plan, FILE *out) {
   for (size_t k = 0; k < n; k++)
     json_array_append_new(peak, buffer_json(plan, at[k]));
   json_object_set_new(root, "buffers_at_peak", peak);
+  if (plan->opt.values)
+    json_object_set_new(root, "values", hbm__plan_values_json(plan));
   if (plan->oversized >= 0)
     json_object_set_new(root, "oversized_buffer", buffer_json(plan, plan->oversized));
   if (plan->remat_ran) {

@@ -526,17 +526,25 @@ static order_key_t *placement_order(const hlo_interval_t *iv, size_t n, const he
     if (k == UINT32_MAX)
       continue;
     uint64_t size = 0;
-    uint32_t lo = UINT32_MAX, hi = 0, elo = UINT32_MAX, ehi = 0;
+    uint32_t lo = UINT32_MAX, hi = 0, elo = UINT32_MAX, ehi = 0, lead = UINT32_MAX;
     for (uint32_t j = 0; j < g->count[k]; j++) {
       uint32_t x_at = g->members[g->first[k] + j];
       const hlo_interval_t *x = &iv[x_at];
       size = x->size > size ? x->size : size;
+      if (lead == UINT32_MAX || x->start < iv[lead].start)
+        lead = x_at;
       lo = x->start < lo ? x->start : lo;
       hi = x->end > hi ? x->end : hi;
       if (ev) {
         elo = ev[2 * x_at] < elo ? ev[2 * x_at] : elo;
         ehi = ev[2 * x_at + 1] > ehi ? ev[2 * x_at + 1] : ehi;
       }
+    }
+    /* XLA's spatial order reads the duration of the interval it allocates (the group's
+     * first) alone, not of what shares it; its temporal order extends it to them all. */
+    if (ev && how == HLO_HEAP_SPATIAL) {
+      elo = ev[2 * lead];
+      ehi = ev[2 * lead + 1];
     }
     uint32_t span = ev ? (ehi > elo ? ehi - elo : 0) : (hi > lo ? hi - lo : 0);
     order[m++] = (order_key_t){size, span, (uint32_t)i, k, g->count[k], lo, hi};
@@ -1070,6 +1078,39 @@ static uint8_t *giver_marks(const hlo_assignment_t *as, int color, const color_i
   return role;
 }
 
+typedef struct keyed {
+  uint64_t key;
+  uint32_t buffer;
+} keyed_t;
+
+static int by_key(const void *pa, const void *pb) {
+  const keyed_t *a = pa, *b = pb;
+  if (a->key != b->key)
+    return a->key < b->key ? -1 : 1;
+  return a->buffer < b->buffer ? -1 : a->buffer > b->buffer;
+}
+
+/* The buffers in XLA's HloValue id order (value_order.c), whose ties in placement and in
+ * event order this follows; NULL when memory ran out. */
+static uint32_t *xla_buffer_order(const hlo_assignment_t *as) {
+  uint64_t *key = hbm__hlo_xla_value_keys(as);
+  keyed_t *k = malloc(((size_t)as->n_buffers + 1) * sizeof *k);
+  uint32_t *order = malloc(((size_t)as->n_buffers + 1) * sizeof *order);
+  if (key && k && order) {
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      k[i] = (keyed_t){key[i], i};
+    qsort(k, as->n_buffers, sizeof *k, by_key);
+    for (uint32_t i = 0; i < as->n_buffers; i++)
+      order[i] = k[i].buffer;
+  } else {
+    free(order);
+    order = NULL;
+  }
+  free(key);
+  free(k);
+  return order;
+}
+
 /* Intervals for the temporaries of one colour: one per buffer (per value of a buffer with
  * the XLA backends); buffers of one share group (element-wise reuse) are placed at one
  * offset. */
@@ -1083,16 +1124,18 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
       as->buffers[i].n_segs = 0;
   uint32_t *group_size = calloc(nb + 1, sizeof *group_size);
   uint32_t *vfirst = NULL, *vals = xla_events ? values_by_buffer(as, &vfirst) : NULL;
+  uint32_t *by_id = xla_events ? xla_buffer_order(as) : NULL;
   c.iv_of = malloc((nb + 1) * sizeof *c.iv_of);
   c.delta = calloc((size_t)as->n_steps + 2, sizeof *c.delta);
   c.seg = malloc((2 * (size_t)as->n_values + 1) * sizeof *c.seg);
-  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || vals);
+  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || (vals && by_id));
   for (uint32_t i = 0; ok && i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
     if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
       group_size[b->share_group]++;
   }
-  for (uint32_t i = 0; ok && i < nb; i++) {
+  for (uint32_t k = 0; ok && k < nb; k++) {
+    uint32_t i = by_id ? by_id[k] : k;
     hlo_buffer_t *b = &as->buffers[i];
     c.iv_of[i] = UINT32_MAX;
     if (b->indefinite || b->color != color || b->end <= b->start)
@@ -1138,6 +1181,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   free(group_size);
   free(vfirst);
   free(vals);
+  free(by_id);
   return st;
 }
 

@@ -456,6 +456,13 @@ void hbm__hlo_assignment_free(hlo_assignment_t *as);
  * and as->heap_bytes. */
 hbm_status_t hbm__hlo_combine_temps(hlo_assignment_t *as, uint64_t alignment);
 
+/* value_order.c: XLA's HloComputation::MakeInstructionPostOrder over c (pos[id]: the rank;
+ * scratch: stack of n_instrs + every operand, state and users of n_instrs), and per buffer
+ * the key of its first value in XLA's HloValue id order (NULL when memory ran out). */
+void hbm__hlo_instruction_post_order(const hlo_comp_t *c, uint32_t *pos, uint32_t *stack,
+                                     uint8_t *state, uint32_t *users);
+uint64_t *hbm__hlo_xla_value_keys(const hlo_assignment_t *as);
+
 /* ---- heap simulator (heap_sim.c): XLA's GlobalDecreasingSizeBestFitHeap ---- */
 
 typedef struct hlo_interval {

@@ -64,6 +64,11 @@ bool hbm__xla_dump_kind(const char *text, size_t len, plan_source_t *kind);
 hbm_status_t hbm__plan_from_dump(hbm_plan_t *plan, const char *text, size_t len,
                                  plan_source_t kind);
 
+/* plan_values.c: every value's placement (instruction, shape index, allocation kind, which
+ * allocation, offset, size) as a JSON array; empty for plans read from XLA's dumps. */
+typedef struct json_t json_t;
+json_t *hbm__plan_values_json(const hbm_plan_t *plan);
+
 /* XLA's compact sizes in E1000 reports: "0B", "4.0K", "530.00M", "10.96G". */
 char *hbm__xla_bytes(uint64_t bytes, char *buf, size_t cap);
 

@@ -199,51 +199,6 @@ static int by_size_desc(const void *pa, const void *pb) {
   return ia < ib ? -1 : ia > ib;
 }
 
-/* XLA's HloComputation::MakeInstructionPostOrder over one computation: from each
- * instruction without users (in the computation's order), a depth-first walk with an
- * explicit stack that emits an instruction once its operands are emitted, operands pushed
- * last to first (so the first is walked first); an instruction pushed again before it is
- * expanded is expanded at its latest push, as XLA's stack does. pos[id] gets the rank.
- * scratch: n_instrs + the operands of every instruction entries; state: n_instrs. */
-static void instruction_post_order(const hlo_comp_t *c, uint32_t *pos, uint32_t *stack,
-                                   uint8_t *state, uint32_t *users) {
-  enum { NEW = 0, VISITING = 1, VISITED = 2 };
-  uint32_t n = c->n_instrs, next = 0;
-  memset(state, 0, n);
-  memset(users, 0, n * sizeof *users);
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t k = 0; k < c->instrs[i]->n_operands; k++)
-      if (c->instrs[i]->operands[k]->parent == c)
-        users[c->instrs[i]->operands[k]->id]++;
-  for (uint32_t r = 0; r < n; r++) {
-    if (users[r] != 0 || state[r] == VISITED)
-      continue;
-    size_t top = 0;
-    stack[top++] = r;
-    while (top > 0) {
-      uint32_t cur = stack[top - 1];
-      if (state[cur] != NEW) {
-        top--;
-        if (state[cur] != VISITED) {
-          state[cur] = VISITED;
-          pos[cur] = next++;
-        }
-        continue;
-      }
-      state[cur] = VISITING;
-      const hlo_instr_t *in = c->instrs[cur];
-      for (uint32_t k = in->n_operands; k-- > 0;) {
-        const hlo_instr_t *op = in->operands[k];
-        if (op->parent == c && state[op->id] != VISITED)
-          stack[top++] = op->id;
-      }
-    }
-  }
-  for (uint32_t i = 0; i < n; i++) /* unreachable (a cycle): after everything, in order */
-    if (state[i] != VISITED)
-      pos[i] = next++;
-}
-
 /* XLA orders buffers of one size by the smallest post-order position among their values,
  * with the computations taken callers first (the entry, then what it calls, breadth first
  * here) and each computation's instructions in MakeInstructionPostOrder's order. NULL when
@@ -269,7 +224,7 @@ static uint64_t *post_positions(const hlo_module_t *m, const hlo_assignment_t *a
     order[c] = malloc(((size_t)m->comps[c]->n_instrs + 1) * sizeof **order);
     ok = order[c] != NULL;
     if (ok)
-      instruction_post_order(m->comps[c], order[c], stack, state, users);
+      hbm__hlo_instruction_post_order(m->comps[c], order[c], stack, state, users);
   }
   if (ok) {
     for (uint32_t c = 0; c < n; c++)
@@ -374,6 +329,34 @@ static bool compact(reuse_state_t *s) {
 static int by_size_asc(const void *pa, const void *pb) { return -by_size_desc(pa, pb); }
 
 /* Each allocation starts with its own values, over their own live ranges. */
+/* Is c the condition of a while loop of m? */
+static bool is_while_condition(const hlo_module_t *m, const hlo_comp_t *c) {
+  for (uint32_t k = 0; k < m->n_comps; k++)
+    for (uint32_t i = 0; i < m->comps[k]->n_instrs; i++) {
+      const hlo_instr_t *in = m->comps[k]->instrs[i];
+      for (uint32_t j = 0; j < in->n_called; j++)
+        if (in->called[j].comp == c && in->called[j].role == HLO_CALL_CONDITION)
+          return true;
+    }
+  return false;
+}
+
+/* The last step of a value: a while condition's parameter (the loop state, which the body
+ * reads next) lives through the whole condition in XLA's HloLiveRange, so the condition's
+ * predicate never shares its allocation. */
+static uint32_t occupant_end(const reuse_state_t *s, const hlo_value_t *val) {
+  const hlo_assignment_t *as = s->as;
+  uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+  const hlo_comp_t *c = val->instr->parent;
+  if (hi == UINT32_MAX || val->instr->opcode != HLO_OP_PARAMETER || !c || c->is_entry ||
+      !is_while_condition(s->df->m, c))
+    return hi;
+  for (uint32_t t = val->def_step; t < as->n_steps; t++)
+    if (as->steps[t].instr == c->root)
+      return t > hi ? t : hi;
+  return hi;
+}
+
 static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
   const hlo_assignment_t *as = s->as;
   for (uint32_t v = 0; v < as->n_values; v++) {
@@ -381,7 +364,7 @@ static bool seed_occupants(reuse_state_t *s, const uint8_t *is_alloc) {
     if (b == UINT32_MAX || !is_alloc[b])
       continue;
     const hlo_value_t *val = &as->values[v];
-    uint32_t hi = val->last_use >= as->n_steps ? UINT32_MAX : val->last_use;
+    uint32_t hi = occupant_end(s, val);
     uint32_t lo = (val->flags & HLO_V_PARAM) ? 0 : val->def_step;
     if (!add_occupant(s, b, lo, hi, b))
       return false;
