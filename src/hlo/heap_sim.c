@@ -991,6 +991,7 @@ static uint32_t *values_by_buffer(const hlo_assignment_t *as, uint32_t **first_o
 typedef struct color_ivs {
   hlo_vec_t iv;    /* hlo_interval_t */
   uint32_t *iv_of; /* buffer → its first interval, UINT32_MAX */
+  uint32_t *iv_n;  /* buffer → how many intervals it has */
   int64_t *delta;  /* live temp bytes, by step */
   segment_t *seg;  /* scratch */
 } color_ivs_t;
@@ -1032,8 +1033,9 @@ static bool record_gaps(hlo_assignment_t *as, hlo_buffer_t *b, const segment_t *
   return true;
 }
 
-/* The intervals of one heap buffer: its range, or with the XLA backends its values'
- * segments, placed at one offset (a share group of their own, or the buffer's). */
+/* The intervals of one heap buffer: its range, or with the XLA backends one per value
+ * segment (as XLA's HloValues, even where they follow each other without a gap), placed at
+ * one offset (a share group of their own, or the buffer's). */
 static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, uint32_t share,
                              const uint32_t *vfirst, const uint32_t *vals) {
   hlo_buffer_t *b = &as->buffers[i];
@@ -1044,17 +1046,24 @@ static bool buffer_intervals(color_ivs_t *c, hlo_assignment_t *as, uint32_t i, u
            as->values[vals[vfirst[i]]].split_use != UINT32_MAX)
     m = value_segments(as, b, vals + vfirst[i], 1, c->seg);
   c->iv_of[i] = (uint32_t)c->iv.len;
+  c->iv_n[i] = 1;
   if (m <= 1)
     return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
   if (!record_gaps(as, b, c->seg, m))
     return false;
-  if (!b->n_segs) /* values back to back: one interval, as without them */
-    return push_interval(c, (hlo_interval_t){b->start, b->end, b->bytes, 0, share});
-  for (uint32_t k = 0; k < b->n_segs; k++) {
-    const uint32_t *seg = &as->segs[2 * (b->seg_at + k)];
-    if (!push_interval(c, (hlo_interval_t){seg[0], seg[1], b->bytes, 0, share ? share : i + 1}))
-      return false;
+  /* Live bytes by the union of the values (once per step), intervals one per value: XLA's
+   * heap simulator ticks each value's alloc/share and free, and its spatial order reads the
+   * span of the first value alone. */
+  for (uint32_t k = 0; k < (b->n_segs ? b->n_segs : 1); k++) {
+    const uint32_t *seg = b->n_segs ? &as->segs[2 * (b->seg_at + k)] : NULL;
+    c->delta[seg ? seg[0] : b->start] += (int64_t)b->bytes;
+    c->delta[seg ? seg[1] : b->end] -= (int64_t)b->bytes;
   }
+  c->iv_n[i] = (uint32_t)m;
+  for (size_t k = 0; k < m; k++)
+    if (!hbm__hlo_vec_push(&c->iv, &(hlo_interval_t){c->seg[k].start, c->seg[k].end, b->bytes, 0,
+                                                     share ? share : i + 1}))
+      return false;
   return true;
 }
 
@@ -1069,7 +1078,7 @@ static uint8_t *giver_marks(const hlo_assignment_t *as, int color, const color_i
     uint32_t first = c->iv_of[i];
     if (!(b->gives || b->takes) || b->color != color || first == UINT32_MAX || !iv[first].share)
       continue;
-    uint32_t last = first + (b->n_segs ? b->n_segs - 1 : 0);
+    uint32_t last = first + c->iv_n[i] - 1;
     if (b->gives && iv[last].end == b->end)
       role[last] |= GIVES;
     if (b->takes && iv[first].start == b->start)
@@ -1126,9 +1135,10 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
   uint32_t *vfirst = NULL, *vals = xla_events ? values_by_buffer(as, &vfirst) : NULL;
   uint32_t *by_id = xla_events ? xla_buffer_order(as) : NULL;
   c.iv_of = malloc((nb + 1) * sizeof *c.iv_of);
+  c.iv_n = malloc((nb + 1) * sizeof *c.iv_n);
   c.delta = calloc((size_t)as->n_steps + 2, sizeof *c.delta);
   c.seg = malloc((2 * (size_t)as->n_values + 1) * sizeof *c.seg);
-  bool ok = group_size && c.iv_of && c.delta && c.seg && (!xla_events || (vals && by_id));
+  bool ok = group_size && c.iv_of && c.iv_n && c.delta && c.seg && (!xla_events || (vals && by_id));
   for (uint32_t i = 0; ok && i < nb; i++) {
     const hlo_buffer_t *b = &as->buffers[i];
     if (!b->indefinite && !b->separate && b->color == color && b->end > b->start)
@@ -1175,6 +1185,7 @@ static hbm_status_t simulate_color(hlo_assignment_t *as, int color, uint64_t ali
     as->temp_peak_step[color] = peak_step;
   }
   free(c.iv_of);
+  free(c.iv_n);
   hbm__hlo_vec_free(&c.iv);
   free(c.delta);
   free(c.seg);
