@@ -32,10 +32,10 @@ VALUE_RE = re.compile(
     r"^ value: <\d+ (\S+?)(\{[\d,]*\})?( \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
 
 # Why a program may differ. LOOP: a while loop's carried values (XLA's phis, the loop state
-# and the condition's predicate) sit at other offsets of the temp allocation. hbm places a loop
-# buffer as its live segments around the body (heap_sim.c), XLA as colocated HloValues in the
-# order of its own live ranges; the heap has the same size (the totals tests are exact), but
-# which 4-byte counter sits where in it differs.
+# and the condition's predicate) sit at other offsets of the temp allocation. hbm has one value
+# for a loop buffer where XLA has the condition's, body's and while's phis, each ticking the
+# heap simulator's clock, so ties in its placement order can break differently; the heap has
+# the same size (the totals tests are exact), but which 4-byte counter sits where differs.
 LOOP = "while loop: carried values at other temp offsets (same heap size)"
 # name -> reason. Programs whose assignment differs from XLA's (beyond equivalent swaps).
 KNOWN = {
